@@ -1,0 +1,292 @@
+//! The catalog: tables and materialized views, their columns and dependencies, persisted as
+//! one JSON file in the data directory (written atomically on every DDL).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::types::SqlType;
+
+/// Catalog ids name tables, views and state tables; a table's or view's id is also its
+/// actor's id and the id of the state table holding its rows.
+pub type ObjectId = u32;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: SqlType,
+    pub not_null: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TableDef {
+    pub id: ObjectId,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Column positions of the primary key, empty when the table has none.
+    pub primary_key: Vec<usize>,
+}
+
+impl TableDef {
+    /// The table's Arrow schema. Every field is nullable: NOT NULL is enforced by the table's
+    /// write path, which reports it as PostgreSQL does (SQLSTATE 23502).
+    pub fn schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| Field::new(&c.name, c.ty.to_arrow(), true))
+                .collect::<Vec<_>>(),
+        ))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ViewDef {
+    pub id: ObjectId,
+    pub name: String,
+    /// The defining query, as the user wrote it.
+    pub query: String,
+    /// The relations the query reads.
+    pub depends_on: Vec<ObjectId>,
+    /// The state tables of the view's operators (the view's own rows are under `id`).
+    pub state_tables: Vec<ObjectId>,
+}
+
+impl ViewDef {
+    pub fn create_sql(&self) -> String {
+        format!("CREATE MATERIALIZED VIEW {} AS {}", self.name, self.query)
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Persisted {
+    next_id: ObjectId,
+    /// Tables and views in creation order, so that a restart recreates them in an order where
+    /// each view's inputs exist before it.
+    objects: Vec<Object>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Object {
+    Table(TableDef),
+    View(ViewDef),
+}
+
+impl Object {
+    pub fn id(&self) -> ObjectId {
+        match self {
+            Object::Table(t) => t.id,
+            Object::View(v) => v.id,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Object::Table(t) => &t.name,
+            Object::View(v) => &v.name,
+        }
+    }
+
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Object::Table(_) => "table",
+            Object::View(_) => "materialized view",
+        }
+    }
+}
+
+/// The catalog in memory. Callers serialise DDL; each change is saved before it returns.
+pub struct Catalog {
+    path: PathBuf,
+    data: Persisted,
+    /// The schema of every relation, by id (views' schemas come from planning their query).
+    schemas: BTreeMap<ObjectId, SchemaRef>,
+}
+
+/// First id handed out: small ids stay free for system relations.
+const FIRST_USER_ID: ObjectId = 1000;
+
+impl Catalog {
+    /// Loads the catalog from `dir`, or starts an empty one.
+    pub fn load(dir: &Path) -> Result<Catalog> {
+        let path = dir.join("catalog.json");
+        let data = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                Error::new(
+                    ErrorKind::DataCorruption,
+                    format!("cannot read catalog {}: {e}", path.display()),
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Persisted {
+                next_id: FIRST_USER_ID,
+                objects: Vec::new(),
+            },
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Catalog {
+            path,
+            data,
+            schemas: BTreeMap::new(),
+        })
+    }
+
+    fn save(&self) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(&self.data)
+            .map_err(|e| Error::internal(format!("cannot encode catalog: {e}")))?;
+        let tmp = self.path.with_extension("json.tmp");
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// Objects in creation order.
+    pub fn objects(&self) -> &[Object] {
+        &self.data.objects
+    }
+
+    pub fn allocate_ids(&mut self, n: usize) -> Vec<ObjectId> {
+        let start = self.data.next_id;
+        self.data.next_id += n as ObjectId;
+        (start..self.data.next_id).collect()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Object> {
+        self.data.objects.iter().find(|o| o.name() == name)
+    }
+
+    pub fn by_id(&self, id: ObjectId) -> Option<&Object> {
+        self.data.objects.iter().find(|o| o.id() == id)
+    }
+
+    pub fn table(&self, name: &str) -> Result<&TableDef> {
+        match self.get(name) {
+            Some(Object::Table(t)) => Ok(t),
+            Some(Object::View(_)) => Err(Error::new(
+                ErrorKind::WrongObjectType,
+                format!("\"{name}\" is not a table"),
+            )
+            .with_hint("Materialized views cannot be changed directly.")),
+            None => Err(undefined_table(name)),
+        }
+    }
+
+    pub fn schema(&self, id: ObjectId) -> Option<SchemaRef> {
+        self.schemas.get(&id).cloned()
+    }
+
+    pub fn set_schema(&mut self, id: ObjectId, schema: SchemaRef) {
+        self.schemas.insert(id, schema);
+    }
+
+    /// Refuses a name already taken by a table or view.
+    pub fn check_free(&self, name: &str) -> Result<()> {
+        if let Some(o) = self.get(name) {
+            return Err(Error::new(
+                ErrorKind::DuplicateObject,
+                format!("relation \"{}\" already exists", o.name()),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn add(&mut self, object: Object) -> Result<()> {
+        self.data.objects.push(object);
+        if let Err(e) = self.save() {
+            self.data.objects.pop();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Removes objects by id.
+    pub fn remove(&mut self, ids: &[ObjectId]) -> Result<()> {
+        let before = self.data.objects.clone();
+        self.data.objects.retain(|o| !ids.contains(&o.id()));
+        if let Err(e) = self.save() {
+            self.data.objects = before;
+            return Err(e);
+        }
+        for id in ids {
+            self.schemas.remove(id);
+        }
+        Ok(())
+    }
+
+    /// The views that read `id`, directly or through other views, dependents after the
+    /// objects they depend on.
+    pub fn dependents(&self, id: ObjectId) -> Vec<ObjectId> {
+        let mut found: Vec<ObjectId> = Vec::new();
+        let mut frontier = vec![id];
+        while let Some(current) = frontier.pop() {
+            for o in &self.data.objects {
+                if let Object::View(v) = o {
+                    if v.depends_on.contains(&current) && !found.contains(&v.id) {
+                        found.push(v.id);
+                        frontier.push(v.id);
+                    }
+                }
+            }
+        }
+        // Creation order puts every view after the views it reads.
+        let order = |id: &ObjectId| self.data.objects.iter().position(|o| o.id() == *id);
+        found.sort_by_key(order);
+        found
+    }
+}
+
+pub fn undefined_table(name: &str) -> Error {
+    Error::new(
+        ErrorKind::UndefinedTable,
+        format!("relation \"{name}\" does not exist"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(id: ObjectId, name: &str, deps: &[ObjectId]) -> Object {
+        Object::View(ViewDef {
+            id,
+            name: name.into(),
+            query: "SELECT 1".into(),
+            depends_on: deps.to_vec(),
+            state_tables: vec![],
+        })
+    }
+
+    #[test]
+    fn survives_reload_and_finds_dependents_transitively() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Catalog::load(dir.path()).unwrap();
+        let ids = c.allocate_ids(4);
+        c.add(Object::Table(TableDef {
+            id: ids[0],
+            name: "t".into(),
+            columns: vec![],
+            primary_key: vec![],
+        }))
+        .unwrap();
+        c.add(view(ids[1], "v1", &[ids[0]])).unwrap();
+        c.add(view(ids[2], "v2", &[ids[1]])).unwrap();
+        c.add(view(ids[3], "v3", &[ids[0]])).unwrap();
+        let mut c = Catalog::load(dir.path()).unwrap();
+        assert_eq!(c.dependents(ids[0]), vec![ids[1], ids[2], ids[3]]);
+        assert_eq!(c.dependents(ids[2]), Vec::<ObjectId>::new());
+        assert_eq!(
+            c.check_free("v2").unwrap_err().kind,
+            ErrorKind::DuplicateObject
+        );
+        assert_eq!(c.allocate_ids(1).len(), 1);
+    }
+}

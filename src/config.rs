@@ -1,0 +1,78 @@
+//! Server configuration: embedded defaults, overridden by a TOML file, overridden by flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, ErrorKind, Result};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the SQL (Postgres wire) listener binds.
+    pub listen: SocketAddr,
+    /// Catalog, table change logs and operator state live here.
+    pub data_dir: PathBuf,
+    /// Without authentication (not built yet), only loopback clients are admitted unless this
+    /// is set; then every client is trusted, whatever user name it gives.
+    pub trust_remote_clients: bool,
+    /// Connections beyond this many are refused with SQLSTATE 53300.
+    pub connections_max: usize,
+    /// Statements longer than this are refused with SQLSTATE 54000.
+    pub statement_bytes_max: usize,
+    /// How often the coordinator ends an epoch when nothing else asks for one.
+    pub barrier_interval_ms: u64,
+    /// Capacity (in messages) of each channel between actors.
+    pub channel_messages_max: usize,
+    /// Distinct rows per chunk when a relation's contents are sent to a new view.
+    pub chunk_rows_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 4466)),
+            data_dir: PathBuf::from("weir-data"),
+            trust_remote_clients: false,
+            connections_max: 100,
+            statement_bytes_max: 16 * 1024 * 1024,
+            barrier_interval_ms: 1000,
+            channel_messages_max: 16,
+            chunk_rows_max: 4096,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file; keys it leaves out keep their defaults.
+    pub fn from_file(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidParameter,
+                format!("cannot read config file {}: {e}", path.display()),
+            )
+        })?;
+        toml::from_str(&text).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidParameter,
+                format!("invalid config file {}: {e}", path.display()),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_only_what_it_names() {
+        let c: Config =
+            toml::from_str("listen = \"127.0.0.1:5555\"\nbarrier_interval_ms = 50").unwrap();
+        assert_eq!(c.listen.port(), 5555);
+        assert_eq!(c.barrier_interval_ms, 50);
+        assert_eq!(c.connections_max, Config::default().connections_max);
+        assert!(toml::from_str::<Config>("no_such_key = 1").is_err());
+    }
+}

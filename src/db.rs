@@ -1,0 +1,863 @@
+//! The database: catalog, state store, tables' write paths and the dataflow, and the
+//! execution of every kind of statement on behalf of sessions.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::ParamValues;
+use datafusion::datasource::TableProvider;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, LogicalPlan, Projection, WriteOp};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast;
+use tokio::sync::mpsc;
+
+use crate::catalog::{Catalog, Object, ObjectId, TableDef, ViewDef};
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
+use crate::sql::context::query_context;
+use crate::sql::ddl::{self, relation_name};
+use crate::sql::provider::RowsTable;
+use crate::sql::stream_plan::{check_deterministic, Planner};
+use crate::state::StateStore;
+use crate::stream::coordinator::{BarrierClient, Coordinator};
+use crate::stream::expr::ErrorSink;
+use crate::stream::message::{Message, Mutation, NewOutput};
+use crate::stream::plan::{build_actor, ActorContext, PlanNode};
+use crate::table::TableWriter;
+
+/// What a statement returns to the client.
+#[derive(Debug)]
+pub enum Output {
+    Rows {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
+    /// A command tag such as `CREATE TABLE`, with the affected row count where PostgreSQL
+    /// reports one (`INSERT 0 3`).
+    Command {
+        tag: String,
+        rows: Option<usize>,
+    },
+    TransactionStart,
+    TransactionEnd {
+        tag: String,
+    },
+}
+
+impl Output {
+    fn command(tag: &str) -> Output {
+        Output::Command {
+            tag: tag.to_string(),
+            rows: None,
+        }
+    }
+}
+
+pub struct Database {
+    pub config: Config,
+    store: Arc<StateStore>,
+    catalog: RwLock<Catalog>,
+    tables: RwLock<HashMap<ObjectId, Arc<tokio::sync::Mutex<TableWriter>>>>,
+    barriers: BarrierClient,
+    actors: ActorContext,
+    /// Row-level expression errors, per view.
+    view_errors: Mutex<HashMap<ObjectId, ErrorSink>>,
+    /// DDL statements run one at a time.
+    ddl: tokio::sync::Mutex<()>,
+    tables_dir: PathBuf,
+}
+
+impl Database {
+    /// Opens the data directory: loads the catalog, replays every table's change log and
+    /// rebuilds every view. State is rebuilt from the logs on each start.
+    pub async fn open(config: Config) -> Result<Arc<Database>> {
+        std::fs::create_dir_all(&config.data_dir)?;
+        let tables_dir = config.data_dir.join("tables");
+        std::fs::create_dir_all(&tables_dir)?;
+        let store = StateStore::open_fresh(&config.data_dir.join("state"))?;
+        let catalog = Catalog::load(&config.data_dir)?;
+        let (barriers, events) = Coordinator::start(
+            store.clone(),
+            Duration::from_millis(config.barrier_interval_ms.max(1)),
+        );
+        let objects: Vec<Object> = catalog.objects().to_vec();
+        let db = Arc::new(Database {
+            actors: ActorContext {
+                store: store.clone(),
+                events,
+                chunk_rows_max: config.chunk_rows_max,
+            },
+            config,
+            store,
+            catalog: RwLock::new(catalog),
+            tables: RwLock::new(HashMap::new()),
+            barriers,
+            view_errors: Mutex::new(HashMap::new()),
+            ddl: tokio::sync::Mutex::new(()),
+            tables_dir,
+        });
+        for object in objects {
+            match object {
+                Object::Table(t) => db.start_table(t).await?,
+                Object::View(v) => {
+                    let settings = HashMap::new();
+                    let (nodes, schema, deps) = db.plan_view(&v.query, &settings).await?;
+                    db.start_view(&v, nodes, schema, deps[0]).await?;
+                }
+            }
+        }
+        db.barriers.flush().await?;
+        Ok(db)
+    }
+
+    fn catalog(&self) -> std::sync::RwLockReadGuard<'_, Catalog> {
+        self.catalog.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn catalog_mut(&self) -> std::sync::RwLockWriteGuard<'_, Catalog> {
+        self.catalog.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A context reading every relation at the last sealed epoch.
+    pub fn context(
+        &self,
+        settings: &HashMap<String, String>,
+        overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+    ) -> Result<SessionContext> {
+        let snapshot = self.store.snapshot();
+        query_context(
+            &self.catalog(),
+            &snapshot,
+            &self.barriers.failed,
+            settings,
+            overrides,
+        )
+    }
+
+    pub async fn flush(&self) -> Result<Output> {
+        self.barriers.flush().await?;
+        Ok(Output::command("FLUSH"))
+    }
+
+    // ---- tables ----
+
+    /// Starts a table's actor and replays its change log into it.
+    async fn start_table(&self, def: TableDef) -> Result<()> {
+        let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
+        let (writer, history) = TableWriter::open(def.clone(), &self.tables_dir, feed_tx.clone())?;
+        let schema = writer.schema().clone();
+        self.catalog_mut().set_schema(def.id, schema.clone());
+        let actor = build_actor(
+            &self.actors,
+            def.id,
+            Vec::new(),
+            schema,
+            &[def.id],
+            feed_rx,
+            ErrorSink::new(&def.name),
+        )?;
+        actor.spawn();
+        self.barriers
+            .inject(None, vec![def.id], vec![(def.id, feed_tx.clone())])
+            .await?;
+        for chunk in history {
+            feed_tx
+                .send(Message::Chunk(chunk))
+                .await
+                .map_err(|_| Error::internal("table actor stopped during replay"))?;
+        }
+        self.tables
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(def.id, Arc::new(tokio::sync::Mutex::new(writer)));
+        Ok(())
+    }
+
+    pub async fn create_table(&self, ct: &ast::CreateTable) -> Result<Output> {
+        let _ddl = self.ddl.lock().await;
+        let name = relation_name(&ct.name)?;
+        if self.catalog().get(&name).is_some() && ct.if_not_exists {
+            return Ok(Output::command("CREATE TABLE"));
+        }
+        self.catalog().check_free(&name)?;
+        let id = self.catalog_mut().allocate_ids(1)[0];
+        let def = ddl::create_table(ct, id)?;
+        // A log left behind by a table of the same id cannot exist (ids are never reused),
+        // but make sure the new table starts empty.
+        let _ = std::fs::remove_file(crate::table::log_path(&self.tables_dir, id));
+        self.start_table(def.clone()).await?;
+        self.catalog_mut().add(Object::Table(def))?;
+        Ok(Output::command("CREATE TABLE"))
+    }
+
+    // ---- views ----
+
+    /// Plans a view's query: its stream plan, schema and the relations it reads.
+    async fn plan_view(
+        &self,
+        query: &str,
+        settings: &HashMap<String, String>,
+    ) -> Result<(Vec<PlanNode>, SchemaRef, Vec<ObjectId>)> {
+        let ctx = self.context(settings, vec![])?;
+        let state = ctx.state();
+        let parsed = crate::sql::parser::parse(query)?;
+        let [p] = parsed.as_slice() else {
+            return Err(Error::syntax("a view is defined by exactly one query"));
+        };
+        let crate::sql::parser::Statement::Sql(stmt) = &p.statement else {
+            return Err(Error::syntax("a view is defined by a SELECT query"));
+        };
+        let plan = state
+            .statement_to_plan(DFStatement::Statement(stmt.clone()))
+            .await?;
+        check_deterministic(&plan)?;
+        let optimized = state.optimize(&plan)?;
+        let catalog = self.catalog();
+        let planner = Planner {
+            state: &state,
+            catalog: &catalog,
+        };
+        let (stream_plan, deps) = planner.plan(&optimized)?;
+        let schema = view_schema(&plan, &stream_plan.schema)?;
+        Ok((stream_plan.nodes, schema, deps))
+    }
+
+    async fn start_view(
+        &self,
+        def: &ViewDef,
+        mut nodes: Vec<PlanNode>,
+        schema: SchemaRef,
+        input: ObjectId,
+    ) -> Result<()> {
+        // The view's rows carry the view's column names; the last operator produced the same
+        // columns under the plan's names.
+        if let Some(PlanNode::Project { schema: s, .. }) = nodes.last_mut() {
+            *s = schema.clone();
+        } else {
+            nodes.push(PlanNode::Project {
+                exprs: identity_exprs(&schema),
+                schema: schema.clone(),
+            });
+        }
+        let sink = ErrorSink::new(&def.name);
+        self.view_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(def.id, sink.clone());
+        let mut tables = vec![def.id];
+        tables.extend(&def.state_tables);
+        let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
+        let actor = build_actor(
+            &self.actors,
+            def.id,
+            nodes,
+            schema.clone(),
+            &tables,
+            rx,
+            sink,
+        )?;
+        self.catalog_mut().set_schema(def.id, schema);
+        actor.spawn();
+        let mut mutation = Mutation::default();
+        mutation.add_outputs.insert(
+            input,
+            vec![NewOutput {
+                downstream: def.id,
+                sender: tx,
+            }],
+        );
+        let epoch = self
+            .barriers
+            .inject(Some(mutation), vec![def.id], vec![])
+            .await?;
+        self.barriers.wait_sealed(epoch).await?;
+        Ok(())
+    }
+
+    pub async fn create_view(
+        &self,
+        cv: &ast::CreateView,
+        settings: &HashMap<String, String>,
+    ) -> Result<Output> {
+        let _ddl = self.ddl.lock().await;
+        if !cv.materialized {
+            return Err(
+                Error::not_supported("only materialized views are supported")
+                    .with_hint("Use CREATE MATERIALIZED VIEW."),
+            );
+        }
+        if cv.or_replace || cv.or_alter {
+            return Err(Error::not_supported(
+                "CREATE OR REPLACE MATERIALIZED VIEW is not supported",
+            )
+            .with_hint("Drop the view and create it again."));
+        }
+        let name = relation_name(&cv.name)?;
+        if self.catalog().get(&name).is_some() && cv.if_not_exists {
+            return Ok(Output::command("CREATE MATERIALIZED VIEW"));
+        }
+        self.catalog().check_free(&name)?;
+        let query = cv.query.to_string();
+        let (nodes, mut schema, deps) = self.plan_view(&query, settings).await?;
+        if !cv.columns.is_empty() {
+            schema = rename_columns(&schema, &cv.columns)?;
+        }
+        check_unique_names(&schema)?;
+        let n_state = nodes
+            .iter()
+            .map(|n| {
+                if matches!(n, PlanNode::Aggregate { .. }) {
+                    2
+                } else {
+                    0
+                }
+            })
+            .sum::<usize>();
+        let ids = self.catalog_mut().allocate_ids(1 + n_state);
+        let def = ViewDef {
+            id: ids[0],
+            name,
+            query: if cv.columns.is_empty() {
+                query
+            } else {
+                let cols: Vec<String> = cv.columns.iter().map(|c| c.name.to_string()).collect();
+                format!("SELECT * FROM ({query}) AS v ({})", cols.join(", "))
+            },
+            depends_on: deps.clone(),
+            state_tables: ids[1..].to_vec(),
+        };
+        self.start_view(&def, nodes, schema, deps[0]).await?;
+        self.catalog_mut().add(Object::View(def))?;
+        Ok(Output::command("CREATE MATERIALIZED VIEW"))
+    }
+
+    // ---- drop ----
+
+    pub async fn drop_objects(
+        &self,
+        object_type: ast::ObjectType,
+        names: &[ast::ObjectName],
+        if_exists: bool,
+        cascade: bool,
+    ) -> Result<Output> {
+        let _ddl = self.ddl.lock().await;
+        let (tag, want_table) = match object_type {
+            ast::ObjectType::Table => ("DROP TABLE", true),
+            ast::ObjectType::MaterializedView => ("DROP MATERIALIZED VIEW", false),
+            ast::ObjectType::View => {
+                return Err(
+                    Error::new(ErrorKind::UndefinedTable, "Weir has no plain views")
+                        .with_hint("Use DROP MATERIALIZED VIEW."),
+                )
+            }
+            other => {
+                return Err(Error::not_supported(format!(
+                    "DROP {other} is not supported"
+                )))
+            }
+        };
+        let mut to_stop: Vec<ObjectId> = Vec::new();
+        let mut dropped_tables: Vec<ObjectId> = Vec::new();
+        {
+            let catalog = self.catalog();
+            for n in names {
+                let name = relation_name(n)?;
+                let Some(object) = catalog.get(&name) else {
+                    if if_exists {
+                        continue;
+                    }
+                    return Err(if want_table {
+                        crate::catalog::undefined_table(&name)
+                    } else {
+                        Error::new(
+                            ErrorKind::UndefinedTable,
+                            format!("materialized view \"{name}\" does not exist"),
+                        )
+                    });
+                };
+                let is_table = matches!(object, Object::Table(_));
+                if is_table != want_table {
+                    return Err(Error::new(
+                        ErrorKind::WrongObjectType,
+                        format!(
+                            "\"{name}\" is not a {}",
+                            if want_table {
+                                "table"
+                            } else {
+                                "materialized view"
+                            }
+                        ),
+                    )
+                    .with_hint(format!(
+                        "Use DROP {}.",
+                        if is_table {
+                            "TABLE"
+                        } else {
+                            "MATERIALIZED VIEW"
+                        }
+                    )));
+                }
+                let dependents = catalog.dependents(object.id());
+                let outside: Vec<ObjectId> = dependents
+                    .iter()
+                    .copied()
+                    .filter(|d| !to_stop.contains(d))
+                    .collect();
+                if !outside.is_empty() && !cascade {
+                    let detail: Vec<String> = outside
+                        .iter()
+                        .filter_map(|d| catalog.by_id(*d))
+                        .map(|d| {
+                            format!(
+                                "{} {} depends on {} {}",
+                                d.kind_name(),
+                                d.name(),
+                                object.kind_name(),
+                                name
+                            )
+                        })
+                        .collect();
+                    return Err(Error::new(
+                        ErrorKind::DependentObjects,
+                        format!(
+                            "cannot drop {} {name} because other objects depend on it",
+                            object.kind_name()
+                        ),
+                    )
+                    .with_detail(detail.join("\n"))
+                    .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+                }
+                to_stop.push(object.id());
+                to_stop.extend(outside);
+                if is_table {
+                    dropped_tables.push(object.id());
+                }
+            }
+        }
+        if to_stop.is_empty() {
+            return Ok(Output::command(tag));
+        }
+        let mutation = Mutation {
+            stop: to_stop.iter().copied().collect(),
+            ..Default::default()
+        };
+        let epoch = self.barriers.inject(Some(mutation), vec![], vec![]).await?;
+        self.barriers.wait_sealed(epoch).await?;
+        self.catalog_mut().remove(&to_stop)?;
+        {
+            let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
+            for id in &dropped_tables {
+                tables.remove(id);
+            }
+        }
+        for id in &dropped_tables {
+            let _ = std::fs::remove_file(crate::table::log_path(&self.tables_dir, *id));
+        }
+        let mut errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
+        for id in &to_stop {
+            errors.remove(id);
+        }
+        Ok(Output::command(tag))
+    }
+
+    // ---- SHOW ----
+
+    pub fn show_tables(&self) -> Result<Output> {
+        let names: Vec<String> = self
+            .catalog()
+            .objects()
+            .iter()
+            .filter_map(|o| match o {
+                Object::Table(t) => Some(t.name.clone()),
+                _ => None,
+            })
+            .collect();
+        one_column("name", sorted(names))
+    }
+
+    pub fn show_views(&self) -> Result<Output> {
+        let catalog = self.catalog();
+        let failed = self
+            .barriers
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rows: Vec<(String, String, i64, Option<String>)> = catalog
+            .objects()
+            .iter()
+            .filter_map(|o| match o {
+                Object::View(v) => {
+                    let sink = errors.get(&v.id);
+                    let status = match failed.get(&v.id) {
+                        Some(e) => format!("failed: {e}"),
+                        None => "running".to_string(),
+                    };
+                    Some((
+                        v.name.clone(),
+                        status,
+                        sink.map(|s| s.errors.count() as i64).unwrap_or(0),
+                        sink.and_then(|s| s.errors.last()),
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        rows.sort();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("status", DataType::Utf8, false),
+            Field::new("row_errors", DataType::Int64, false),
+            Field::new("last_error", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.0.as_str()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.1.as_str()),
+                )),
+                Arc::new(datafusion::arrow::array::Int64Array::from_iter_values(
+                    rows.iter().map(|r| r.2),
+                )),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.3.as_deref()))),
+            ],
+        )?;
+        Ok(Output::Rows {
+            schema,
+            batches: vec![batch],
+        })
+    }
+
+    pub fn show_create_view(&self, name: &str) -> Result<Output> {
+        let catalog = self.catalog();
+        match catalog.get(name) {
+            Some(Object::View(v)) => {
+                let schema = Arc::new(Schema::new(vec![
+                    Field::new("name", DataType::Utf8, false),
+                    Field::new("create_sql", DataType::Utf8, false),
+                ]));
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![
+                        Arc::new(StringArray::from(vec![v.name.clone()])),
+                        Arc::new(StringArray::from(vec![v.create_sql()])),
+                    ],
+                )?;
+                Ok(Output::Rows {
+                    schema,
+                    batches: vec![batch],
+                })
+            }
+            Some(Object::Table(_)) => Err(Error::new(
+                ErrorKind::WrongObjectType,
+                format!("\"{name}\" is not a materialized view"),
+            )),
+            None => Err(Error::new(
+                ErrorKind::UndefinedTable,
+                format!("materialized view \"{name}\" does not exist"),
+            )),
+        }
+    }
+
+    // ---- DML ----
+
+    fn writer(&self, table: &str) -> Result<(TableDef, Arc<tokio::sync::Mutex<TableWriter>>)> {
+        let def = self.catalog().table(table)?.clone();
+        let writer = self
+            .tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&def.id)
+            .cloned()
+            .ok_or_else(|| crate::catalog::undefined_table(table))?;
+        Ok((def, writer))
+    }
+
+    /// Runs INSERT, UPDATE or DELETE against `table`.
+    pub async fn dml(
+        &self,
+        table: &str,
+        statement: &ast::Statement,
+        params: Option<&ParamValues>,
+        settings: &HashMap<String, String>,
+    ) -> Result<Output> {
+        let (def, writer) = self.writer(table)?;
+        let mut w = writer.lock().await;
+        // The target table is read at its latest rows; every other relation at the last
+        // sealed epoch. VALUES-only inserts never read the target.
+        let reads_target = !matches!(statement, ast::Statement::Insert(i)
+            if i.source.as_ref().is_some_and(|q| matches!(q.body.as_ref(), ast::SetExpr::Values(_))));
+        let schema = w.schema().clone();
+        let rows = if reads_target {
+            w.latest_batch()?
+        } else {
+            RecordBatch::new_empty(schema.clone())
+        };
+        let target: Arc<dyn TableProvider> = Arc::new(RowsTable {
+            schema: schema.clone(),
+            rows,
+        });
+        let ctx = self.context(settings, vec![(def.id, target)])?;
+        let state = ctx.state();
+        let mut plan = state
+            .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
+            .await?;
+        if let Some(p) = params {
+            plan = plan.with_param_values(p.clone())?;
+        }
+        let LogicalPlan::Dml(dml) = plan else {
+            return Err(Error::internal("DML statement did not plan as DML"));
+        };
+        let width = schema.fields().len();
+        let (tag, deleted, inserted) = match &dml.op {
+            WriteOp::Insert(InsertOp::Append) => {
+                let rows = run(&ctx, dml.input.as_ref().clone()).await?;
+                ("INSERT", None, Some(conform(&schema, &rows, 0)?))
+            }
+            WriteOp::Insert(_) => {
+                return Err(Error::not_supported(
+                    "INSERT OVERWRITE and REPLACE are not supported",
+                ))
+            }
+            WriteOp::Delete => {
+                let rows = run(&ctx, dml.input.as_ref().clone()).await?;
+                ("DELETE", Some(conform(&schema, &rows, 0)?), None)
+            }
+            WriteOp::Update => {
+                let LogicalPlan::Projection(p) = dml.input.as_ref() else {
+                    return Err(Error::internal("UPDATE did not plan as a projection"));
+                };
+                let input_schema = p.input.schema().clone();
+                if input_schema.fields().len() != width {
+                    return Err(Error::not_supported("UPDATE ... FROM is not supported"));
+                }
+                // One pass computes each row's old and new values together.
+                let mut exprs: Vec<Expr> = input_schema
+                    .columns()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| Expr::Column(c).alias(format!("__old_{i}")))
+                    .collect();
+                exprs.extend(p.expr.iter().cloned());
+                let both = LogicalPlan::Projection(Projection::try_new(exprs, p.input.clone())?);
+                let rows = run(&ctx, both).await?;
+                (
+                    "UPDATE",
+                    Some(conform(&schema, &rows, 0)?),
+                    Some(conform(&schema, &rows, width)?),
+                )
+            }
+            other => return Err(Error::not_supported(format!("{other} is not supported"))),
+        };
+        let affected = w.write(deleted, inserted).await?;
+        let tag = if tag == "INSERT" {
+            "INSERT 0".to_string()
+        } else {
+            tag.to_string()
+        };
+        Ok(Output::Command {
+            tag,
+            rows: Some(affected),
+        })
+    }
+
+    // ---- queries ----
+
+    /// Plans a query (for Describe, or before running it).
+    pub async fn plan_query(
+        &self,
+        statement: &ast::Statement,
+        settings: &HashMap<String, String>,
+    ) -> Result<(SessionContext, LogicalPlan)> {
+        let ctx = self.context(settings, vec![])?;
+        let plan = ctx
+            .state()
+            .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
+            .await?;
+        match &plan {
+            LogicalPlan::Dml(_)
+            | LogicalPlan::Ddl(_)
+            | LogicalPlan::Copy(_)
+            | LogicalPlan::Statement(_) => Err(Error::not_supported(format!(
+                "statement is not supported: {statement}"
+            ))),
+            _ => Ok((ctx, plan)),
+        }
+    }
+
+    /// Plans any statement DataFusion can plan (DML included), without running it: for the
+    /// parameter types of a prepared statement.
+    pub async fn plan_query_any(
+        &self,
+        statement: &ast::Statement,
+        settings: &HashMap<String, String>,
+    ) -> Result<(SessionContext, LogicalPlan)> {
+        let ctx = self.context(settings, vec![])?;
+        let plan = ctx
+            .state()
+            .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
+            .await?;
+        Ok((ctx, plan))
+    }
+
+    pub async fn query(
+        &self,
+        statement: &ast::Statement,
+        params: Option<&ParamValues>,
+        settings: &HashMap<String, String>,
+    ) -> Result<Output> {
+        let (ctx, mut plan) = self.plan_query(statement, settings).await?;
+        if let Some(p) = params {
+            plan = plan.with_param_values(p.clone())?;
+        }
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let batch = run(&ctx, plan).await?;
+        Ok(Output::Rows {
+            schema,
+            batches: vec![batch],
+        })
+    }
+}
+
+/// Executes a logical plan to completion.
+async fn run(ctx: &SessionContext, plan: LogicalPlan) -> Result<RecordBatch> {
+    let schema = Arc::new(plan.schema().as_arrow().clone());
+    let df = ctx.execute_logical_plan(plan).await?;
+    let batches = df.collect().await?;
+    Ok(concat_batches(&schema, &batches)?)
+}
+
+/// Takes `schema.len()` columns of `rows` starting at `offset`, cast to the table's types.
+fn conform(schema: &SchemaRef, rows: &RecordBatch, offset: usize) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let c = rows.column(offset + i);
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                let options = datafusion::arrow::compute::CastOptions {
+                    safe: false,
+                    ..Default::default()
+                };
+                Ok(datafusion::arrow::compute::cast_with_options(
+                    c,
+                    f.data_type(),
+                    &options,
+                )?)
+            }
+        })
+        .collect::<Result<Vec<ArrayRef>>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
+    )?)
+}
+
+fn identity_exprs(schema: &SchemaRef) -> Vec<Arc<dyn datafusion::physical_plan::PhysicalExpr>> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            Arc::new(datafusion::physical_expr::expressions::Column::new(
+                f.name(),
+                i,
+            )) as Arc<dyn datafusion::physical_plan::PhysicalExpr>
+        })
+        .collect()
+}
+
+/// The view's columns: the query's output types, named as PostgreSQL would name them.
+fn view_schema(plan: &LogicalPlan, types: &SchemaRef) -> Result<SchemaRef> {
+    let names: Vec<String> = match plan {
+        LogicalPlan::Projection(p) => p.expr.iter().map(pg_column_name).collect(),
+        _ => types.fields().iter().map(|f| f.name().clone()).collect(),
+    };
+    let fields: Vec<Field> = types
+        .fields()
+        .iter()
+        .zip(names)
+        .map(|(f, n)| Field::new(n, f.data_type().clone(), true))
+        .collect();
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// PostgreSQL's name for an output column: the alias, the column name, the function name, or
+/// `?column?`.
+pub fn pg_column_name(e: &Expr) -> String {
+    match e {
+        Expr::Alias(a) => a.name.clone(),
+        Expr::Column(c) => c.name.clone(),
+        Expr::ScalarFunction(f) => f.func.name().to_string(),
+        Expr::AggregateFunction(f) => f.func.name().to_string(),
+        Expr::Cast(c) => match c.expr.as_ref() {
+            inner @ (Expr::Column(_) | Expr::ScalarFunction(_) | Expr::AggregateFunction(_)) => {
+                pg_column_name(inner)
+            }
+            _ => "?column?".to_string(),
+        },
+        Expr::Case(_) => "case".to_string(),
+        _ => "?column?".to_string(),
+    }
+}
+
+fn rename_columns(schema: &SchemaRef, columns: &[ast::ViewColumnDef]) -> Result<SchemaRef> {
+    if columns.len() > schema.fields().len() {
+        return Err(Error::plan(
+            "CREATE MATERIALIZED VIEW specifies more column names than columns",
+        ));
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| match columns.get(i) {
+            Some(c) => Field::new(ddl::ident_name(&c.name), f.data_type().clone(), true),
+            None => f.as_ref().clone(),
+        })
+        .collect();
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+fn check_unique_names(schema: &SchemaRef) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for f in schema.fields() {
+        if !seen.insert(f.name().as_str()) {
+            return Err(Error::new(
+                ErrorKind::DuplicateColumn,
+                format!("column \"{}\" specified more than once", f.name()),
+            )
+            .with_hint("Give the view's columns distinct names with AS."));
+        }
+    }
+    Ok(())
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+fn one_column(name: &str, values: Vec<String>) -> Result<Output> {
+    let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(values))])?;
+    Ok(Output::Rows {
+        schema,
+        batches: vec![batch],
+    })
+}

@@ -1,0 +1,274 @@
+//! The boundary error: every module's failures reach the client as an `Error` with a coarse kind.
+//!
+//! Modules keep their own detail in the message; `server/` alone turns a kind into a SQLSTATE code
+//! (see `server::sqlstate`), with an exhaustive match so that a new kind cannot compile without one.
+
+use std::fmt;
+
+/// What went wrong, as far as a client needs to know. Each kind maps to exactly one SQLSTATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The statement does not parse.
+    Syntax,
+    /// The statement parses but cannot be planned (a semantic error without a more precise kind).
+    Plan,
+    /// Valid SQL that Weir does not support (yet), or cannot maintain incrementally.
+    NotSupported,
+    UndefinedTable,
+    UndefinedColumn,
+    UndefinedObject,
+    DuplicateObject,
+    /// Two columns of one relation have the same name.
+    DuplicateColumn,
+    /// An object is of another kind than the statement needs (a table where a view is named).
+    WrongObjectType,
+    /// An object cannot be dropped because others depend on it.
+    DependentObjects,
+    /// An expression has the wrong type for where it is used.
+    TypeMismatch,
+    UniqueViolation,
+    NotNullViolation,
+    DivisionByZero,
+    NumericOutOfRange,
+    StringTooLong,
+    /// A value's text cannot be read as its type.
+    InvalidText,
+    /// A value is outside what the operation accepts (other than numeric range).
+    InvalidParameter,
+    /// A protocol message exceeds a configured limit, or a statement is too large.
+    ProgramLimitExceeded,
+    TooManyConnections,
+    /// The server is shutting down or a component it needs is gone.
+    Unavailable,
+    /// Stored data failed a checksum or could not be decoded.
+    DataCorruption,
+    /// A bug: an invariant that should hold did not.
+    Internal,
+}
+
+/// A client-visible error in PostgreSQL's style: lower-case message without a final period;
+/// detail and hint are sentences.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+    /// 1-based character position in the statement text, for syntax errors.
+    pub position: Option<usize>,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            detail: None,
+            hint: None,
+            position: None,
+        }
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    pub fn with_position(mut self, position: usize) -> Self {
+        self.position = Some(position);
+        self
+    }
+
+    pub fn syntax(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Syntax, message)
+    }
+
+    pub fn plan(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Plan, message)
+    }
+
+    pub fn not_supported(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::NotSupported, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Internal, message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Unavailable, message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(detail) = &self.detail {
+            write!(f, " ({detail})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::unavailable(format!("i/o error: {e}"))
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for Error {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        from_datafusion(e)
+    }
+}
+
+impl From<datafusion::arrow::error::ArrowError> for Error {
+    fn from(e: datafusion::arrow::error::ArrowError) -> Self {
+        from_arrow(&e)
+    }
+}
+
+fn from_arrow(e: &datafusion::arrow::error::ArrowError) -> Error {
+    use datafusion::arrow::error::ArrowError as A;
+    match e {
+        A::DivideByZero => Error::new(ErrorKind::DivisionByZero, "division by zero"),
+        A::ArithmeticOverflow(m) => Error::new(
+            ErrorKind::NumericOutOfRange,
+            format!("value out of range: {m}"),
+        ),
+        A::CastError(m) | A::ParseError(m) => {
+            let lower = m.to_lowercase();
+            // A number that does not fit the target type ("can't cast value 40000 to type
+            // Int16"), as opposed to text that is not a number at all.
+            if lower.contains("overflow")
+                || lower.contains("too large")
+                || lower.contains("out of range")
+                || lower.contains("can't cast value")
+            {
+                Error::new(
+                    ErrorKind::NumericOutOfRange,
+                    format!("value out of range: {m}"),
+                )
+            } else {
+                Error::new(ErrorKind::InvalidText, format!("invalid input: {m}"))
+            }
+        }
+        A::ComputeError(m) if m.contains("Overflow") || m.contains("overflow") => Error::new(
+            ErrorKind::NumericOutOfRange,
+            format!("value out of range: {m}"),
+        ),
+        A::InvalidArgumentError(m) => Error::new(ErrorKind::InvalidParameter, m.clone()),
+        other => Error::new(ErrorKind::InvalidParameter, other.to_string()),
+    }
+}
+
+/// `DataFusionError` is not `Clone`; a shared one is re-created from what classifying it needs.
+trait CloneForError {
+    fn clone_for_error(&self) -> datafusion::error::DataFusionError;
+}
+
+impl CloneForError for datafusion::error::DataFusionError {
+    fn clone_for_error(&self) -> datafusion::error::DataFusionError {
+        use datafusion::error::DataFusionError as D;
+        match self {
+            D::Plan(m) => D::Plan(m.clone()),
+            D::Execution(m) => D::Execution(m.clone()),
+            D::NotImplemented(m) => D::NotImplemented(m.clone()),
+            D::ArrowError(a, c) => D::Execution(format!("{a} {}", c.clone().unwrap_or_default())),
+            other => D::Internal(other.to_string()),
+        }
+    }
+}
+
+fn from_datafusion(e: datafusion::error::DataFusionError) -> Error {
+    use datafusion::common::SchemaError;
+    use datafusion::error::DataFusionError as D;
+    match e {
+        D::Context(_, inner) | D::Diagnostic(_, inner) => from_datafusion(*inner),
+        D::Shared(inner) => from_datafusion(inner.as_ref().clone_for_error()),
+        D::Collection(mut errors) if !errors.is_empty() => from_datafusion(errors.remove(0)),
+        D::ArrowError(a, _) => from_arrow(&a),
+        D::SQL(p, _) => Error::syntax(p.to_string()),
+        D::NotImplemented(m) => Error::not_supported(m),
+        D::SchemaError(s, _) => match *s {
+            SchemaError::FieldNotFound { field, .. } => Error::new(
+                ErrorKind::UndefinedColumn,
+                format!("column \"{}\" does not exist", field.name),
+            ),
+            SchemaError::AmbiguousReference { field } => {
+                Error::plan(format!("column reference \"{}\" is ambiguous", field.name))
+            }
+            other => Error::plan(other.to_string()),
+        },
+        D::Plan(m) => classify_plan_message(m),
+        D::Execution(m) => {
+            if m.contains("Divide by zero") || m.contains("division by zero") {
+                Error::new(ErrorKind::DivisionByZero, "division by zero")
+            } else if m.contains("overflow") || m.contains("Overflow") {
+                Error::new(ErrorKind::NumericOutOfRange, m)
+            } else {
+                Error::new(ErrorKind::InvalidParameter, m)
+            }
+        }
+        D::Internal(m) => Error::internal(m),
+        D::ResourcesExhausted(m) => Error::new(ErrorKind::ProgramLimitExceeded, m),
+        D::External(inner) => match inner.downcast::<Error>() {
+            Ok(ours) => *ours,
+            Err(other) => Error::internal(other.to_string()),
+        },
+        other => Error::internal(other.to_string()),
+    }
+}
+
+/// DataFusion reports most semantic errors as `Plan` with a message; sort the common ones
+/// into the kinds a PostgreSQL client expects.
+fn classify_plan_message(m: String) -> Error {
+    let lower = m.to_lowercase();
+    if lower.contains("table") && lower.contains("not found") {
+        let name = m.split('\'').nth(1).unwrap_or("").to_string();
+        let name = name.rsplit('.').next().unwrap_or("").to_string();
+        return Error::new(
+            ErrorKind::UndefinedTable,
+            format!("relation \"{name}\" does not exist"),
+        );
+    }
+    if lower.contains("unique expression names") {
+        let name = m
+            .split("expression \"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .map(|n| n.rsplit('.').next().unwrap_or(n).to_string())
+            .unwrap_or_default();
+        return Error::new(
+            ErrorKind::DuplicateColumn,
+            format!("column \"{name}\" specified more than once"),
+        )
+        .with_hint("Give the columns distinct names with AS.");
+    }
+    if lower.contains("invalid function") || lower.contains("no function matches") {
+        return Error::new(ErrorKind::UndefinedObject, m);
+    }
+    if lower.contains("cannot infer common")
+        || lower.contains("coercion")
+        || lower.contains("cannot be cast")
+        || lower.contains("does not support")
+        || lower.contains("type mismatch")
+        || lower.contains("failed to coerce")
+        || lower.contains("must be boolean")
+        || lower.contains("there isn't a common type")
+        || lower.contains("unsupported argument type")
+        || lower.contains("non-boolean")
+    {
+        return Error::new(ErrorKind::TypeMismatch, m);
+    }
+    Error::plan(m)
+}

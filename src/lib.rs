@@ -1,0 +1,34 @@
+//! Weir: a streaming SQL database. Clients speak the Postgres wire protocol; materialized
+//! views are maintained incrementally by a dataflow whose state lives in RocksDB.
+//!
+//! Code map, in the order a statement travels:
+//! - [`server`]: the Postgres wire front end (the only user of `pgwire`).
+//! - [`session`]: one connection's settings; dispatches each statement.
+//! - [`sql`]: parsing, DDL analysis, DataFusion contexts, and the view compiler.
+//! - [`db`]: the database: catalog, tables, dataflow; executes statements.
+//! - [`catalog`]: tables and views, persisted as JSON.
+//! - [`table`]: a table's write path (constraint checks, change log, feed).
+//! - [`changelog`]: the durable, checksummed change log behind each table.
+//! - [`stream`]: actors, barriers, alignment, operators.
+//! - [`state`]: operator state in RocksDB, one write batch per epoch (the only user of `rocksdb`).
+//! - [`types`], [`error`], [`config`]: shared vocabulary.
+
+pub mod catalog;
+pub mod changelog;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod server;
+pub mod session;
+pub mod sql;
+pub mod state;
+pub mod stream;
+pub mod table;
+pub mod types;
+
+/// The PostgreSQL version Weir reports (`server_version`): psql picks its catalog queries by it.
+pub const PG_VERSION: &str = "15.18";
+/// `server_version_num` for [`PG_VERSION`].
+pub const PG_VERSION_NUM: &str = "150018";
+/// The one database a client can connect to.
+pub const DATABASE_NAME: &str = "weir";

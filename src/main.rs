@@ -1,0 +1,132 @@
+//! The `weir` binary: `weir` or `weir serve` starts the server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use weir::config::Config;
+use weir::db::Database;
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "A streaming SQL database with incremental materialized views"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the server (the default).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args, Clone, Default)]
+struct ServeArgs {
+    /// Address for SQL clients (default 127.0.0.1:4466).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Directory for the catalog, change logs and state (default ./weir-data).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// TOML file with settings; flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Admit clients from other hosts without authentication (loopback only otherwise).
+    #[arg(long)]
+    trust_remote_clients: bool,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Serve(a)) => a,
+        None => cli.serve,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("weir: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> weir::error::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    if let Some(l) = args.listen {
+        config.listen = l;
+    }
+    if let Some(d) = args.data_dir {
+        config.data_dir = d;
+    }
+    if args.trust_remote_clients {
+        config.trust_remote_clients = true;
+        tracing::warn!("trusting every client without authentication, from any host");
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| {
+            weir::error::Error::unavailable(format!("cannot listen on {}: {e}", config.listen))
+        })?;
+    let addr = listener.local_addr()?;
+    let db = Database::open(config.clone()).await?;
+    tracing::info!(
+        "weir is ready: connect with psql -h {} -p {} -d {}",
+        addr.ip(),
+        addr.port(),
+        weir::DATABASE_NAME
+    );
+    weir::server::serve(db, listener, shutdown_signal()).await;
+    tracing::info!("weir shut down");
+    Ok(())
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

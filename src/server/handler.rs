@@ -1,0 +1,544 @@
+//! pgwire handlers for one connection: startup, the simple and the extended query protocol.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::{ParamValues, ScalarValue};
+use futures::{stream, FutureExt, Sink};
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+    ServerParameterProvider, StartupHandler,
+};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
+    Response, Tag,
+};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, PgWireServerHandlers, PidSecretKeyGenerator,
+    RandomPidSecretKeyGenerator, Type, METADATA_DATABASE,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tokio::sync::{Mutex, OwnedSemaphorePermit};
+
+use super::encode::{binary_value, decode_binary_param, text_value};
+use super::sqlstate::sqlstate;
+use crate::db::{Database, Output};
+use crate::error::{Error, ErrorKind, Result};
+use crate::session::Session;
+use crate::sql::parser::{parse, Parsed};
+use crate::types::pg_type_of;
+
+/// The handlers of one connection, holding its session.
+pub struct Connection {
+    db: Arc<Database>,
+    /// The connection's place under the connection limit; `None` when it is over the limit
+    /// and is refused at startup.
+    permit: Option<OwnedSemaphorePermit>,
+    session: Arc<Mutex<Option<Session>>>,
+    parser: Arc<StatementParser>,
+}
+
+impl Connection {
+    pub fn new(db: Arc<Database>, permit: Option<OwnedSemaphorePermit>) -> Connection {
+        let session = Arc::new(Mutex::new(None));
+        Connection {
+            parser: Arc::new(StatementParser {
+                session: session.clone(),
+                db: db.clone(),
+            }),
+            db,
+            permit,
+            session,
+        }
+    }
+}
+
+impl PgWireServerHandlers for Connection {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        Arc::new(Queries {
+            session: self.session.clone(),
+            db: self.db.clone(),
+            parser: self.parser.clone(),
+        })
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        Arc::new(Queries {
+            session: self.session.clone(),
+            db: self.db.clone(),
+            parser: self.parser.clone(),
+        })
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::new(Startup {
+            admitted: self.permit.is_some(),
+            session: self.session.clone(),
+            db: self.db.clone(),
+        })
+    }
+}
+
+struct Startup {
+    admitted: bool,
+    session: Arc<Mutex<Option<Session>>>,
+    db: Arc<Database>,
+}
+
+fn fatal(code: &str, message: String) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "FATAL".into(),
+        code.into(),
+        message,
+    )))
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let PgWireFrontendMessage::Startup(ref startup) = message else {
+            return Ok(());
+        };
+        protocol_negotiation(client, startup).await?;
+        save_startup_parameters_to_metadata(client, startup);
+        if !client.socket_addr().ip().is_loopback() && !self.db.config.trust_remote_clients {
+            return Err(fatal(
+                "28000",
+                format!(
+                    "no authentication is configured: connections from {} are refused",
+                    client.socket_addr().ip()
+                ),
+            ));
+        }
+        if !self.admitted {
+            return Err(fatal(
+                sqlstate(ErrorKind::TooManyConnections),
+                "sorry, too many clients already".into(),
+            ));
+        }
+        let database = client
+            .metadata()
+            .get(METADATA_DATABASE)
+            .cloned()
+            .unwrap_or_default();
+        if database != crate::DATABASE_NAME {
+            return Err(fatal(
+                "3D000",
+                format!("database \"{database}\" does not exist"),
+            ));
+        }
+        let (pid, key) = RandomPidSecretKeyGenerator::default().generate(client);
+        client.set_pid_and_secret_key(pid, key);
+        *self.session.lock().await = Some(Session::new(self.db.clone(), client.metadata()));
+        finish_authentication(client, &Parameters).await
+    }
+}
+
+/// The ParameterStatus values PostgreSQL 15 sends after authentication.
+struct Parameters;
+
+impl ServerParameterProvider for Parameters {
+    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
+        let meta = client.metadata();
+        let get = |k: &str| meta.get(k).cloned().unwrap_or_default();
+        let pairs = [
+            ("application_name", get("application_name")),
+            ("client_encoding", "UTF8".to_string()),
+            ("DateStyle", "ISO, MDY".to_string()),
+            ("default_transaction_read_only", "off".to_string()),
+            ("in_hot_standby", "off".to_string()),
+            ("integer_datetimes", "on".to_string()),
+            ("IntervalStyle", "postgres".to_string()),
+            ("is_superuser", "on".to_string()),
+            ("server_encoding", "UTF8".to_string()),
+            ("server_version", crate::PG_VERSION.to_string()),
+            ("session_authorization", get("user")),
+            ("standard_conforming_strings", "on".to_string()),
+            ("TimeZone", "UTC".to_string()),
+        ];
+        Some(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+}
+
+/// A statement prepared by Parse: parsed and described once.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// `None` for an empty statement.
+    parsed: Option<Parsed>,
+    parameters: Vec<DataType>,
+    columns: Option<SchemaRef>,
+}
+
+pub struct StatementParser {
+    session: Arc<Mutex<Option<Session>>>,
+    db: Arc<Database>,
+}
+
+#[async_trait]
+impl QueryParser for StatementParser {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Prepared>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        check_size(&self.db, sql).map_err(to_pgwire)?;
+        let mut parsed = parse(sql).map_err(to_pgwire)?;
+        if parsed.len() > 1 {
+            return Err(to_pgwire(Error::syntax(
+                "cannot insert multiple commands into a prepared statement",
+            )));
+        }
+        let Some(parsed) = parsed.pop() else {
+            return Ok(None);
+        };
+        let guard = self.session.lock().await;
+        let session = guard.as_ref().ok_or_else(no_session)?;
+        let description = session.describe(&parsed).await.map_err(to_pgwire)?;
+        Ok(Some(Prepared {
+            parsed: Some(parsed),
+            parameters: description.parameters,
+            columns: description.columns,
+        }))
+    }
+
+    fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        Ok(stmt.parameters.iter().map(pg_type).collect())
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Prepared,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        Ok(match &stmt.columns {
+            Some(schema) => field_infos(schema, format),
+            None => vec![],
+        })
+    }
+}
+
+/// Refuses statements over the configured size before parsing them.
+fn check_size(db: &Database, sql: &str) -> Result<()> {
+    let max = db.config.statement_bytes_max;
+    if sql.len() > max {
+        return Err(Error::new(
+            ErrorKind::ProgramLimitExceeded,
+            format!("statement is longer than {max} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn no_session() -> PgWireError {
+    to_pgwire(Error::internal("query before startup completed"))
+}
+
+fn pg_type(t: &DataType) -> Type {
+    Type::from_oid(pg_type_of(t).oid).unwrap_or(Type::TEXT)
+}
+
+fn field_infos(schema: &SchemaRef, format: Option<&Format>) -> Vec<FieldInfo> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let fmt = format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text);
+            FieldInfo::new(f.name().clone(), None, None, pg_type(f.data_type()), fmt)
+        })
+        .collect()
+}
+
+pub fn to_pgwire(e: Error) -> PgWireError {
+    PgWireError::UserError(Box::new(error_info(e)))
+}
+
+fn error_info(e: Error) -> ErrorInfo {
+    let mut info = ErrorInfo::new("ERROR".into(), sqlstate(e.kind).into(), e.message);
+    info.detail = e.detail;
+    info.hint = e.hint;
+    info.position = e.position.map(|p| p.to_string());
+    info
+}
+
+struct Queries {
+    session: Arc<Mutex<Option<Session>>>,
+    db: Arc<Database>,
+    parser: Arc<StatementParser>,
+}
+
+impl Queries {
+    /// Runs one statement, turning a panic into an internal error so that the connection
+    /// (and the server) go on.
+    async fn run(&self, parsed: &Parsed, params: Option<&ParamValues>) -> Result<Output> {
+        let mut guard = self.session.lock().await;
+        let session = guard
+            .as_mut()
+            .ok_or_else(|| Error::internal("no session"))?;
+        match AssertUnwindSafe(session.execute(parsed, params))
+            .catch_unwind()
+            .await
+        {
+            Ok(r) => r,
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                tracing::error!(statement = %parsed.text, "statement panicked: {msg}");
+                Err(Error::internal(format!("internal error: {msg}")))
+            }
+        }
+    }
+}
+
+fn to_response(output: Output, format: Option<&Format>) -> Result<Response> {
+    Ok(match output {
+        Output::Rows { schema, batches } => {
+            let fields = Arc::new(field_infos(&schema, format));
+            let binary: Vec<bool> = fields
+                .iter()
+                .map(|f| f.format() == FieldFormat::Binary)
+                .collect();
+            let rows = encode_rows(&batches, &binary)?;
+            Response::Query(QueryResponse::new(
+                fields,
+                stream::iter(rows.into_iter().map(Ok)),
+            ))
+        }
+        Output::Command { tag, rows } => {
+            let mut t = Tag::new(&tag);
+            if let Some(n) = rows {
+                t = t.with_rows(n);
+            }
+            Response::Execution(t)
+        }
+        Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
+        Output::TransactionEnd { tag } => Response::TransactionEnd(Tag::new(&tag)),
+    })
+}
+
+fn encode_rows(batches: &[RecordBatch], binary: &[bool]) -> Result<Vec<DataRow>> {
+    let mut rows = Vec::new();
+    let mut value = Vec::new();
+    for batch in batches {
+        for row in 0..batch.num_rows() {
+            let mut buf = BytesMut::new();
+            for (col, array) in batch.columns().iter().enumerate() {
+                value.clear();
+                let present = if binary.get(col).copied().unwrap_or(false) {
+                    binary_value(array, row, &mut value)?
+                } else {
+                    text_value(array, row, &mut value)?
+                };
+                if present {
+                    buf.extend_from_slice(&(value.len() as i32).to_be_bytes());
+                    buf.extend_from_slice(&value);
+                } else {
+                    buf.extend_from_slice(&(-1i32).to_be_bytes());
+                }
+            }
+            rows.push(DataRow::new(buf, batch.num_columns() as i16));
+        }
+    }
+    Ok(rows)
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Queries {
+    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = match check_size(&self.db, query).and_then(|_| parse(query)) {
+            Ok(s) => s,
+            Err(e) => return Ok(vec![Response::Error(Box::new(error_info(e)))]),
+        };
+        let mut responses = Vec::with_capacity(statements.len());
+        for parsed in &statements {
+            match self
+                .run(parsed, None)
+                .await
+                .and_then(|o| to_response(o, None))
+            {
+                Ok(r) => responses.push(r),
+                Err(e) => {
+                    responses.push(Response::Error(Box::new(error_info(e))));
+                    break;
+                }
+            }
+        }
+        Ok(responses)
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Queries {
+    type Statement = Prepared;
+    type QueryParser = StatementParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let prepared = &portal.statement.statement;
+        let Some(parsed) = &prepared.parsed else {
+            return Ok(Response::EmptyQuery);
+        };
+        let params = bind_parameters(portal).map_err(to_pgwire)?;
+        let output = self.run(parsed, params.as_ref()).await.map_err(to_pgwire)?;
+        to_response(output, Some(&portal.result_column_format)).map_err(to_pgwire)
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        _client: &mut C,
+        target: &StoredStatement<Prepared>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let stmt = &target.statement;
+        let params = (0..stmt.parameters.len().max(target.parameter_types.len()))
+            .map(|i| {
+                target
+                    .parameter_types
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .filter(|t| *t != Type::UNKNOWN)
+                    .or_else(|| stmt.parameters.get(i).map(pg_type))
+                    .unwrap_or(Type::TEXT)
+            })
+            .collect();
+        let fields = match &stmt.columns {
+            Some(schema) => field_infos(schema, None),
+            None => vec![],
+        };
+        Ok(DescribeStatementResponse::new(params, fields))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        target: &Portal<Prepared>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let fields = match &target.statement.statement.columns {
+            Some(schema) => field_infos(schema, Some(&target.result_column_format)),
+            None => vec![],
+        };
+        Ok(DescribePortalResponse::new(fields))
+    }
+}
+
+/// Decodes a portal's parameters into scalars of the types the statement expects.
+fn bind_parameters(portal: &Portal<Prepared>) -> Result<Option<ParamValues>> {
+    let prepared = &portal.statement.statement;
+    let expected = &prepared.parameters;
+    if portal.parameters.len() != expected.len() {
+        return Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!(
+                "bind message supplies {} parameters, but prepared statement requires {}",
+                portal.parameters.len(),
+                expected.len()
+            ),
+        ));
+    }
+    if expected.is_empty() {
+        return Ok(None);
+    }
+    let mut values = Vec::with_capacity(expected.len());
+    for (i, (bytes, target)) in portal.parameters.iter().zip(expected).enumerate() {
+        let client_type = portal
+            .statement
+            .parameter_types
+            .get(i)
+            .cloned()
+            .flatten()
+            .filter(|t| *t != Type::UNKNOWN);
+        let value = match bytes {
+            None => ScalarValue::try_from(target)?,
+            Some(b) if portal.parameter_format.is_binary(i) => {
+                let oid = client_type
+                    .map(|t| t.oid())
+                    .unwrap_or(pg_type_of(target).oid);
+                decode_binary_param(oid, b)?
+            }
+            Some(b) => {
+                let text = std::str::from_utf8(b).map_err(|_| {
+                    Error::new(ErrorKind::InvalidText, "invalid UTF-8 in parameter")
+                })?;
+                ScalarValue::Utf8(Some(text.to_string()))
+            }
+        };
+        let value = if value.data_type() == *target {
+            value
+        } else {
+            value.cast_to(target).map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidText,
+                    format!(
+                        "invalid input for parameter ${} of type {}",
+                        i + 1,
+                        pg_type_of(target).name
+                    ),
+                )
+            })?
+        };
+        values.push(value);
+    }
+    Ok(Some(ParamValues::from(values)))
+}

@@ -1,0 +1,31 @@
+//! SQLSTATE codes for error kinds: one code per kind, no wildcard arm.
+
+use crate::error::ErrorKind;
+
+pub fn sqlstate(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Syntax => "42601",
+        ErrorKind::Plan => "42000",
+        ErrorKind::NotSupported => "0A000",
+        ErrorKind::UndefinedTable => "42P01",
+        ErrorKind::UndefinedColumn => "42703",
+        ErrorKind::UndefinedObject => "42704",
+        ErrorKind::DuplicateObject => "42P07",
+        ErrorKind::DuplicateColumn => "42701",
+        ErrorKind::WrongObjectType => "42809",
+        ErrorKind::DependentObjects => "2BP01",
+        ErrorKind::TypeMismatch => "42804",
+        ErrorKind::UniqueViolation => "23505",
+        ErrorKind::NotNullViolation => "23502",
+        ErrorKind::DivisionByZero => "22012",
+        ErrorKind::NumericOutOfRange => "22003",
+        ErrorKind::StringTooLong => "22001",
+        ErrorKind::InvalidText => "22P02",
+        ErrorKind::InvalidParameter => "22023",
+        ErrorKind::ProgramLimitExceeded => "54000",
+        ErrorKind::TooManyConnections => "53300",
+        ErrorKind::Unavailable => "57P03",
+        ErrorKind::DataCorruption => "XX001",
+        ErrorKind::Internal => "XX000",
+    }
+}

@@ -1,0 +1,384 @@
+//! A client session: its settings, and the dispatch of each parsed statement to the database.
+//!
+//! Transactions: BEGIN, COMMIT and ROLLBACK are accepted so that drivers which wrap every
+//! statement in a transaction work unchanged, but every statement takes effect when it runs
+//! (autocommit); ROLLBACK undoes nothing. See `docs/sql.md`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::sqlparser::ast::{self, Statement as Ast};
+
+use crate::db::{Database, Output};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sql::ddl::relation_name;
+use crate::sql::parser::{Parsed, Statement};
+
+/// Settings every session starts with, as PostgreSQL 15 reports them (names lower-case).
+fn default_settings() -> HashMap<String, String> {
+    let pairs = [
+        ("application_name", ""),
+        ("client_encoding", "UTF8"),
+        ("datestyle", "ISO, MDY"),
+        ("default_transaction_isolation", "read committed"),
+        ("default_transaction_read_only", "off"),
+        ("extra_float_digits", "1"),
+        ("in_hot_standby", "off"),
+        ("integer_datetimes", "on"),
+        ("intervalstyle", "postgres"),
+        ("is_superuser", "on"),
+        ("lc_messages", "C"),
+        ("max_identifier_length", "63"),
+        ("search_path", "\"$user\", public"),
+        ("server_encoding", "UTF8"),
+        ("server_version", crate::PG_VERSION),
+        ("server_version_num", crate::PG_VERSION_NUM),
+        ("standard_conforming_strings", "on"),
+        ("statement_timeout", "0"),
+        ("timezone", "UTC"),
+        ("transaction_isolation", "read committed"),
+        ("transaction_read_only", "off"),
+    ];
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Settings whose only supported value is fixed: Weir computes and prints in UTC, ISO date
+/// style and UTF-8.
+fn fixed_setting(name: &str) -> Option<&'static [&'static str]> {
+    match name {
+        "timezone" => Some(&["utc", "etc/utc", "gmt", "z", "zulu", "+00:00", "0", "00:00"]),
+        "client_encoding" => Some(&["utf8", "utf-8", "unicode"]),
+        "datestyle" => Some(&["iso, mdy", "iso", "iso,mdy", "iso, ymd", "iso,ymd"]),
+        _ => None,
+    }
+}
+
+/// What a statement will take and return, for the extended protocol's Describe.
+pub struct Description {
+    pub parameters: Vec<DataType>,
+    /// `None` when the statement returns no rows.
+    pub columns: Option<SchemaRef>,
+}
+
+pub struct Session {
+    db: Arc<Database>,
+    pub settings: HashMap<String, String>,
+}
+
+impl Session {
+    pub fn new(db: Arc<Database>, startup: &HashMap<String, String>) -> Session {
+        let mut settings = default_settings();
+        if let Some(app) = startup.get("application_name") {
+            settings.insert("application_name".into(), app.clone());
+        }
+        Session { db, settings }
+    }
+
+    pub async fn execute(
+        &mut self,
+        parsed: &Parsed,
+        params: Option<&ParamValues>,
+    ) -> Result<Output> {
+        match &parsed.statement {
+            Statement::Flush => self.db.flush().await,
+            Statement::ShowTables => self.db.show_tables(),
+            Statement::ShowMaterializedViews => self.db.show_views(),
+            Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name),
+            Statement::Sql(stmt) => self.execute_sql(stmt, params).await,
+        }
+    }
+
+    async fn execute_sql(&mut self, stmt: &Ast, params: Option<&ParamValues>) -> Result<Output> {
+        let db = self.db.clone();
+        match stmt {
+            Ast::CreateTable(ct) => db.create_table(ct).await,
+            Ast::CreateView(cv) => db.create_view(cv, &self.settings).await,
+            Ast::Drop {
+                object_type,
+                if_exists,
+                names,
+                cascade,
+                ..
+            } => {
+                db.drop_objects(*object_type, names, *if_exists, *cascade)
+                    .await
+            }
+            Ast::Insert(i) => {
+                let table = match &i.table {
+                    ast::TableObject::TableName(n) => relation_name(n)?,
+                    other => return Err(Error::not_supported(format!("INSERT INTO {other}"))),
+                };
+                if i.on.is_some() || i.returning.is_some() {
+                    return Err(Error::not_supported(
+                        "INSERT ... ON CONFLICT and RETURNING are not supported",
+                    ));
+                }
+                db.dml(&table, stmt, params, &self.settings).await
+            }
+            Ast::Update(u) => {
+                if u.returning.is_some() || u.from.is_some() {
+                    return Err(Error::not_supported(
+                        "UPDATE ... FROM and RETURNING are not supported",
+                    ));
+                }
+                let table = target_table(&u.table.relation)?;
+                db.dml(&table, stmt, params, &self.settings).await
+            }
+            Ast::Delete(d) => {
+                if d.returning.is_some() || d.using.is_some() {
+                    return Err(Error::not_supported(
+                        "DELETE ... USING and RETURNING are not supported",
+                    ));
+                }
+                let from = match &d.from {
+                    ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
+                };
+                let [t] = from.as_slice() else {
+                    return Err(Error::not_supported(
+                        "DELETE from several tables is not supported",
+                    ));
+                };
+                let table = target_table(&t.relation)?;
+                db.dml(&table, stmt, params, &self.settings).await
+            }
+            Ast::Query(_) => db.query(stmt, params, &self.settings).await,
+            Ast::Explain { .. } => db.query(stmt, params, &self.settings).await,
+            Ast::StartTransaction { .. } => Ok(Output::TransactionStart),
+            Ast::Commit { .. } => Ok(Output::TransactionEnd {
+                tag: "COMMIT".into(),
+            }),
+            Ast::Rollback { .. } => Ok(Output::TransactionEnd {
+                tag: "ROLLBACK".into(),
+            }),
+            Ast::Set(set) => self.set(set),
+            Ast::ShowVariable { variable } => self.show(variable),
+            Ast::Discard { .. } => Ok(command("DISCARD ALL")),
+            Ast::Deallocate { .. } => Ok(command("DEALLOCATE")),
+            other => Err(Error::not_supported(format!(
+                "statement is not supported: {}",
+                first_words(&other.to_string())
+            ))),
+        }
+    }
+
+    fn set(&mut self, set: &ast::Set) -> Result<Output> {
+        match set {
+            ast::Set::SingleAssignment {
+                variable, values, ..
+            } => {
+                let name = variable.to_string().to_lowercase();
+                let value = values
+                    .iter()
+                    .map(setting_value)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                self.assign(&name, value)?;
+            }
+            ast::Set::SetTimeZone { value, .. } => self.assign("timezone", setting_value(value))?,
+            ast::Set::SetTransaction { .. } => {}
+            ast::Set::SetNames { charset_name, .. } => {
+                self.assign("client_encoding", charset_name.value.clone())?
+            }
+            other => return Err(Error::not_supported(format!("{other} is not supported"))),
+        }
+        Ok(command("SET"))
+    }
+
+    fn assign(&mut self, name: &str, value: String) -> Result<()> {
+        let value = if value.eq_ignore_ascii_case("default") {
+            match default_settings().get(name) {
+                Some(v) => v.clone(),
+                None => return Ok(()),
+            }
+        } else {
+            value
+        };
+        if let Some(allowed) = fixed_setting(name) {
+            if !allowed.contains(&value.to_lowercase().as_str()) {
+                return Err(Error::new(
+                    ErrorKind::InvalidParameter,
+                    format!("invalid value for parameter \"{name}\": \"{value}\""),
+                )
+                .with_hint(format!(
+                    "Weir supports only {} for {name}.",
+                    default_settings().get(name).cloned().unwrap_or_default()
+                )));
+            }
+            return Ok(());
+        }
+        // Unknown settings are kept (and shown back) like PostgreSQL's custom settings;
+        // read-only ones are refused.
+        if matches!(
+            name,
+            "server_version"
+                | "server_version_num"
+                | "server_encoding"
+                | "integer_datetimes"
+                | "max_identifier_length"
+                | "is_superuser"
+                | "in_hot_standby"
+        ) {
+            return Err(Error::new(
+                ErrorKind::InvalidParameter,
+                format!("parameter \"{name}\" cannot be changed"),
+            ));
+        }
+        self.settings.insert(name.to_string(), value);
+        Ok(())
+    }
+
+    fn show(&self, variable: &[ast::Ident]) -> Result<Output> {
+        let words: Vec<String> = variable.iter().map(|i| i.value.to_lowercase()).collect();
+        let name = match words.join(" ").as_str() {
+            "transaction isolation level" => "transaction_isolation".to_string(),
+            "time zone" => "timezone".to_string(),
+            other => other.replace(' ', "_"),
+        };
+        if name == "all" {
+            let mut pairs: Vec<(&String, &String)> = self.settings.iter().collect();
+            pairs.sort();
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("name", DataType::Utf8, false),
+                Field::new("setting", DataType::Utf8, false),
+            ]));
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from_iter_values(pairs.iter().map(|p| p.0))),
+                    Arc::new(StringArray::from_iter_values(pairs.iter().map(|p| p.1))),
+                ],
+            )?;
+            return Ok(Output::Rows {
+                schema,
+                batches: vec![batch],
+            });
+        }
+        let value = self.settings.get(&name).cloned().ok_or_else(|| {
+            Error::new(
+                ErrorKind::UndefinedObject,
+                format!("unrecognized configuration parameter \"{name}\""),
+            )
+        })?;
+        let schema = Arc::new(Schema::new(vec![Field::new(&name, DataType::Utf8, false)]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(StringArray::from(vec![value]))],
+        )?;
+        Ok(Output::Rows {
+            schema,
+            batches: vec![batch],
+        })
+    }
+
+    /// The parameter types and result columns of a statement, without running it.
+    pub async fn describe(&self, parsed: &Parsed) -> Result<Description> {
+        let none = |columns: Option<SchemaRef>| Description {
+            parameters: vec![],
+            columns,
+        };
+        let stmt = match &parsed.statement {
+            Statement::Sql(s) => s,
+            Statement::Flush => return Ok(none(None)),
+            // These answer rows; run them to learn their shape (they are cheap and read-only).
+            Statement::ShowTables
+            | Statement::ShowMaterializedViews
+            | Statement::ShowCreateMaterializedView(_) => {
+                let out = match &parsed.statement {
+                    Statement::ShowTables => self.db.show_tables()?,
+                    Statement::ShowMaterializedViews => self.db.show_views()?,
+                    _ => {
+                        let schema = Arc::new(Schema::new(vec![
+                            Field::new("name", DataType::Utf8, false),
+                            Field::new("create_sql", DataType::Utf8, false),
+                        ]));
+                        return Ok(none(Some(schema)));
+                    }
+                };
+                return Ok(none(match out {
+                    Output::Rows { schema, .. } => Some(schema),
+                    _ => None,
+                }));
+            }
+        };
+        match stmt.as_ref() {
+            Ast::Query(_) | Ast::Explain { .. } => {
+                let (_, plan) = self.db.plan_query(stmt, &self.settings).await?;
+                Ok(Description {
+                    parameters: parameter_types(&plan)?,
+                    columns: Some(Arc::new(plan.schema().as_arrow().clone())),
+                })
+            }
+            Ast::Insert(_) | Ast::Update(_) | Ast::Delete(_) => {
+                let (_, plan) = self.db.plan_query_any(stmt, &self.settings).await?;
+                Ok(Description {
+                    parameters: parameter_types(&plan)?,
+                    columns: None,
+                })
+            }
+            Ast::ShowVariable { variable } => {
+                let out = self.show(variable)?;
+                Ok(none(match out {
+                    Output::Rows { schema, .. } => Some(schema),
+                    _ => None,
+                }))
+            }
+            _ => Ok(none(None)),
+        }
+    }
+}
+
+/// The types of `$1, $2, ...` as DataFusion inferred them (text where it could not).
+fn parameter_types(plan: &LogicalPlan) -> Result<Vec<DataType>> {
+    let types = plan.get_parameter_types()?;
+    let mut numbered: Vec<(usize, DataType)> = Vec::new();
+    for (name, t) in types {
+        let n: usize = name
+            .trim_start_matches('$')
+            .parse()
+            .map_err(|_| Error::syntax(format!("bad parameter name {name}")))?;
+        numbered.push((n, t.unwrap_or(DataType::Utf8)));
+    }
+    numbered.sort_by_key(|(n, _)| *n);
+    let count = numbered.last().map(|(n, _)| *n).unwrap_or(0);
+    let mut out = vec![DataType::Utf8; count];
+    for (n, t) in numbered {
+        out[n - 1] = t;
+    }
+    Ok(out)
+}
+
+fn target_table(rel: &ast::TableFactor) -> Result<String> {
+    match rel {
+        ast::TableFactor::Table { name, .. } => relation_name(name),
+        other => Err(Error::not_supported(format!("cannot change {other}"))),
+    }
+}
+
+fn setting_value(e: &ast::Expr) -> String {
+    match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        ast::Expr::Identifier(i) => i.value.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn command(tag: &str) -> Output {
+    Output::Command {
+        tag: tag.to_string(),
+        rows: None,
+    }
+}
+
+fn first_words(s: &str) -> String {
+    s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}

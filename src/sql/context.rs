@@ -1,0 +1,133 @@
+//! Builds the DataFusion context a statement is planned and run in: every table and view
+//! registered at one snapshot, PostgreSQL's session functions, PostgreSQL-like settings.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, StringArray};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::datasource::TableProvider;
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use crate::catalog::{Catalog, Object, ObjectId};
+use crate::error::{Error, ErrorKind, Result};
+use crate::state::Snapshot;
+use crate::stream::coordinator::FailedActors;
+
+use super::provider::SnapshotTable;
+
+/// What `version()` answers; its shape is what drivers parse (`PostgreSQL <major>.<minor>`).
+pub fn version_string() -> String {
+    format!(
+        "PostgreSQL {} (Weir {}) on {}-unknown-linux-gnu, compiled by rustc, 64-bit",
+        crate::PG_VERSION,
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH
+    )
+}
+
+pub fn base_config() -> SessionConfig {
+    SessionConfig::new()
+        .with_default_catalog_and_schema("weir", "public")
+        .with_information_schema(false)
+        .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+        .set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false)
+        .set_bool(
+            "datafusion.execution.parquet.schema_force_view_types",
+            false,
+        )
+        .with_target_partitions(1)
+}
+
+/// A context with every relation of `catalog` readable at `snapshot`, except those in
+/// `overrides`, which are read from the given providers instead.
+pub fn query_context(
+    catalog: &Catalog,
+    snapshot: &Arc<Snapshot>,
+    failed: &FailedActors,
+    settings: &HashMap<String, String>,
+    overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+) -> Result<SessionContext> {
+    let ctx = SessionContext::new_with_config(base_config());
+    let failed = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for object in catalog.objects() {
+        let id = object.id();
+        let Some(schema) = catalog.schema(id) else {
+            continue;
+        };
+        let provider: Arc<dyn TableProvider> = match overrides.iter().find(|(oid, _)| *oid == id) {
+            Some((_, p)) => p.clone(),
+            None => Arc::new(SnapshotTable {
+                name: object.name().to_string(),
+                schema,
+                table: id,
+                snapshot: snapshot.clone(),
+                failure: match object {
+                    Object::View(_) => failed.get(&id).cloned(),
+                    Object::Table(_) => None,
+                },
+            }),
+        };
+        ctx.register_table(object.name(), provider)?;
+    }
+    register_functions(&ctx, settings);
+    Ok(ctx)
+}
+
+fn register_functions(ctx: &SessionContext, settings: &HashMap<String, String>) {
+    let constant = |name: &str, value: String| {
+        create_udf(
+            name,
+            vec![],
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(move |_| {
+                Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                    value.clone(),
+                ))))
+            }),
+        )
+    };
+    ctx.register_udf(constant("version", version_string()));
+    ctx.register_udf(constant("current_schema", "public".into()));
+    ctx.register_udf(constant("current_database", crate::DATABASE_NAME.into()));
+    let settings = settings.clone();
+    ctx.register_udf(create_udf(
+        "current_setting",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(move |args| {
+            let lookup = |name: &str| {
+                settings.get(&name.to_lowercase()).cloned().ok_or_else(|| {
+                    DataFusionError::External(Box::new(Error::new(
+                        ErrorKind::UndefinedObject,
+                        format!("unrecognized configuration parameter \"{name}\""),
+                    )))
+                })
+            };
+            match &args[0] {
+                ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))) => Ok(ColumnarValue::Scalar(
+                    ScalarValue::Utf8(Some(lookup(name)?)),
+                )),
+                ColumnarValue::Scalar(_) => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))),
+                ColumnarValue::Array(a) => {
+                    let names = a.as_any().downcast_ref::<StringArray>().ok_or_else(|| {
+                        DataFusionError::Plan("current_setting takes text".into())
+                    })?;
+                    let mut out = Vec::with_capacity(names.len());
+                    for n in names.iter() {
+                        out.push(match n {
+                            Some(n) => Some(lookup(n)?),
+                            None => None,
+                        });
+                    }
+                    Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+                }
+            }
+        }),
+    ));
+}

@@ -1,0 +1,11 @@
+//! SQL front end: parsing, DDL analysis, DataFusion contexts over Weir's relations, and the
+//! compiler from logical plans to incremental stream plans.
+//!
+//! Invariant: `sql/` does no I/O of its own; it reads state only through the snapshot
+//! providers handed to DataFusion.
+
+pub mod context;
+pub mod ddl;
+pub mod parser;
+pub mod provider;
+pub mod stream_plan;

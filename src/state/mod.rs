@@ -1,0 +1,302 @@
+//! Operator state: one RocksDB per server, an ordered key space per state table, written once
+//! per epoch and read by queries at the last sealed epoch.
+//!
+//! Invariant: this is the only module that imports `rocksdb`.
+//!
+//! Epoch order: an actor hands its writes for epoch e to [`StateStore::commit`] at barrier e;
+//! the call waits until epoch e-1 is sealed, so the batches of e+1 never land before every
+//! batch of e. The coordinator seals e once every actor has committed it: it takes a RocksDB
+//! snapshot first and only then lets e+1 batches in, so the snapshot holds exactly the effects
+//! of the epochs up to e. The RocksDB WAL is off: durability comes from the table change logs
+//! (and, later, from checkpoints), never from RocksDB's own log.
+
+mod table;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB};
+use tokio::sync::watch;
+
+pub use table::StateTable;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Identifies one state table: the first four bytes of each of its keys.
+pub type TableId = u32;
+
+/// The changes of one actor for one epoch: full keys, `None` for a deletion.
+#[derive(Debug, Default)]
+pub struct EpochWrites {
+    puts: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Whole state tables to drop (a dropped view's state).
+    dropped_tables: Vec<TableId>,
+}
+
+impl EpochWrites {
+    pub fn is_empty(&self) -> bool {
+        self.puts.is_empty() && self.dropped_tables.is_empty()
+    }
+
+    pub fn drop_table(&mut self, table: TableId) {
+        self.dropped_tables.push(table);
+    }
+
+    fn extend(&mut self, writes: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>) {
+        self.puts.extend(writes);
+    }
+}
+
+/// The server's RocksDB and the epoch bookkeeping around it.
+pub struct StateStore {
+    db: Arc<DB>,
+    /// Set when a write failed: no further write is accepted, since the store may no longer
+    /// reflect a whole epoch.
+    poisoned: AtomicBool,
+    /// The last sealed epoch, and the snapshot readers use for it.
+    sealed: watch::Sender<Arc<Snapshot>>,
+    /// Serialises sealing against the commit check, so that no batch of e+1 slips in between
+    /// sealing e and taking its snapshot.
+    seal_lock: Mutex<()>,
+}
+
+impl StateStore {
+    /// Opens the store in `dir`, starting from an empty key space: state is rebuilt from the
+    /// table change logs on start (see `docs/architecture.md`, "Restart").
+    pub fn open_fresh(dir: &Path) -> Result<Arc<StateStore>> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        std::fs::create_dir_all(dir)?;
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        opts.increase_parallelism(2);
+        let db = DB::open(&opts, dir).map_err(storage_error)?;
+        let db = Arc::new(db);
+        let snapshot = Arc::new(Snapshot::new(db.clone(), 0));
+        let (sealed, _) = watch::channel(snapshot);
+        Ok(Arc::new(StateStore {
+            db,
+            poisoned: AtomicBool::new(false),
+            sealed,
+            seal_lock: Mutex::new(()),
+        }))
+    }
+
+    /// Applies one actor's writes for `epoch`, after waiting for `epoch - 1` to be sealed.
+    pub async fn commit(&self, epoch: u64, writes: EpochWrites) -> Result<()> {
+        let mut sealed = self.sealed.subscribe();
+        sealed
+            .wait_for(|s| s.epoch + 1 >= epoch)
+            .await
+            .map_err(|_| Error::unavailable("state store closed"))?;
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let _guard = self.seal_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::unavailable(
+                "state store is poisoned after a failed write",
+            ));
+        }
+        let mut batch = WriteBatch::default();
+        for table in &writes.dropped_tables {
+            let (start, end) = table_range(*table);
+            batch.delete_range(start, end);
+        }
+        for (key, value) in writes.puts {
+            match value {
+                Some(v) => batch.put(key, v),
+                None => batch.delete(key),
+            }
+        }
+        let mut opts = WriteOptions::default();
+        opts.disable_wal(true);
+        if let Err(e) = self.db.write_opt(batch, &opts) {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(storage_error(e));
+        }
+        Ok(())
+    }
+
+    /// Marks `epoch` sealed: every actor has committed it. Readers see it from now on.
+    pub fn seal(&self, epoch: u64) {
+        let _guard = self.seal_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let snapshot = Arc::new(Snapshot::new(self.db.clone(), epoch));
+        self.sealed.send_replace(snapshot);
+    }
+
+    /// The snapshot at the last sealed epoch.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.sealed.borrow().clone()
+    }
+
+    /// Waits until `epoch` (or a later one) is sealed.
+    pub async fn wait_sealed(&self, epoch: u64) -> Result<()> {
+        let mut sealed = self.sealed.subscribe();
+        sealed
+            .wait_for(|s| s.epoch >= epoch)
+            .await
+            .map_err(|_| Error::unavailable("state store closed"))?;
+        Ok(())
+    }
+
+    pub fn sealed_epoch(&self) -> u64 {
+        self.sealed.borrow().epoch
+    }
+
+    /// Reads the latest committed value of a key (an actor reading its own state).
+    fn get_latest(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db.get(key).map_err(storage_error)
+    }
+
+    /// Visits the latest committed entries under `prefix` in key order (or reverse), until the
+    /// visitor returns false.
+    fn scan_latest(
+        &self,
+        prefix: &[u8],
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        scan_db(&self.db, None, prefix, reverse, visit)
+    }
+}
+
+/// A consistent view of all state at one sealed epoch.
+pub struct Snapshot {
+    // Field order matters: the snapshot must be released before the database handle it
+    // borrows from can go.
+    inner: rocksdb::Snapshot<'static>,
+    db: Arc<DB>,
+    pub epoch: u64,
+}
+
+impl Snapshot {
+    fn new(db: Arc<DB>, epoch: u64) -> Snapshot {
+        let inner = db.snapshot();
+        // SAFETY: the snapshot borrows the DB, which `db` keeps alive for as long as this struct
+        // exists; fields drop in declaration order, so `inner` is released before `db`.
+        let inner: rocksdb::Snapshot<'static> = unsafe { std::mem::transmute(inner) };
+        Snapshot { inner, db, epoch }
+    }
+
+    /// Visits every entry of a state table at this epoch, in key order. Keys are given without
+    /// the table prefix.
+    pub fn scan_table(
+        &self,
+        table: TableId,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let prefix = table.to_be_bytes();
+        scan_db(&self.db, Some(&self.inner), &prefix, false, &mut |k, v| {
+            visit(&k[prefix.len()..], v)
+        })
+    }
+}
+
+fn scan_db(
+    db: &DB,
+    snapshot: Option<&rocksdb::Snapshot<'static>>,
+    prefix: &[u8],
+    reverse: bool,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<()> {
+    let mut opts = ReadOptions::default();
+    if let Some(s) = snapshot {
+        opts.set_snapshot(s);
+    }
+    let upper = prefix_successor(prefix);
+    if let Some(upper) = &upper {
+        opts.set_iterate_upper_bound(upper.clone());
+    }
+    opts.set_iterate_lower_bound(prefix.to_vec());
+    let mode = if reverse {
+        IteratorMode::End
+    } else {
+        IteratorMode::From(prefix, Direction::Forward)
+    };
+    for item in db.iterator_opt(mode, opts) {
+        let (k, v) = item.map_err(storage_error)?;
+        if !visit(&k, &v) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The smallest key greater than every key that starts with `prefix`, if there is one.
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut upper = prefix.to_vec();
+    while let Some(last) = upper.pop() {
+        if last < 0xff {
+            upper.push(last + 1);
+            return Some(upper);
+        }
+    }
+    None
+}
+
+fn table_range(table: TableId) -> (Vec<u8>, Vec<u8>) {
+    let start = table.to_be_bytes().to_vec();
+    let end = (table as u64 + 1).to_be_bytes()[4..].to_vec();
+    if table == TableId::MAX {
+        (start, vec![0xff; 5])
+    } else {
+        (start, end)
+    }
+}
+
+fn storage_error(e: rocksdb::Error) -> Error {
+    Error::new(ErrorKind::Unavailable, format!("storage error: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_successor_skips_trailing_ff() {
+        assert_eq!(prefix_successor(&[1, 2]), Some(vec![1, 3]));
+        assert_eq!(prefix_successor(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[0xff]), None);
+        assert_eq!(table_range(1), (vec![0, 0, 0, 1], vec![0, 0, 0, 2]));
+    }
+
+    #[tokio::test]
+    async fn readers_see_only_sealed_epochs() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let mut t = StateTable::new(store.clone(), 7);
+        t.put(b"a".to_vec(), b"1".to_vec());
+        let mut w = EpochWrites::default();
+        t.take_writes(&mut w);
+        store.commit(1, w).await.unwrap();
+        let count = |s: &Snapshot| {
+            let mut n = 0;
+            s.scan_table(7, &mut |_, _| {
+                n += 1;
+                true
+            })
+            .unwrap();
+            n
+        };
+        assert_eq!(count(&store.snapshot()), 0, "epoch 1 is not sealed yet");
+        store.seal(1);
+        assert_eq!(count(&store.snapshot()), 1);
+        assert_eq!(t.get(b"a").unwrap(), Some(b"1".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn commit_of_next_epoch_waits_for_seal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let s2 = store.clone();
+        let pending = tokio::spawn(async move { s2.commit(2, EpochWrites::default()).await });
+        tokio::task::yield_now().await;
+        assert!(!pending.is_finished());
+        store.seal(1);
+        pending.await.unwrap().unwrap();
+    }
+}

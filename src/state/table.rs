@@ -1,0 +1,201 @@
+//! `StateTable`: one operator's ordered key space, with its writes of the current epoch held in
+//! memory until the barrier hands them to the store.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::{prefix_successor, EpochWrites, StateStore, TableId};
+use crate::error::Result;
+
+/// A pending write: a key and its new value, or `None` for a deletion.
+type PendingEntry<'a> = (&'a Vec<u8>, &'a Option<Vec<u8>>);
+
+/// A state table as one actor sees it. Reads see the actor's own uncommitted writes first,
+/// then the latest committed state (which only this actor writes, so it is never ahead of it).
+pub struct StateTable {
+    store: Arc<StateStore>,
+    id: TableId,
+    /// Writes of the current epoch, by key without the table prefix; `None` is a deletion.
+    pending: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl StateTable {
+    pub fn new(store: Arc<StateStore>, id: TableId) -> StateTable {
+        StateTable {
+            store,
+            id,
+            pending: BTreeMap::new(),
+        }
+    }
+
+    pub fn id(&self) -> TableId {
+        self.id
+    }
+
+    fn full_key(&self, key: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(4 + key.len());
+        k.extend_from_slice(&self.id.to_be_bytes());
+        k.extend_from_slice(key);
+        k
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.pending.get(key) {
+            return Ok(v.clone());
+        }
+        self.store.get_latest(&self.full_key(key))
+    }
+
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.pending.insert(key, Some(value));
+    }
+
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.pending.insert(key, None);
+    }
+
+    /// Visits the live entries whose key starts with `prefix`, in key order (or reverse), until
+    /// the visitor returns false. Keys are given without the table prefix.
+    pub fn scan(
+        &self,
+        prefix: &[u8],
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        // Committed entries, merged with the pending overlay, which wins on equal keys.
+        let upper = match prefix_successor(prefix) {
+            Some(u) => Bound::Excluded(u),
+            None => Bound::Unbounded,
+        };
+        let range = self
+            .pending
+            .range::<Vec<u8>, _>((Bound::Included(prefix.to_vec()), upper));
+        let mut overlay: Box<dyn Iterator<Item = PendingEntry<'_>>> = if reverse {
+            Box::new(range.rev())
+        } else {
+            Box::new(range)
+        };
+        let mut next_overlay = overlay.next();
+        let mut stopped = false;
+        let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
+        let full_prefix = self.full_key(prefix);
+        self.store
+            .scan_latest(&full_prefix, reverse, &mut |full_key, value| {
+                let key = &full_key[4..];
+                // Emit overlay entries that come before this committed key.
+                while let Some((ok, ov)) = next_overlay {
+                    if before(ok, key) {
+                        if let Some(v) = ov {
+                            if !visit(ok, v) {
+                                stopped = true;
+                                return false;
+                            }
+                        }
+                        next_overlay = overlay.next();
+                    } else {
+                        break;
+                    }
+                }
+                if let Some((ok, ov)) = next_overlay {
+                    if ok.as_slice() == key {
+                        next_overlay = overlay.next();
+                        if let Some(v) = ov {
+                            if !visit(ok, v) {
+                                stopped = true;
+                                return false;
+                            }
+                        }
+                        return true;
+                    }
+                }
+                if !visit(key, value) {
+                    stopped = true;
+                    return false;
+                }
+                true
+            })?;
+        if stopped {
+            return Ok(());
+        }
+        while let Some((ok, ov)) = next_overlay {
+            if let Some(v) = ov {
+                if !visit(ok, v) {
+                    return Ok(());
+                }
+            }
+            next_overlay = overlay.next();
+        }
+        Ok(())
+    }
+
+    /// Moves this epoch's writes into `out`, prefixed with the table id.
+    pub fn take_writes(&mut self, out: &mut EpochWrites) {
+        let id = self.id.to_be_bytes();
+        let pending = std::mem::take(&mut self.pending);
+        out.extend(pending.into_iter().map(|(k, v)| {
+            let mut full = Vec::with_capacity(4 + k.len());
+            full.extend_from_slice(&id);
+            full.extend_from_slice(&k);
+            (full, v)
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn table_with(committed: &[(&str, &str)]) -> (tempfile::TempDir, StateTable) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let mut t = StateTable::new(store.clone(), 3);
+        for (k, v) in committed {
+            t.put(k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        }
+        let mut w = EpochWrites::default();
+        t.take_writes(&mut w);
+        store.commit(1, w).await.unwrap();
+        store.seal(1);
+        (dir, t)
+    }
+
+    fn collect(t: &StateTable, prefix: &str, reverse: bool) -> Vec<String> {
+        let mut out = vec![];
+        t.scan(prefix.as_bytes(), reverse, &mut |k, v| {
+            out.push(format!(
+                "{}={}",
+                String::from_utf8_lossy(k),
+                String::from_utf8_lossy(v)
+            ));
+            true
+        })
+        .unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn scan_merges_pending_over_committed() {
+        let (_d, mut t) = table_with(&[("a1", "x"), ("a3", "x"), ("a5", "x"), ("b1", "x")]).await;
+        t.put(b"a2".to_vec(), b"new".to_vec());
+        t.put(b"a3".to_vec(), b"upd".to_vec());
+        t.delete(b"a5".to_vec());
+        t.put(b"a9".to_vec(), b"new".to_vec());
+        assert_eq!(
+            collect(&t, "a", false),
+            ["a1=x", "a2=new", "a3=upd", "a9=new"]
+        );
+        assert_eq!(
+            collect(&t, "a", true),
+            ["a9=new", "a3=upd", "a2=new", "a1=x"]
+        );
+        assert_eq!(collect(&t, "b", false), ["b1=x"]);
+        let mut first = None;
+        t.scan(b"a", true, &mut |k, _| {
+            first = Some(k.to_vec());
+            false
+        })
+        .unwrap();
+        assert_eq!(first.as_deref(), Some(&b"a9"[..]));
+    }
+}

@@ -1,0 +1,156 @@
+//! The actor: the one control loop every dataflow node runs. It aligns barriers across its
+//! inputs, pushes chunks through its chain of operators into the relation's Materialize, and
+//! at each barrier flushes state, commits the epoch, carries out the barrier's mutation,
+//! forwards the barrier and acknowledges it to the coordinator.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use tokio::sync::mpsc;
+
+use super::align::{AlignedInputs, Event};
+use super::chunk::StreamChunk;
+use super::coordinator::ActorEvent;
+use super::message::{ActorId, Barrier, Message, NewOutput};
+use super::operator::Operator;
+use super::operators::materialize::Materialize;
+use crate::error::{Error, Result};
+use crate::state::{EpochWrites, StateStore, TableId};
+
+pub struct Actor {
+    pub id: ActorId,
+    pub inputs: AlignedInputs,
+    pub chain: Vec<Box<dyn Operator>>,
+    pub materialize: Materialize,
+    /// Every state table this actor writes, dropped when the actor is stopped.
+    pub state_tables: Vec<TableId>,
+    pub store: Arc<StateStore>,
+    pub events: mpsc::UnboundedSender<ActorEvent>,
+    /// Distinct rows per chunk when sending a backfill snapshot downstream.
+    pub chunk_rows_max: usize,
+    pub outputs: Vec<NewOutput>,
+}
+
+impl Actor {
+    /// Runs the actor on the runtime; its end (normal, error or panic) is reported to the
+    /// coordinator, so that no epoch waits for an actor that is gone.
+    pub fn spawn(self) {
+        let id = self.id;
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let result = AssertUnwindSafe(self.run()).catch_unwind().await;
+            let error = match result {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(panic) => Some(
+                    panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "actor panicked".to_string()),
+                ),
+            };
+            if let Some(e) = &error {
+                tracing::error!(actor = id, "dataflow actor failed: {e}");
+            }
+            let _ = events.send(ActorEvent::Exited { actor: id, error });
+        });
+    }
+
+    async fn run(mut self) -> Result<()> {
+        while let Some(event) = self.inputs.next().await {
+            match event {
+                Event::Chunk { chunk, .. } => {
+                    let mut chunks = vec![chunk];
+                    for op in &mut self.chain {
+                        let mut next = Vec::new();
+                        for c in chunks {
+                            op.on_chunk(c, &mut next)?;
+                        }
+                        chunks = next;
+                    }
+                    self.emit(chunks).await?;
+                }
+                Event::Barrier(barrier) => {
+                    if self.on_barrier(barrier).await? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        // An actor stops only at a barrier that says so; an input that closes first means the
+        // relation this one reads has failed, and so has this one.
+        Err(Error::unavailable("the relation this one reads has failed"))
+    }
+
+    async fn emit(&mut self, chunks: Vec<StreamChunk>) -> Result<()> {
+        for c in chunks {
+            if c.is_empty() {
+                continue;
+            }
+            self.materialize.apply(&c)?;
+            self.send(Message::Chunk(c)).await;
+        }
+        Ok(())
+    }
+
+    /// Handles one aligned barrier; returns true when the actor stops at it.
+    async fn on_barrier(&mut self, barrier: Barrier) -> Result<bool> {
+        let epoch = barrier.epoch;
+        let stopping = barrier.stops(self.id);
+        let mut writes = EpochWrites::default();
+        let mut chunks: Vec<StreamChunk> = Vec::new();
+        for op in &mut self.chain {
+            let mut next = Vec::new();
+            for c in chunks {
+                op.on_chunk(c, &mut next)?;
+            }
+            op.on_barrier(epoch, &mut next, &mut writes)?;
+            chunks = next;
+        }
+        self.emit(chunks).await?;
+        self.materialize.flush(&mut writes)?;
+        if stopping {
+            writes = EpochWrites::default();
+            for t in &self.state_tables {
+                writes.drop_table(*t);
+            }
+        }
+        self.store.commit(epoch, writes).await?;
+        for output in barrier.new_outputs(self.id).to_vec() {
+            for c in self.materialize.contents(self.chunk_rows_max)? {
+                if output.sender.send(Message::Chunk(c)).await.is_err() {
+                    break;
+                }
+            }
+            self.outputs.push(output);
+        }
+        self.send(Message::Barrier(barrier.clone())).await;
+        self.outputs.retain(|o| !barrier.stops(o.downstream));
+        self.events
+            .send(ActorEvent::Ack {
+                actor: self.id,
+                epoch,
+            })
+            .map_err(|_| Error::unavailable("barrier coordinator is gone"))?;
+        Ok(stopping)
+    }
+
+    async fn send(&mut self, msg: Message) {
+        let mut gone = Vec::new();
+        for (i, o) in self.outputs.iter().enumerate() {
+            if o.sender.send(msg.clone()).await.is_err() {
+                gone.push(i);
+            }
+        }
+        for i in gone.into_iter().rev() {
+            let o = self.outputs.remove(i);
+            tracing::warn!(
+                actor = self.id,
+                downstream = o.downstream,
+                "downstream actor is gone; no longer feeding it"
+            );
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The barrier coordinator: injects a barrier into every source every `barrier_interval_ms`
+//! (and on demand, for FLUSH and DDL), collects each actor's acknowledgement and seals an
+//! epoch in the state store once every actor has acknowledged it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::message::{ActorId, Barrier, BarrierKind, Message, Mutation};
+use crate::error::{Error, Result};
+use crate::state::StateStore;
+
+/// What actors report to the coordinator.
+#[derive(Debug)]
+pub enum ActorEvent {
+    Ack {
+        actor: ActorId,
+        epoch: u64,
+    },
+    /// The actor ended; `error` says why if it failed.
+    Exited {
+        actor: ActorId,
+        error: Option<String>,
+    },
+}
+
+/// A request to inject a barrier now, optionally changing the dataflow at it.
+pub struct InjectRequest {
+    pub mutation: Option<Arc<Mutation>>,
+    /// Actors that start at this barrier: they receive it and must acknowledge it.
+    pub add_actors: Vec<ActorId>,
+    /// New sources (tables): their feed channel receives this barrier and all later ones.
+    pub add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+    reply: oneshot::Sender<u64>,
+}
+
+/// Actors whose task ended with an error, and why. A view whose actor failed can no longer
+/// be read.
+pub type FailedActors = Arc<Mutex<HashMap<ActorId, String>>>;
+
+/// The handle sessions use to talk to the coordinator.
+#[derive(Clone)]
+pub struct BarrierClient {
+    requests: mpsc::Sender<InjectRequest>,
+    store: Arc<StateStore>,
+    pub failed: FailedActors,
+}
+
+impl BarrierClient {
+    /// Injects a barrier carrying `mutation` and returns its epoch (not yet sealed).
+    pub async fn inject(
+        &self,
+        mutation: Option<Mutation>,
+        add_actors: Vec<ActorId>,
+        add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+    ) -> Result<u64> {
+        let (reply, rx) = oneshot::channel();
+        let req = InjectRequest {
+            mutation: mutation.map(Arc::new),
+            add_actors,
+            add_sources,
+            reply,
+        };
+        self.requests
+            .send(req)
+            .await
+            .map_err(|_| Error::unavailable("the server is shutting down"))?;
+        rx.await
+            .map_err(|_| Error::unavailable("the server is shutting down"))
+    }
+
+    /// Waits until `epoch` is sealed: visible to every reader.
+    pub async fn wait_sealed(&self, epoch: u64) -> Result<()> {
+        self.store.wait_sealed(epoch).await
+    }
+
+    /// Injects a barrier and waits until it is sealed: every change acknowledged before the
+    /// call is then visible in every view.
+    pub async fn flush(&self) -> Result<u64> {
+        let epoch = self.inject(None, vec![], vec![]).await?;
+        self.wait_sealed(epoch).await?;
+        Ok(epoch)
+    }
+}
+
+pub struct Coordinator {
+    store: Arc<StateStore>,
+    requests: mpsc::Receiver<InjectRequest>,
+    events: mpsc::UnboundedReceiver<ActorEvent>,
+    /// Per source, the queue its injector task forwards into the source's feed channel, so
+    /// the coordinator never waits on a full channel.
+    sources: HashMap<ActorId, mpsc::UnboundedSender<Barrier>>,
+    actors: HashSet<ActorId>,
+    /// Actors yet to acknowledge each epoch in flight.
+    in_flight: BTreeMap<u64, HashSet<ActorId>>,
+    last_epoch: u64,
+    barrier_interval: Duration,
+    failed: FailedActors,
+}
+
+impl Coordinator {
+    /// Starts the coordinator task. Returns the client handle and the sender actors report to.
+    pub fn start(
+        store: Arc<StateStore>,
+        barrier_interval: Duration,
+    ) -> (BarrierClient, mpsc::UnboundedSender<ActorEvent>) {
+        let (req_tx, req_rx) = mpsc::channel(64);
+        let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+        let failed: FailedActors = Arc::default();
+        let last_epoch = store.sealed_epoch();
+        let coordinator = Coordinator {
+            store: store.clone(),
+            requests: req_rx,
+            events: ev_rx,
+            sources: HashMap::new(),
+            actors: HashSet::new(),
+            in_flight: BTreeMap::new(),
+            last_epoch,
+            barrier_interval,
+            failed: failed.clone(),
+        };
+        tokio::spawn(coordinator.run());
+        (
+            BarrierClient {
+                requests: req_tx,
+                store,
+                failed,
+            },
+            ev_tx,
+        )
+    }
+
+    async fn run(mut self) {
+        let mut ticker = tokio::time::interval(self.barrier_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    self.inject(None, vec![], vec![]);
+                }
+                req = self.requests.recv() => {
+                    let Some(req) = req else { return };
+                    let epoch = self.inject(req.mutation, req.add_actors, req.add_sources);
+                    let _ = req.reply.send(epoch);
+                }
+                ev = self.events.recv() => {
+                    let Some(ev) = ev else { return };
+                    self.on_event(ev);
+                }
+            }
+        }
+    }
+
+    fn inject(
+        &mut self,
+        mutation: Option<Arc<Mutation>>,
+        add_actors: Vec<ActorId>,
+        add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+    ) -> u64 {
+        self.last_epoch += 1;
+        let epoch = self.last_epoch;
+        for (id, feed) in add_sources {
+            let (tx, mut rx) = mpsc::unbounded_channel::<Barrier>();
+            tokio::spawn(async move {
+                while let Some(b) = rx.recv().await {
+                    if feed.send(Message::Barrier(b)).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            self.sources.insert(id, tx);
+        }
+        self.actors.extend(add_actors);
+        let barrier = Barrier {
+            epoch,
+            kind: BarrierKind::Regular,
+            mutation: mutation.clone(),
+        };
+        for tx in self.sources.values() {
+            let _ = tx.send(barrier.clone());
+        }
+        self.in_flight.insert(epoch, self.actors.clone());
+        if let Some(m) = &mutation {
+            // Stopped actors still acknowledge this barrier, but no later one.
+            for id in &m.stop {
+                self.actors.remove(id);
+                self.sources.remove(id);
+            }
+        }
+        self.try_seal();
+        epoch
+    }
+
+    fn on_event(&mut self, ev: ActorEvent) {
+        match ev {
+            ActorEvent::Ack { actor, epoch } => {
+                if let Some(waiting) = self.in_flight.get_mut(&epoch) {
+                    waiting.remove(&actor);
+                }
+            }
+            ActorEvent::Exited { actor, error } => {
+                self.actors.remove(&actor);
+                self.sources.remove(&actor);
+                for waiting in self.in_flight.values_mut() {
+                    waiting.remove(&actor);
+                }
+                if let Some(e) = error {
+                    self.failed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(actor, e);
+                }
+            }
+        }
+        self.try_seal();
+    }
+
+    fn try_seal(&mut self) {
+        while let Some(entry) = self.in_flight.first_entry() {
+            if !entry.get().is_empty() {
+                break;
+            }
+            let epoch = *entry.key();
+            entry.remove();
+            self.store.seal(epoch);
+        }
+    }
+}

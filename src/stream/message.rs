@@ -1,0 +1,67 @@
+//! What flows on the channels between actors: chunks of changes and barriers.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::chunk::StreamChunk;
+
+/// Identifies an actor. Each table and each view runs as one actor whose id is the catalog id
+/// of the object.
+pub type ActorId = u32;
+
+#[derive(Debug, Clone)]
+pub enum Message {
+    Chunk(StreamChunk),
+    Barrier(Barrier),
+}
+
+/// Ends epoch `epoch` on the channel it travels: every chunk sent before it belongs to that
+/// epoch or an earlier one, every chunk after it to a later one.
+#[derive(Debug, Clone)]
+pub struct Barrier {
+    pub epoch: u64,
+    pub kind: BarrierKind,
+    /// A change to the dataflow that takes effect at this barrier, everywhere at once.
+    pub mutation: Option<Arc<Mutation>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarrierKind {
+    Regular,
+    /// Reserved for checkpoint barriers: state is also persisted to the object store.
+    Checkpoint,
+}
+
+#[derive(Debug, Default)]
+pub struct Mutation {
+    /// New downstream channels, by the upstream actor that must feed them. An upstream sends
+    /// its current contents first (backfill), then every later change.
+    pub add_outputs: HashMap<ActorId, Vec<NewOutput>>,
+    /// Actors that stop after this barrier: upstreams stop feeding them, and their state is
+    /// dropped.
+    pub stop: HashSet<ActorId>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewOutput {
+    pub downstream: ActorId,
+    pub sender: mpsc::Sender<Message>,
+}
+
+impl Barrier {
+    pub fn stops(&self, actor: ActorId) -> bool {
+        self.mutation
+            .as_ref()
+            .is_some_and(|m| m.stop.contains(&actor))
+    }
+
+    pub fn new_outputs(&self, actor: ActorId) -> &[NewOutput] {
+        self.mutation
+            .as_ref()
+            .and_then(|m| m.add_outputs.get(&actor))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+}

@@ -1,0 +1,21 @@
+//! The operator trait: what every incremental operator implements. The actor owns the loop.
+
+use super::chunk::StreamChunk;
+use crate::error::Result;
+use crate::state::EpochWrites;
+
+/// An incremental operator: it turns input changes into output changes and keeps whatever
+/// state it needs. It never sees barriers as messages and never forwards them.
+pub trait Operator: Send {
+    /// Transforms one chunk of input changes, appending output chunks to `out`.
+    fn on_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()>;
+
+    /// Called once when epoch `epoch` ends on every input: emit the changes the operator held
+    /// back for the epoch (if any) and move its dirty state into `writes`.
+    fn on_barrier(
+        &mut self,
+        epoch: u64,
+        out: &mut Vec<StreamChunk>,
+        writes: &mut EpochWrites,
+    ) -> Result<()>;
+}

@@ -1,0 +1,719 @@
+//! HashAgg: GROUP BY with COUNT, SUM, AVG, MIN and MAX under insertions and deletions.
+//!
+//! Each group keeps its row count and one accumulator per aggregate in the `groups` state
+//! table. MIN and MAX cannot be retracted from a single value, so each keeps the group's
+//! multiset of non-NULL values in the `extremes` table, ordered by value: the minimum is the
+//! first entry of the group's range, the maximum the last, also after the current extreme is
+//! deleted. Output changes are emitted once per epoch, at the barrier, for the groups the
+//! epoch touched: the group's previous output row is retracted and its new one inserted.
+//! Without GROUP BY there is exactly one group, which exists even when empty, so the view
+//! holds one row (COUNT = 0, SUM = NULL) over an empty input, as in PostgreSQL.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, Decimal128Array, Float64Array, Int64Array, RecordBatch,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::ScalarValue;
+use datafusion::physical_plan::PhysicalExpr;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::state::{EpochWrites, StateStore, StateTable, TableId};
+use crate::stream::chunk::{Op, StreamChunk};
+use crate::stream::expr::{eval_columns, ErrorSink};
+use crate::stream::operator::Operator;
+use crate::stream::rows::RowCodec;
+
+/// Past this many cached groups, the cache is emptied at the next barrier (state stays in
+/// RocksDB; the cache only saves reads).
+const CACHED_GROUPS_MAX: usize = 200_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggKind {
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+pub struct AggCall {
+    pub kind: AggKind,
+    pub arg: Arc<dyn PhysicalExpr>,
+    /// The type of the argument (as evaluated over the input).
+    pub arg_type: DataType,
+    /// The type of the result, as the query's plan gives it.
+    pub output_type: DataType,
+}
+
+/// How an aggregate reads its argument's values.
+enum Values {
+    /// Only whether the value is NULL matters.
+    Presence(ArrayRef),
+    /// Exact integers (and decimals' unscaled integers).
+    Exact(Vec<Option<i128>>),
+    Float(Float64Array),
+    /// Order-preserving bytes, for MIN/MAX.
+    Ordered(ArrayRef, Vec<Vec<u8>>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Acc {
+    Count { n: i64 },
+    Exact { n: i64, sum: i128 },
+    Float { n: i64, sum: f64 },
+    Extreme { n: i64 },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct GroupState {
+    rows: i64,
+    accs: Vec<Acc>,
+    /// The output row last emitted for this group, so it can be retracted exactly.
+    emitted: Option<Vec<u8>>,
+}
+
+pub struct HashAgg {
+    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    calls: Vec<AggCall>,
+    schema: SchemaRef,
+    group_codec: RowCodec,
+    output_codec: RowCodec,
+    /// For MIN/MAX calls, the codec of their argument's values.
+    value_codecs: Vec<Option<RowCodec>>,
+    groups: StateTable,
+    extremes: StateTable,
+    cache: HashMap<Vec<u8>, GroupState>,
+    dirty: HashSet<Vec<u8>>,
+    global: bool,
+    /// Whether the single group of a global aggregate has been emitted yet.
+    global_emitted: bool,
+    errors: ErrorSink,
+}
+
+impl HashAgg {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<StateStore>,
+        groups_table: TableId,
+        extremes_table: TableId,
+        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+        group_types: Vec<DataType>,
+        calls: Vec<AggCall>,
+        schema: SchemaRef,
+        errors: ErrorSink,
+    ) -> Result<HashAgg> {
+        let value_codecs = calls
+            .iter()
+            .map(|c| match c.kind {
+                AggKind::Min | AggKind::Max => RowCodec::new(vec![c.arg_type.clone()]).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        let global = group_exprs.is_empty();
+        Ok(HashAgg {
+            group_codec: RowCodec::new(group_types)?,
+            output_codec: RowCodec::for_schema(&schema)?,
+            value_codecs,
+            groups: StateTable::new(store.clone(), groups_table),
+            extremes: StateTable::new(store, extremes_table),
+            cache: HashMap::new(),
+            dirty: HashSet::new(),
+            global,
+            global_emitted: false,
+            group_exprs,
+            calls,
+            schema,
+            errors,
+        })
+    }
+
+    fn empty_state(&self) -> GroupState {
+        GroupState {
+            rows: 0,
+            accs: self
+                .calls
+                .iter()
+                .map(|c| match (c.kind, &c.arg_type) {
+                    (AggKind::Count, _) => Acc::Count { n: 0 },
+                    (AggKind::Min | AggKind::Max, _) => Acc::Extreme { n: 0 },
+                    (_, t) if is_float(t) => Acc::Float { n: 0, sum: 0.0 },
+                    _ => Acc::Exact { n: 0, sum: 0 },
+                })
+                .collect(),
+            emitted: None,
+        }
+    }
+
+    fn load(&mut self, key: &[u8]) -> Result<&mut GroupState> {
+        if !self.cache.contains_key(key) {
+            let state = match self.groups.get(key)? {
+                Some(bytes) => decode_state(&bytes)?,
+                None => self.empty_state(),
+            };
+            self.cache.insert(key.to_vec(), state);
+        }
+        Ok(self.cache.get_mut(key).expect("just inserted"))
+    }
+
+    fn read_values(
+        &self,
+        call: &AggCall,
+        array: ArrayRef,
+        codec: Option<&RowCodec>,
+    ) -> Result<Values> {
+        Ok(match call.kind {
+            AggKind::Count => Values::Presence(array),
+            AggKind::Min | AggKind::Max => {
+                let codec = codec.expect("min/max has a value codec");
+                let keys = codec.encode(std::slice::from_ref(&array))?;
+                Values::Ordered(array, keys)
+            }
+            AggKind::Sum | AggKind::Avg => match array.data_type() {
+                t if is_float(t) => {
+                    let f = cast(&array, &DataType::Float64)?;
+                    Values::Float(
+                        f.as_any()
+                            .downcast_ref::<Float64Array>()
+                            .expect("f64")
+                            .clone(),
+                    )
+                }
+                DataType::Decimal128(..) => {
+                    let d = array
+                        .as_any()
+                        .downcast_ref::<Decimal128Array>()
+                        .expect("dec");
+                    Values::Exact(d.iter().collect())
+                }
+                _ => {
+                    let i = cast(&array, &DataType::Int64)?;
+                    let i = i.as_any().downcast_ref::<Int64Array>().expect("i64");
+                    Values::Exact(i.iter().map(|v| v.map(i128::from)).collect())
+                }
+            },
+        })
+    }
+
+    /// The output value of one aggregate for a group.
+    fn output_value(&self, key: &[u8], idx: usize, acc: &Acc) -> Result<ScalarValue> {
+        let call = &self.calls[idx];
+        let null = || ScalarValue::try_from(&call.output_type);
+        match (call.kind, acc) {
+            (AggKind::Count, Acc::Count { n }) => Ok(ScalarValue::Int64(Some(*n))),
+            (_, Acc::Exact { n: 0, .. } | Acc::Float { n: 0, .. } | Acc::Extreme { n: 0 }) => {
+                Ok(null()?)
+            }
+            (AggKind::Sum, Acc::Exact { sum, .. }) => exact_scalar(*sum, &call.output_type),
+            (AggKind::Sum, Acc::Float { sum, .. }) => float_scalar(*sum, &call.output_type),
+            (AggKind::Avg, Acc::Float { n, sum }) => {
+                float_scalar(sum / *n as f64, &call.output_type)
+            }
+            (AggKind::Avg, Acc::Exact { n, sum }) => match (&call.arg_type, &call.output_type) {
+                (DataType::Decimal128(_, s_in), DataType::Decimal128(p, s_out)) => {
+                    let scaled = sum
+                        .checked_mul(10i128.pow((*s_out - *s_in).max(0) as u32))
+                        .ok_or_else(|| out_of_range("avg"))?;
+                    let v = scaled / *n as i128;
+                    decimal_scalar(v, *p, *s_out)
+                }
+                (_, t) => float_scalar(*sum as f64 / *n as f64, t),
+            },
+            (AggKind::Min | AggKind::Max, Acc::Extreme { .. }) => {
+                let mut prefix = key.to_vec();
+                prefix.push(idx as u8);
+                let mut found: Option<Vec<u8>> = None;
+                self.extremes
+                    .scan(&prefix, call.kind == AggKind::Max, &mut |k, _| {
+                        found = Some(k[prefix.len()..].to_vec());
+                        false
+                    })?;
+                let value = found.ok_or_else(|| {
+                    Error::internal("min/max state has values counted but none stored")
+                })?;
+                let codec = self.value_codecs[idx].as_ref().expect("codec");
+                let arrays = codec.decode([value.as_slice()])?;
+                Ok(ScalarValue::try_from_array(&arrays[0], 0)?)
+            }
+            (kind, acc) => Err(Error::internal(format!(
+                "aggregate {kind:?} has accumulator {acc:?}"
+            ))),
+        }
+    }
+}
+
+impl Operator for HashAgg {
+    fn on_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
+        let batch = &chunk.data;
+        let group_columns = eval_columns(&self.group_exprs, batch, &self.errors)?;
+        let keys = if self.global {
+            vec![Vec::new(); batch.num_rows()]
+        } else {
+            self.group_codec.encode(&group_columns)?
+        };
+        let args: Vec<ArrayRef> = eval_columns(
+            &self.calls.iter().map(|c| c.arg.clone()).collect::<Vec<_>>(),
+            batch,
+            &self.errors,
+        )?;
+        let mut values = Vec::with_capacity(self.calls.len());
+        for (i, (call, array)) in self.calls.iter().zip(args).enumerate() {
+            values.push(self.read_values(call, array, self.value_codecs[i].as_ref())?);
+        }
+        for (row, (key, op)) in keys.iter().zip(&chunk.ops).enumerate() {
+            let w = op.weight();
+            let mut extreme_updates: Vec<(Vec<u8>, i64)> = Vec::new();
+            let state = self.load(key)?;
+            state.rows += w;
+            for (idx, (acc, vals)) in state.accs.iter_mut().zip(&values).enumerate() {
+                match (acc, vals) {
+                    (Acc::Count { n }, Values::Presence(a)) => {
+                        if a.is_valid(row) {
+                            *n += w
+                        }
+                    }
+                    (Acc::Exact { n, sum }, Values::Exact(v)) => {
+                        if let Some(v) = v[row] {
+                            *n += w;
+                            *sum = sum
+                                .checked_add(v * w as i128)
+                                .ok_or_else(|| out_of_range("sum"))?;
+                        }
+                    }
+                    (Acc::Float { n, sum }, Values::Float(v)) => {
+                        if v.is_valid(row) {
+                            *n += w;
+                            *sum += v.value(row) * w as f64;
+                        }
+                    }
+                    (Acc::Extreme { n }, Values::Ordered(a, bytes)) => {
+                        if a.is_valid(row) {
+                            *n += w;
+                            let mut k = key.clone();
+                            k.push(idx as u8);
+                            k.extend_from_slice(&bytes[row]);
+                            extreme_updates.push((k, w));
+                        }
+                    }
+                    _ => return Err(Error::internal("aggregate value kind mismatch")),
+                }
+            }
+            for (k, w) in extreme_updates {
+                let old = match self.extremes.get(&k)? {
+                    Some(v) => decode_i64(&v)?,
+                    None => 0,
+                };
+                let new = old + w;
+                assert!(new >= 0, "min/max value retracted more often than added");
+                if new == 0 {
+                    self.extremes.delete(k);
+                } else {
+                    self.extremes.put(k, new.to_le_bytes().to_vec());
+                }
+            }
+            self.dirty.insert(key.clone());
+        }
+        Ok(())
+    }
+
+    fn on_barrier(
+        &mut self,
+        _epoch: u64,
+        out: &mut Vec<StreamChunk>,
+        writes: &mut EpochWrites,
+    ) -> Result<()> {
+        if self.global && !self.global_emitted {
+            self.load(&[])?;
+            self.dirty.insert(Vec::new());
+            self.global_emitted = true;
+        }
+        let mut dirty: Vec<Vec<u8>> = self.dirty.drain().collect();
+        dirty.sort();
+        // New output rows for the groups that still exist.
+        let mut live_keys: Vec<&[u8]> = Vec::new();
+        let mut agg_values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.calls.len()];
+        for key in &dirty {
+            let state = &self.cache[key];
+            assert!(state.rows >= 0, "group retracted more rows than it had");
+            if state.rows == 0 && !self.global {
+                continue;
+            }
+            for (idx, acc) in state.accs.iter().enumerate() {
+                let v = match self.output_value(key, idx, acc) {
+                    Ok(v) => v,
+                    Err(e) if e.kind == ErrorKind::NumericOutOfRange => {
+                        self.errors.errors.record(&self.errors.view, &e);
+                        ScalarValue::try_from(&self.calls[idx].output_type)?
+                    }
+                    Err(e) => return Err(e),
+                };
+                agg_values[idx].push(v);
+            }
+            live_keys.push(key);
+        }
+        let mut new_rows: HashMap<&[u8], Vec<u8>> = HashMap::new();
+        let mut inserted: Option<RecordBatch> = None;
+        if !live_keys.is_empty() {
+            let mut columns: Vec<ArrayRef> = if self.global {
+                Vec::new()
+            } else {
+                self.group_codec.decode(live_keys.iter().copied())?
+            };
+            for (idx, vals) in agg_values.into_iter().enumerate() {
+                let array = ScalarValue::iter_to_array(vals)?;
+                let array = if array.data_type() != &self.calls[idx].output_type {
+                    cast(&array, &self.calls[idx].output_type)?
+                } else {
+                    array
+                };
+                columns.push(array);
+            }
+            let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+            let encoded = self.output_codec.encode(batch.columns())?;
+            for (key, row) in live_keys.iter().zip(encoded) {
+                new_rows.insert(key, row);
+            }
+            inserted = Some(batch);
+        }
+        // Compare with what was emitted before.
+        let mut retract: Vec<Vec<u8>> = Vec::new();
+        let mut keep_insert: Vec<u32> = Vec::new();
+        for (pos, key) in live_keys.iter().enumerate() {
+            let new = &new_rows[key];
+            let state = self.cache.get_mut(*key).expect("cached");
+            if state.emitted.as_ref() == Some(new) {
+                continue;
+            }
+            if let Some(old) = state.emitted.take() {
+                retract.push(old);
+            }
+            state.emitted = Some(new.clone());
+            keep_insert.push(pos as u32);
+        }
+        for key in &dirty {
+            let state = self.cache.get_mut(key).expect("cached");
+            if state.rows == 0 && !self.global {
+                if let Some(old) = state.emitted.take() {
+                    retract.push(old);
+                }
+                self.groups.delete(key.clone());
+                self.cache.remove(key);
+            } else {
+                self.groups.put(key.clone(), encode_state(state));
+            }
+        }
+        if !retract.is_empty() {
+            let columns = self
+                .output_codec
+                .decode(retract.iter().map(Vec::as_slice))?;
+            let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+            out.push(StreamChunk::new(vec![Op::Delete; batch.num_rows()], batch));
+        }
+        if let Some(batch) = inserted {
+            if !keep_insert.is_empty() {
+                let chunk = StreamChunk::inserts(batch).take(&keep_insert)?;
+                out.push(chunk);
+            }
+        }
+        if self.cache.len() > CACHED_GROUPS_MAX {
+            self.cache.clear();
+        }
+        self.groups.take_writes(writes);
+        self.extremes.take_writes(writes);
+        Ok(())
+    }
+}
+
+fn is_float(t: &DataType) -> bool {
+    matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64)
+}
+
+fn out_of_range(what: &str) -> Error {
+    Error::new(ErrorKind::NumericOutOfRange, format!("{what} out of range"))
+}
+
+fn exact_scalar(v: i128, t: &DataType) -> Result<ScalarValue> {
+    Ok(match t {
+        DataType::Int64 => {
+            ScalarValue::Int64(Some(i64::try_from(v).map_err(|_| out_of_range("bigint"))?))
+        }
+        DataType::UInt64 => {
+            ScalarValue::UInt64(Some(u64::try_from(v).map_err(|_| out_of_range("sum"))?))
+        }
+        DataType::Decimal128(p, s) => decimal_scalar(v, *p, *s)?,
+        DataType::Float64 => ScalarValue::Float64(Some(v as f64)),
+        other => return Err(Error::internal(format!("exact sum into {other}"))),
+    })
+}
+
+fn decimal_scalar(v: i128, precision: u8, scale: i8) -> Result<ScalarValue> {
+    if v.unsigned_abs() >= 10u128.pow(precision as u32) {
+        return Err(out_of_range("numeric"));
+    }
+    Ok(ScalarValue::Decimal128(Some(v), precision, scale))
+}
+
+fn float_scalar(v: f64, t: &DataType) -> Result<ScalarValue> {
+    Ok(match t {
+        DataType::Float64 => ScalarValue::Float64(Some(v)),
+        DataType::Float32 => ScalarValue::Float32(Some(v as f32)),
+        other => return Err(Error::internal(format!("float aggregate into {other}"))),
+    })
+}
+
+fn decode_i64(v: &[u8]) -> Result<i64> {
+    let b: [u8; 8] = v.try_into().map_err(|_| corrupt())?;
+    Ok(i64::from_le_bytes(b))
+}
+
+fn corrupt() -> Error {
+    Error::new(ErrorKind::DataCorruption, "bad aggregate state")
+}
+
+fn encode_state(s: &GroupState) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + s.accs.len() * 25);
+    out.extend_from_slice(&s.rows.to_le_bytes());
+    out.push(u8::try_from(s.accs.len()).expect("at most 255 aggregates per group"));
+    for acc in &s.accs {
+        match acc {
+            Acc::Count { n } => {
+                out.push(0);
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            Acc::Exact { n, sum } => {
+                out.push(1);
+                out.extend_from_slice(&n.to_le_bytes());
+                out.extend_from_slice(&sum.to_le_bytes());
+            }
+            Acc::Float { n, sum } => {
+                out.push(2);
+                out.extend_from_slice(&n.to_le_bytes());
+                out.extend_from_slice(&sum.to_le_bytes());
+            }
+            Acc::Extreme { n } => {
+                out.push(3);
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+        }
+    }
+    match &s.emitted {
+        Some(row) => {
+            out.push(1);
+            out.extend_from_slice(row);
+        }
+        None => out.push(0),
+    }
+    out
+}
+
+fn decode_state(bytes: &[u8]) -> Result<GroupState> {
+    struct Reader<'a>(&'a [u8]);
+    impl<'a> Reader<'a> {
+        fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+            if self.0.len() < n {
+                return Err(corrupt());
+            }
+            let (a, b) = self.0.split_at(n);
+            self.0 = b;
+            Ok(a)
+        }
+        fn i64(&mut self) -> Result<i64> {
+            Ok(i64::from_le_bytes(
+                self.take(8)?.try_into().map_err(|_| corrupt())?,
+            ))
+        }
+        fn u8(&mut self) -> Result<u8> {
+            Ok(self.take(1)?[0])
+        }
+    }
+    let mut r = Reader(bytes);
+    let rows = r.i64()?;
+    let count = r.u8()?;
+    let mut accs = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        accs.push(match r.u8()? {
+            0 => Acc::Count { n: r.i64()? },
+            1 => Acc::Exact {
+                n: r.i64()?,
+                sum: i128::from_le_bytes(r.take(16)?.try_into().map_err(|_| corrupt())?),
+            },
+            2 => Acc::Float {
+                n: r.i64()?,
+                sum: f64::from_le_bytes(r.take(8)?.try_into().map_err(|_| corrupt())?),
+            },
+            3 => Acc::Extreme { n: r.i64()? },
+            _ => return Err(corrupt()),
+        });
+    }
+    let emitted = match r.u8()? {
+        0 => None,
+        1 => Some(r.0.to_vec()),
+        _ => return Err(corrupt()),
+    };
+    Ok(GroupState {
+        rows,
+        accs,
+        emitted,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::chunk::test_util::{chunk, render_sorted, schema};
+    use datafusion::physical_expr::expressions::{col, lit};
+
+    struct Harness {
+        _dir: tempfile::TempDir,
+        store: Arc<StateStore>,
+        agg: HashAgg,
+        input: SchemaRef,
+        epoch: u64,
+    }
+
+    /// `SELECT g, count(*), count(v), sum(v), min(v), max(v), avg(v) FROM t [GROUP BY g]` over
+    /// a table t(g int, v bigint).
+    fn harness(grouped: bool) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let input = schema(&[("g", DataType::Int32), ("v", DataType::Int64)]);
+        let v = col("v", &input).unwrap();
+        let call = |kind, arg: Arc<dyn PhysicalExpr>, arg_type: DataType, out: DataType| AggCall {
+            kind,
+            arg,
+            arg_type,
+            output_type: out,
+        };
+        let calls = vec![
+            call(AggKind::Count, lit(1i64), DataType::Int64, DataType::Int64),
+            call(AggKind::Count, v.clone(), DataType::Int64, DataType::Int64),
+            call(AggKind::Sum, v.clone(), DataType::Int64, DataType::Int64),
+            call(AggKind::Min, v.clone(), DataType::Int64, DataType::Int64),
+            call(AggKind::Max, v.clone(), DataType::Int64, DataType::Int64),
+            call(AggKind::Avg, v, DataType::Int64, DataType::Float64),
+        ];
+        let mut cols = vec![];
+        if grouped {
+            cols.push(("g", DataType::Int32));
+        }
+        cols.extend([
+            ("cnt", DataType::Int64),
+            ("cnt_v", DataType::Int64),
+            ("sum", DataType::Int64),
+            ("min", DataType::Int64),
+            ("max", DataType::Int64),
+            ("avg", DataType::Float64),
+        ]);
+        let (group_exprs, group_types) = if grouped {
+            (vec![col("g", &input).unwrap()], vec![DataType::Int32])
+        } else {
+            (vec![], vec![])
+        };
+        let agg = HashAgg::new(
+            store.clone(),
+            1,
+            2,
+            group_exprs,
+            group_types,
+            calls,
+            schema(&cols),
+            ErrorSink::new("v"),
+        )
+        .unwrap();
+        Harness {
+            _dir: dir,
+            store,
+            agg,
+            input,
+            epoch: 0,
+        }
+    }
+
+    impl Harness {
+        /// Feeds one epoch of changes and returns the output of its barrier.
+        async fn epoch(&mut self, changes: &str) -> String {
+            let mut out = vec![];
+            self.agg
+                .on_chunk(chunk(&self.input, changes), &mut out)
+                .unwrap();
+            assert!(out.is_empty(), "output waits for the barrier");
+            self.epoch += 1;
+            let mut writes = EpochWrites::default();
+            self.agg
+                .on_barrier(self.epoch, &mut out, &mut writes)
+                .unwrap();
+            self.store.commit(self.epoch, writes).await.unwrap();
+            self.store.seal(self.epoch);
+            render_sorted(&out)
+        }
+    }
+
+    #[tokio::test]
+    async fn min_and_max_survive_deleting_the_extreme() {
+        let mut h = harness(true);
+        assert_eq!(
+            h.epoch("+ 1 5\n+ 1 3\n+ 1 9\n+ 2 7").await,
+            "+ 1 3 3 17 3 9 5.666666666666667\n+ 2 1 1 7 7 7 7.0"
+        );
+        assert_eq!(
+            h.epoch("- 1 3\n- 1 9").await,
+            "+ 1 1 1 5 5 5 5.0\n- 1 3 3 17 3 9 5.666666666666667"
+        );
+        // Empty the cache so the next epoch reads its state back from RocksDB.
+        h.agg.cache.clear();
+        assert_eq!(
+            h.epoch("+ 1 4").await,
+            "+ 1 2 2 9 4 5 4.5\n- 1 1 1 5 5 5 5.0"
+        );
+    }
+
+    #[tokio::test]
+    async fn deleting_the_last_row_removes_the_group() {
+        let mut h = harness(true);
+        h.epoch("+ 1 5\n+ 2 6").await;
+        assert_eq!(h.epoch("- 2 6").await, "- 2 1 1 6 6 6 6.0");
+        assert_eq!(h.epoch("+ 2 6\n- 2 6").await, "");
+    }
+
+    #[tokio::test]
+    async fn nulls_count_as_rows_but_not_as_values() {
+        let mut h = harness(true);
+        assert_eq!(h.epoch("+ 1 NULL").await, "+ 1 1 0 NULL NULL NULL NULL");
+        assert_eq!(
+            h.epoch("+ 1 4").await,
+            "+ 1 2 1 4 4 4 4.0\n- 1 1 0 NULL NULL NULL NULL"
+        );
+    }
+
+    #[tokio::test]
+    async fn global_aggregate_has_one_row_even_when_empty() {
+        let mut h = harness(false);
+        assert_eq!(h.epoch("").await, "+ 0 0 NULL NULL NULL NULL");
+        assert_eq!(
+            h.epoch("+ 1 2\n+ 1 4").await,
+            "+ 2 2 6 2 4 3.0\n- 0 0 NULL NULL NULL NULL"
+        );
+        assert_eq!(
+            h.epoch("- 1 2\n- 1 4").await,
+            "+ 0 0 NULL NULL NULL NULL\n- 2 2 6 2 4 3.0"
+        );
+    }
+
+    #[test]
+    fn state_round_trips() {
+        let s = GroupState {
+            rows: 3,
+            accs: vec![
+                Acc::Count { n: 3 },
+                Acc::Exact { n: 2, sum: -5 },
+                Acc::Float { n: 1, sum: 1.5 },
+                Acc::Extreme { n: 2 },
+            ],
+            emitted: Some(vec![1, 2, 3]),
+        };
+        assert_eq!(decode_state(&encode_state(&s)).unwrap(), s);
+    }
+}

@@ -1,0 +1,206 @@
+//! Materialize: keeps a relation's rows (a table's or a view's) in a state table, as a
+//! multiset: key = the row's bytes, value = how many times it occurs.
+//!
+//! Queries read these tables at the last sealed epoch; a view created on top of this relation
+//! backfills from them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, UInt32Array};
+use datafusion::arrow::compute::take_record_batch;
+use datafusion::arrow::datatypes::SchemaRef;
+
+use crate::error::{Error, Result};
+use crate::state::{EpochWrites, Snapshot, StateStore, StateTable, TableId};
+use crate::stream::chunk::StreamChunk;
+use crate::stream::rows::RowCodec;
+
+pub struct Materialize {
+    table: StateTable,
+    codec: RowCodec,
+    schema: SchemaRef,
+    /// Changes in multiplicity during the current epoch, applied to the table at the barrier.
+    deltas: HashMap<Vec<u8>, i64>,
+}
+
+impl Materialize {
+    pub fn new(store: Arc<StateStore>, table: TableId, schema: SchemaRef) -> Result<Materialize> {
+        Ok(Materialize {
+            table: StateTable::new(store, table),
+            codec: RowCodec::for_schema(&schema)?,
+            schema,
+            deltas: HashMap::new(),
+        })
+    }
+
+    pub fn apply(&mut self, chunk: &StreamChunk) -> Result<()> {
+        let keys = self.codec.encode(chunk.data.columns())?;
+        for (key, op) in keys.into_iter().zip(&chunk.ops) {
+            *self.deltas.entry(key).or_insert(0) += op.weight();
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self, writes: &mut EpochWrites) -> Result<()> {
+        for (key, delta) in self.deltas.drain() {
+            if delta == 0 {
+                continue;
+            }
+            let old = match self.table.get(&key)? {
+                Some(v) => decode_count(&v)?,
+                None => 0,
+            };
+            let new = old + delta;
+            assert!(
+                new >= 0,
+                "materialized relation {} would hold a row {new} times",
+                self.table.id()
+            );
+            if new == 0 {
+                self.table.delete(key);
+            } else {
+                self.table.put(key, new.to_le_bytes().to_vec());
+            }
+        }
+        self.table.take_writes(writes);
+        Ok(())
+    }
+
+    /// The current contents as insert chunks of at most `rows_max` distinct rows each (rows
+    /// that occur several times are repeated). Call after `flush`.
+    pub fn contents(&self, rows_max: usize) -> Result<Vec<StreamChunk>> {
+        let mut entries: Vec<(Vec<u8>, i64)> = Vec::new();
+        let mut failure = None;
+        self.table
+            .scan(&[], false, &mut |k, v| match decode_count(v) {
+                Ok(c) => {
+                    entries.push((k.to_vec(), c));
+                    true
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    false
+                }
+            })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        entries
+            .chunks(rows_max.max(1))
+            .map(|part| {
+                Ok(StreamChunk::inserts(decode_counted(
+                    &self.codec,
+                    &self.schema,
+                    part,
+                )?))
+            })
+            .collect()
+    }
+}
+
+/// Reads a materialized relation at a sealed epoch, as batches of at most `rows_max` distinct
+/// rows.
+pub fn read_snapshot(
+    snapshot: &Snapshot,
+    table: TableId,
+    schema: &SchemaRef,
+    rows_max: usize,
+) -> Result<Vec<RecordBatch>> {
+    let codec = RowCodec::for_schema(schema)?;
+    let mut batches = Vec::new();
+    let mut part: Vec<(Vec<u8>, i64)> = Vec::new();
+    let mut failure: Option<Error> = None;
+    snapshot.scan_table(table, &mut |k, v| {
+        match decode_count(v) {
+            Ok(c) => part.push((k.to_vec(), c)),
+            Err(e) => {
+                failure = Some(e);
+                return false;
+            }
+        }
+        if part.len() >= rows_max {
+            match decode_counted(&codec, schema, &part) {
+                Ok(b) => batches.push(b),
+                Err(e) => {
+                    failure = Some(e);
+                    return false;
+                }
+            }
+            part.clear();
+        }
+        true
+    })?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if !part.is_empty() || batches.is_empty() {
+        batches.push(decode_counted(&codec, schema, &part)?);
+    }
+    Ok(batches)
+}
+
+fn decode_count(v: &[u8]) -> Result<i64> {
+    let bytes: [u8; 8] = v.try_into().map_err(|_| {
+        Error::new(
+            crate::error::ErrorKind::DataCorruption,
+            "bad row count in materialized state",
+        )
+    })?;
+    Ok(i64::from_le_bytes(bytes))
+}
+
+/// Decodes distinct rows with their counts into one batch, each row repeated `count` times.
+fn decode_counted(
+    codec: &RowCodec,
+    schema: &SchemaRef,
+    entries: &[(Vec<u8>, i64)],
+) -> Result<RecordBatch> {
+    let columns = codec.decode(entries.iter().map(|(k, _)| k.as_slice()))?;
+    let distinct = if columns.is_empty() {
+        RecordBatch::try_new_with_options(
+            schema.clone(),
+            columns,
+            &datafusion::arrow::array::RecordBatchOptions::new()
+                .with_row_count(Some(entries.len())),
+        )?
+    } else {
+        RecordBatch::try_new(schema.clone(), columns)?
+    };
+    if entries.iter().all(|(_, c)| *c == 1) {
+        return Ok(distinct);
+    }
+    let indices: UInt32Array = entries
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, c))| std::iter::repeat_n(i as u32, *c as usize))
+        .collect();
+    Ok(take_record_batch(&distinct, &indices)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::chunk::test_util::{chunk, render_sorted, schema};
+    use datafusion::arrow::datatypes::DataType;
+
+    #[tokio::test]
+    async fn keeps_a_multiset_of_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let s = schema(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
+        let mut m = Materialize::new(store.clone(), 9, s.clone()).unwrap();
+        m.apply(&chunk(&s, "+ 1 x\n+ 1 x\n+ 2 y\n+ 3 NULL"))
+            .unwrap();
+        m.apply(&chunk(&s, "- 2 y\n- 1 x")).unwrap();
+        let mut w = EpochWrites::default();
+        m.flush(&mut w).unwrap();
+        store.commit(1, w).await.unwrap();
+        store.seal(1);
+        let contents = m.contents(100).unwrap();
+        assert_eq!(render_sorted(&contents), "+ 1 x\n+ 3 NULL");
+        let read = read_snapshot(&store.snapshot(), 9, &s, 1).unwrap();
+        let rows: usize = read.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 2);
+    }
+}

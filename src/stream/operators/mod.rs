@@ -1,0 +1,6 @@
+//! The incremental operators, one per file.
+
+pub mod filter;
+pub mod hash_agg;
+pub mod materialize;
+pub mod project;

@@ -1,0 +1,277 @@
+//! The write path of a table: constraint checks against the table's latest rows, the durable
+//! change log, and the feed into the table's actor.
+//!
+//! A statement's changes are checked as a whole (nothing is applied if one row violates a
+//! constraint), appended and fsync'd to the change log, applied to the latest rows, and sent
+//! to the table's actor, all under the table's lock; only then is the statement acknowledged.
+//!
+//! The latest rows are kept in memory so that UPDATE, DELETE and primary-key checks see every
+//! acknowledged change, not only the last sealed epoch. See `docs/architecture.md` ("Tables")
+//! for why, and what replaces it.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use tokio::sync::mpsc;
+
+use crate::catalog::TableDef;
+use crate::changelog::ChangeLog;
+use crate::error::{Error, ErrorKind, Result};
+use crate::stream::chunk::{Op, StreamChunk};
+use crate::stream::message::Message;
+use crate::stream::rows::RowCodec;
+use crate::types::SqlType;
+
+pub struct TableWriter {
+    pub def: TableDef,
+    schema: SchemaRef,
+    log: ChangeLog,
+    feed: mpsc::Sender<Message>,
+    latest: LatestRows,
+}
+
+/// The rows of a table after every acknowledged statement.
+struct LatestRows {
+    row_codec: RowCodec,
+    key: Option<(Vec<usize>, RowCodec)>,
+    /// With a primary key: key bytes -> row bytes. Without: row bytes -> multiplicity, kept
+    /// in `counts`.
+    by_key: HashMap<Vec<u8>, Vec<u8>>,
+    counts: HashMap<Vec<u8>, i64>,
+}
+
+impl TableWriter {
+    /// Opens the table's change log, replays it into the latest rows, and returns the writer
+    /// with the replayed changes (to be sent through the table's actor).
+    pub fn open(
+        def: TableDef,
+        dir: &Path,
+        feed: mpsc::Sender<Message>,
+    ) -> Result<(TableWriter, Vec<StreamChunk>)> {
+        let schema = def.schema();
+        let (log, history) = ChangeLog::open(&log_path(dir, def.id))?;
+        let key = if def.primary_key.is_empty() {
+            None
+        } else {
+            let types = def
+                .primary_key
+                .iter()
+                .map(|i| schema.field(*i).data_type().clone())
+                .collect();
+            Some((def.primary_key.clone(), RowCodec::new(types)?))
+        };
+        let mut latest = LatestRows {
+            row_codec: RowCodec::for_schema(&schema)?,
+            key,
+            by_key: HashMap::new(),
+            counts: HashMap::new(),
+        };
+        for chunk in &history {
+            latest.apply(chunk)?;
+        }
+        Ok((
+            TableWriter {
+                def,
+                schema,
+                log,
+                feed,
+                latest,
+            },
+            history,
+        ))
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The table's rows after every acknowledged statement.
+    pub fn latest_batch(&self) -> Result<RecordBatch> {
+        self.latest.to_batch(&self.schema)
+    }
+
+    /// Checks, logs and applies one statement's changes: `deleted` rows (taken from the latest
+    /// rows) and `inserted` rows. Returns how many rows the statement affected.
+    pub async fn write(
+        &mut self,
+        deleted: Option<RecordBatch>,
+        inserted: Option<RecordBatch>,
+    ) -> Result<usize> {
+        let mut parts = Vec::new();
+        let mut ops = Vec::new();
+        if let Some(d) = deleted.filter(|b| b.num_rows() > 0) {
+            ops.extend(std::iter::repeat_n(Op::Delete, d.num_rows()));
+            parts.push(d);
+        }
+        if let Some(i) = inserted.filter(|b| b.num_rows() > 0) {
+            self.check_columns(&i)?;
+            ops.extend(std::iter::repeat_n(Op::Insert, i.num_rows()));
+            parts.push(i);
+        }
+        if ops.is_empty() {
+            return Ok(0);
+        }
+        let data = concat_batches(&self.schema, &parts)?;
+        let chunk = StreamChunk::new(ops, data);
+        self.latest.check_keys(&chunk, &self.def)?;
+        self.log.append(&chunk)?;
+        self.latest.apply(&chunk)?;
+        let affected = chunk
+            .ops
+            .iter()
+            .filter(|o| **o == Op::Insert)
+            .count()
+            .max(chunk.ops.iter().filter(|o| **o == Op::Delete).count());
+        self.feed.send(Message::Chunk(chunk)).await.map_err(|_| {
+            Error::unavailable(format!("table \"{}\" is being dropped", self.def.name))
+        })?;
+        Ok(affected)
+    }
+
+    /// NOT NULL and varchar(n) limits.
+    fn check_columns(&self, rows: &RecordBatch) -> Result<()> {
+        for (i, col) in self.def.columns.iter().enumerate() {
+            let array = rows.column(i);
+            if col.not_null && array.null_count() > 0 {
+                return Err(Error::new(
+                    ErrorKind::NotNullViolation,
+                    format!(
+                        "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                        col.name, self.def.name
+                    ),
+                ));
+            }
+            if let SqlType::Varchar {
+                max_chars: Some(max),
+            } = col.ty
+            {
+                if let Some(s) = array.as_any().downcast_ref::<StringArray>() {
+                    if s.iter().flatten().any(|v| v.chars().count() > max as usize) {
+                        return Err(Error::new(
+                            ErrorKind::StringTooLong,
+                            format!("value too long for type character varying({max})"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn log_path(dir: &Path, id: u32) -> std::path::PathBuf {
+    dir.join(format!("{id}.log"))
+}
+
+impl LatestRows {
+    fn keys_of(&self, columns: &[ArrayRef]) -> Result<Option<Vec<Vec<u8>>>> {
+        match &self.key {
+            Some((cols, codec)) => {
+                let key_columns: Vec<ArrayRef> = cols.iter().map(|i| columns[*i].clone()).collect();
+                Ok(Some(codec.encode(&key_columns)?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Refuses a change that would give two rows the same primary key.
+    fn check_keys(&self, chunk: &StreamChunk, def: &TableDef) -> Result<()> {
+        let Some(keys) = self.keys_of(chunk.data.columns())? else {
+            return Ok(());
+        };
+        let mut removed: HashMap<&[u8], ()> = HashMap::new();
+        let mut added: HashMap<&[u8], usize> = HashMap::new();
+        for (row, (key, op)) in keys.iter().zip(&chunk.ops).enumerate() {
+            match op {
+                Op::Delete => {
+                    removed.insert(key, ());
+                }
+                Op::Insert => {
+                    let taken = (self.by_key.contains_key(key)
+                        && !removed.contains_key(key.as_slice()))
+                        || added.contains_key(key.as_slice());
+                    if taken {
+                        return Err(duplicate_key(def, chunk, row));
+                    }
+                    added.insert(key, row);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, chunk: &StreamChunk) -> Result<()> {
+        let rows = self.row_codec.encode(chunk.data.columns())?;
+        match self.keys_of(chunk.data.columns())? {
+            Some(keys) => {
+                for ((key, row), op) in keys.into_iter().zip(rows).zip(&chunk.ops) {
+                    match op {
+                        Op::Delete => {
+                            self.by_key.remove(&key);
+                        }
+                        Op::Insert => {
+                            self.by_key.insert(key, row);
+                        }
+                    }
+                }
+            }
+            None => {
+                for (row, op) in rows.into_iter().zip(&chunk.ops) {
+                    let count = self.counts.entry(row).or_insert(0);
+                    *count += op.weight();
+                    // Deletions are taken from the latest rows, so a count never goes below 0.
+                    assert!(*count >= 0, "deleted a row the table does not hold");
+                }
+                self.counts.retain(|_, c| *c > 0);
+            }
+        }
+        Ok(())
+    }
+
+    fn to_batch(&self, schema: &SchemaRef) -> Result<RecordBatch> {
+        let rows: Vec<&[u8]> = if self.key.is_some() {
+            self.by_key.values().map(Vec::as_slice).collect()
+        } else {
+            self.counts
+                .iter()
+                .flat_map(|(r, c)| std::iter::repeat_n(r.as_slice(), *c as usize))
+                .collect()
+        };
+        if rows.is_empty() {
+            return Ok(RecordBatch::new_empty(schema.clone()));
+        }
+        let columns = self.row_codec.decode(rows)?;
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    }
+}
+
+fn duplicate_key(def: &TableDef, chunk: &StreamChunk, row: usize) -> Error {
+    let names: Vec<&str> = def
+        .primary_key
+        .iter()
+        .map(|i| def.columns[*i].name.as_str())
+        .collect();
+    let values: Vec<String> = def
+        .primary_key
+        .iter()
+        .map(|i| {
+            datafusion::arrow::util::display::array_value_to_string(chunk.data.column(*i), row)
+                .unwrap_or_else(|_| "?".into())
+        })
+        .collect();
+    Error::new(
+        ErrorKind::UniqueViolation,
+        format!(
+            "duplicate key value violates unique constraint \"{}_pkey\"",
+            def.name
+        ),
+    )
+    .with_detail(format!(
+        "Key ({})=({}) already exists.",
+        names.join(", "),
+        values.join(", ")
+    ))
+}

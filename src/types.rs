@@ -1,0 +1,269 @@
+//! SQL types as PostgreSQL names them, and how each maps to an Arrow type and a built-in OID.
+//!
+//! Table columns are declared with a `SqlType`; everything computed (view columns, query
+//! results) is typed by DataFusion in Arrow terms, and `pg_type_of` maps those back to the
+//! PostgreSQL type a client sees.
+
+use std::fmt;
+
+use datafusion::arrow::datatypes::{DataType, IntervalUnit, TimeUnit};
+use datafusion::sql::sqlparser::ast::{self, ExactNumberInfo};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// The time zone in which `timestamptz` values are stored and shown.
+pub const TIMESTAMPTZ_ZONE: &str = "+00:00";
+
+/// Largest precision of a `numeric` column: Arrow's Decimal128 holds 38 digits.
+pub const NUMERIC_PRECISION_MAX: u8 = 38;
+
+/// Scale given to `numeric` declared without precision and scale (PostgreSQL's unconstrained
+/// numeric has no fixed scale; Weir stores such columns as numeric(38,10)).
+pub const NUMERIC_DEFAULT_SCALE: i8 = 10;
+
+/// A column type that a table can declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SqlType {
+    Boolean,
+    SmallInt,
+    Integer,
+    BigInt,
+    Real,
+    Double,
+    Numeric { precision: u8, scale: i8 },
+    Text,
+    Varchar { max_chars: Option<u32> },
+    Date,
+    Timestamp,
+    Timestamptz,
+    Interval,
+}
+
+impl SqlType {
+    pub fn to_arrow(self) -> DataType {
+        match self {
+            SqlType::Boolean => DataType::Boolean,
+            SqlType::SmallInt => DataType::Int16,
+            SqlType::Integer => DataType::Int32,
+            SqlType::BigInt => DataType::Int64,
+            SqlType::Real => DataType::Float32,
+            SqlType::Double => DataType::Float64,
+            SqlType::Numeric { precision, scale } => DataType::Decimal128(precision, scale),
+            SqlType::Text | SqlType::Varchar { .. } => DataType::Utf8,
+            SqlType::Date => DataType::Date32,
+            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::Timestamptz => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some(TIMESTAMPTZ_ZONE.into()))
+            }
+            SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
+        }
+    }
+
+    /// Reads a type from a `CREATE TABLE` column definition.
+    pub fn from_ast(t: &ast::DataType) -> Result<SqlType> {
+        use ast::DataType as T;
+        let unsupported = || {
+            Error::not_supported(format!("type {t} is not supported"))
+                .with_hint("Supported types: boolean, smallint, integer, bigint, real, double precision, numeric(p,s), text, varchar(n), date, timestamp, timestamptz, interval.")
+        };
+        Ok(match t {
+            T::Bool | T::Boolean => SqlType::Boolean,
+            T::SmallInt(_) | T::Int2(_) => SqlType::SmallInt,
+            T::Int(_) | T::Integer(_) | T::Int4(_) => SqlType::Integer,
+            T::BigInt(_) | T::Int8(_) => SqlType::BigInt,
+            T::Real | T::Float4 => SqlType::Real,
+            T::Double(_) | T::DoublePrecision | T::Float8 => SqlType::Double,
+            T::Float(info) => match info {
+                ExactNumberInfo::Precision(p) if *p <= 24 => SqlType::Real,
+                _ => SqlType::Double,
+            },
+            T::Numeric(info) | T::Decimal(info) | T::Dec(info) => numeric_type(info)?,
+            T::Text | T::String(_) => SqlType::Text,
+            T::Varchar(len) | T::CharacterVarying(len) | T::CharVarying(len) => SqlType::Varchar {
+                max_chars: char_length(len.as_ref())?,
+            },
+            T::Date => SqlType::Date,
+            T::Timestamp(_, tz) => match tz {
+                ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone => SqlType::Timestamp,
+                ast::TimezoneInfo::WithTimeZone | ast::TimezoneInfo::Tz => SqlType::Timestamptz,
+            },
+            T::TimestampNtz(_) => SqlType::Timestamp,
+            T::Interval { .. } => SqlType::Interval,
+            T::Custom(name, modifiers) if modifiers.is_empty() => {
+                match name.to_string().to_lowercase().as_str() {
+                    "timestamptz" => SqlType::Timestamptz,
+                    "int2" => SqlType::SmallInt,
+                    "int4" => SqlType::Integer,
+                    "int8" => SqlType::BigInt,
+                    "float4" => SqlType::Real,
+                    "float8" => SqlType::Double,
+                    "bool" => SqlType::Boolean,
+                    _ => return Err(unsupported()),
+                }
+            }
+            _ => return Err(unsupported()),
+        })
+    }
+
+    /// The OID of the built-in PostgreSQL type.
+    pub fn pg_oid(self) -> u32 {
+        match self {
+            SqlType::Varchar { .. } => 1043,
+            other => pg_type_of(&other.to_arrow()).oid,
+        }
+    }
+}
+
+fn numeric_type(info: &ExactNumberInfo) -> Result<SqlType> {
+    let (precision, scale) = match info {
+        ExactNumberInfo::None => (NUMERIC_PRECISION_MAX as u64, NUMERIC_DEFAULT_SCALE as i64),
+        ExactNumberInfo::Precision(p) => (*p, 0),
+        ExactNumberInfo::PrecisionAndScale(p, s) => (*p, *s),
+    };
+    if precision == 0 || precision > NUMERIC_PRECISION_MAX as u64 {
+        return Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!("NUMERIC precision {precision} must be between 1 and {NUMERIC_PRECISION_MAX}"),
+        ));
+    }
+    if scale < 0 || scale as u64 > precision {
+        return Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!("NUMERIC scale {scale} must be between 0 and precision {precision}"),
+        ));
+    }
+    Ok(SqlType::Numeric {
+        precision: precision as u8,
+        scale: scale as i8,
+    })
+}
+
+fn char_length(len: Option<&ast::CharacterLength>) -> Result<Option<u32>> {
+    match len {
+        None | Some(ast::CharacterLength::Max) => Ok(None),
+        Some(ast::CharacterLength::IntegerLength { length, .. }) => {
+            if *length == 0 || *length > 10_485_760 {
+                return Err(Error::new(
+                    ErrorKind::InvalidParameter,
+                    format!("length for type varchar must be between 1 and 10485760, not {length}"),
+                ));
+            }
+            Ok(Some(*length as u32))
+        }
+    }
+}
+
+impl fmt::Display for SqlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SqlType::Boolean => f.write_str("boolean"),
+            SqlType::SmallInt => f.write_str("smallint"),
+            SqlType::Integer => f.write_str("integer"),
+            SqlType::BigInt => f.write_str("bigint"),
+            SqlType::Real => f.write_str("real"),
+            SqlType::Double => f.write_str("double precision"),
+            SqlType::Numeric { precision, scale } => write!(f, "numeric({precision},{scale})"),
+            SqlType::Text => f.write_str("text"),
+            SqlType::Varchar { max_chars: None } => f.write_str("character varying"),
+            SqlType::Varchar { max_chars: Some(n) } => write!(f, "character varying({n})"),
+            SqlType::Date => f.write_str("date"),
+            SqlType::Timestamp => f.write_str("timestamp without time zone"),
+            SqlType::Timestamptz => f.write_str("timestamp with time zone"),
+            SqlType::Interval => f.write_str("interval"),
+        }
+    }
+}
+
+/// A PostgreSQL type as a client sees it in a RowDescription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgType {
+    pub oid: u32,
+    pub name: &'static str,
+}
+
+/// The built-in PostgreSQL type a value of this Arrow type is sent as. Only built-in OIDs go
+/// on the wire: types without a faithful PostgreSQL twin are sent as text.
+pub fn pg_type_of(t: &DataType) -> PgType {
+    let (oid, name) = match t {
+        DataType::Boolean => (16, "boolean"),
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => (21, "smallint"),
+        DataType::Int32 | DataType::UInt16 => (23, "integer"),
+        DataType::Int64 | DataType::UInt32 => (20, "bigint"),
+        DataType::UInt64 => (1700, "numeric"),
+        DataType::Float16 | DataType::Float32 => (700, "real"),
+        DataType::Float64 => (701, "double precision"),
+        DataType::Decimal32(..)
+        | DataType::Decimal64(..)
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => (1700, "numeric"),
+        DataType::Date32 | DataType::Date64 => (1082, "date"),
+        DataType::Timestamp(_, None) => (1114, "timestamp without time zone"),
+        DataType::Timestamp(_, Some(_)) => (1184, "timestamp with time zone"),
+        DataType::Interval(_) | DataType::Duration(_) => (1186, "interval"),
+        DataType::Time32(_) | DataType::Time64(_) => (1083, "time without time zone"),
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => (17, "bytea"),
+        DataType::Dictionary(_, v) => return pg_type_of(v),
+        _ => (25, "text"),
+    };
+    PgType { oid, name }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn parse_type(s: &str) -> Result<SqlType> {
+        let sql = format!("CREATE TABLE t (c {s})");
+        let stmt = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+            .unwrap()
+            .remove(0);
+        match stmt {
+            ast::Statement::CreateTable(ct) => SqlType::from_ast(&ct.columns[0].data_type),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn declared_types_map_to_postgres_names() {
+        for (decl, shown) in [
+            ("int", "integer"),
+            ("int8", "bigint"),
+            ("smallint", "smallint"),
+            ("real", "real"),
+            ("double precision", "double precision"),
+            ("numeric(10,2)", "numeric(10,2)"),
+            ("decimal(5)", "numeric(5,0)"),
+            ("varchar(20)", "character varying(20)"),
+            ("text", "text"),
+            ("timestamptz", "timestamp with time zone"),
+            ("timestamp", "timestamp without time zone"),
+            ("date", "date"),
+            ("interval", "interval"),
+            ("boolean", "boolean"),
+        ] {
+            assert_eq!(parse_type(decl).unwrap().to_string(), shown, "{decl}");
+        }
+    }
+
+    #[test]
+    fn out_of_range_numeric_is_refused() {
+        assert_eq!(
+            parse_type("numeric(50,2)").unwrap_err().kind,
+            ErrorKind::InvalidParameter
+        );
+        assert_eq!(
+            parse_type("numeric(5,7)").unwrap_err().kind,
+            ErrorKind::InvalidParameter
+        );
+        assert_eq!(
+            parse_type("json").unwrap_err().kind,
+            ErrorKind::NotSupported
+        );
+    }
+}

@@ -1,0 +1,148 @@
+//! A Weir server for tests: in this process, on a free loopback port, with its own data
+//! directory.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use weir::config::Config;
+use weir::db::Database;
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        TestServer::start_in(dir, adjust).await
+    }
+
+    /// Starts a server on an existing data directory (to test restarts).
+    pub async fn start_in(dir: tempfile::TempDir, adjust: impl FnOnce(&mut Config)) -> TestServer {
+        let mut config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        adjust(&mut config);
+        let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let db: Arc<Database> = Database::open(config).await.expect("open database");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(weir::server::serve(db, listener, async {
+            let _ = rx.await;
+        }));
+        TestServer {
+            addr,
+            dir,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub fn conn_str(&self) -> String {
+        format!(
+            "host={} port={} user=weir dbname=weir",
+            self.addr.ip(),
+            self.addr.port()
+        )
+    }
+
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.conn_str(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+
+    /// Stops accepting connections and returns the data directory.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, dir)
+    }
+}
+
+/// The `weir` binary running as a child process: for restarts and crashes.
+pub struct ChildServer {
+    pub addr: SocketAddr,
+    child: tokio::process::Child,
+    /// The server's log (stdout and stderr), next to its data directory.
+    pub log: std::path::PathBuf,
+}
+
+impl ChildServer {
+    pub async fn start(data_dir: &std::path::Path) -> ChildServer {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let log = data_dir.with_extension("log");
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["serve", "--listen", &addr.to_string(), "--data-dir"])
+            .arg(data_dir)
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start weir");
+        // The server listens once it has rebuilt its state; wait for that.
+        for _ in 0..600 {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return ChildServer { addr, child, log };
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("weir did not start listening on {addr}");
+    }
+
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let conn = format!(
+            "host={} port={} user=weir dbname=weir",
+            self.addr.ip(),
+            self.addr.port()
+        );
+        let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    }
+
+    /// Sends `signal` (15 = SIGTERM, 9 = SIGKILL) and waits for the process to end.
+    pub async fn stop(mut self, signal: i32) -> std::process::ExitStatus {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: kill(2) on a child process we own.
+        assert_eq!(unsafe { kill(pid, signal) }, 0);
+        self.child.wait().await.expect("wait")
+    }
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}

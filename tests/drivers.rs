@@ -1,0 +1,233 @@
+//! Real clients against a real server: tokio-postgres (extended protocol, parameters, binary
+//! results) and psql, and the `weir` binary's own start and clean shutdown.
+
+mod common;
+
+use std::error::Error;
+use std::process::Command;
+
+use tokio_postgres::types::{FromSql, Type};
+
+use common::{ChildServer, TestServer};
+
+/// A value read in binary format without interpreting it: checks the wire bytes directly.
+struct Raw(Vec<u8>);
+
+impl<'a> FromSql<'a> for Raw {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        Ok(Raw(raw.to_vec()))
+    }
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+async fn setup(client: &tokio_postgres::Client) {
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, name text, score double precision, amount numeric(10,2), day date, at timestamp, span interval, ok boolean, big bigint, small smallint, r real);
+             INSERT INTO t VALUES (1, 'one', 1.5, 12.34, '2024-01-02', '2024-01-02 03:04:05.25', '1 day', true, 9000000000, 7, 0.5),
+                                  (2, 'two', NULL, -0.5, NULL, NULL, NULL, false, -1, -7, NULL);
+             CREATE MATERIALIZED VIEW v AS SELECT id, name, amount FROM t WHERE id > 0;
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_parameters_and_binary_results() {
+    let server = TestServer::start().await;
+    let client = server.connect().await;
+    setup(&client).await;
+
+    // Parameters whose types the server infers, results in binary.
+    let rows = client
+        .query(
+            "SELECT id, name, score, big, small, ok, r FROM t WHERE id = $1",
+            &[&1i32],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r.get::<_, i32>(0), 1);
+    assert_eq!(r.get::<_, &str>(1), "one");
+    assert_eq!(r.get::<_, f64>(2), 1.5);
+    assert_eq!(r.get::<_, i64>(3), 9_000_000_000);
+    assert_eq!(r.get::<_, i16>(4), 7);
+    assert!(r.get::<_, bool>(5));
+    assert_eq!(r.get::<_, f32>(6), 0.5);
+
+    // Binary forms of numeric, date, timestamp and interval, byte for byte as PostgreSQL sends them.
+    let rows = client
+        .query("SELECT amount, day, at, span FROM t WHERE id = 1", &[])
+        .await
+        .unwrap();
+    let r = &rows[0];
+    // 12.34: two base-10000 digits (12, 3400), weight 0, positive, scale 2.
+    assert_eq!(
+        r.get::<_, Raw>(0).0,
+        [0, 2, 0, 0, 0, 0, 0, 2, 0, 12, 0x0d, 0x48]
+    );
+    // 2024-01-02 is 8767 days after 2000-01-01.
+    assert_eq!(r.get::<_, Raw>(1).0, 8767i32.to_be_bytes());
+    let micros: i64 = 8767 * 86_400_000_000 + (3 * 3600 + 4 * 60 + 5) * 1_000_000 + 250_000;
+    assert_eq!(r.get::<_, Raw>(2).0, micros.to_be_bytes());
+    let mut iv = Vec::new();
+    iv.extend_from_slice(&0i64.to_be_bytes());
+    iv.extend_from_slice(&1i32.to_be_bytes());
+    iv.extend_from_slice(&0i32.to_be_bytes());
+    assert_eq!(r.get::<_, Raw>(3).0, iv);
+    let types: Vec<Type> = rows[0]
+        .columns()
+        .iter()
+        .map(|c| c.type_().clone())
+        .collect();
+    assert_eq!(
+        types,
+        [Type::NUMERIC, Type::DATE, Type::TIMESTAMP, Type::INTERVAL]
+    );
+
+    // NULLs in binary.
+    let rows = client
+        .query("SELECT score, day FROM t WHERE id = $1", &[&2i32])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, Option<f64>>(0), None);
+
+    // A named statement, prepared once and run after several Syncs, with DML parameters.
+    let insert = client
+        .prepare("INSERT INTO t (id, name) VALUES ($1, $2)")
+        .await
+        .unwrap();
+    assert_eq!(insert.params(), &[Type::INT4, Type::TEXT]);
+    for i in 10..15 {
+        let n = client
+            .execute(&insert, &[&i, &format!("n{i}")])
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    client.batch_execute("FLUSH").await.unwrap();
+    let count = client
+        .prepare("SELECT count(*) FROM t WHERE id >= $1")
+        .await
+        .unwrap();
+    assert_eq!(count.columns()[0].type_(), &Type::INT8);
+    let n: i64 = client.query_one(&count, &[&10i32]).await.unwrap().get(0);
+    assert_eq!(n, 5);
+
+    // Errors keep their SQLSTATE on the extended protocol too.
+    let err = client
+        .execute(&insert, &[&10i32, &"dup"])
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "23505");
+    let err = client.prepare("SELECT * FROM nowhere").await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "42P01");
+
+    // The view follows, read through the extended protocol after FLUSH.
+    client.batch_execute("FLUSH").await.unwrap();
+    let rows = client
+        .query(
+            "SELECT name FROM v WHERE id BETWEEN $1 AND $2 ORDER BY id",
+            &[&10i32, &11i32],
+        )
+        .await
+        .unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(names, ["n10", "n11"]);
+
+    // A transaction block as drivers send it.
+    client
+        .batch_execute("BEGIN; INSERT INTO t (id) VALUES (99); COMMIT; FLUSH")
+        .await
+        .unwrap();
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM t WHERE id = 99", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+fn psql(server: &TestServer, sql: &str) -> (bool, String, String) {
+    let out = Command::new("psql")
+        .args([
+            "-X",
+            "-h",
+            &server.addr.ip().to_string(),
+            "-p",
+            &server.addr.port().to_string(),
+            "-U",
+            "weir",
+            "-d",
+            "weir",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-At",
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql is installed (.ci/run installs postgresql-client)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_runs_statements() {
+    let server = TestServer::start().await;
+    let (ok, _, err) = psql(&server, "CREATE TABLE p (a int, b text)");
+    assert!(ok, "{err}");
+    let (ok, _, err) = psql(&server, "INSERT INTO p VALUES (1, 'x'), (2, NULL)");
+    assert!(ok, "{err}");
+    let (ok, _, err) = psql(
+        &server,
+        "CREATE MATERIALIZED VIEW pv AS SELECT count(*) AS n, max(a) AS m FROM p",
+    );
+    assert!(ok, "{err}");
+    let (ok, out, err) = psql(&server, "SELECT * FROM pv");
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "2|2");
+    let (ok, _, err) = psql(&server, "SELECT * FROM nothing");
+    assert!(!ok);
+    assert!(err.contains("relation \"nothing\" does not exist"), "{err}");
+    // psql prints the caret under the error position.
+    let (ok, _, err) = psql(&server, "SELECT 1 +* 2");
+    assert!(!ok);
+    assert!(err.contains("LINE 1: SELECT 1 +* 2"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_starts_serves_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(dir.path()).await;
+    let client = server.connect().await;
+    let v: String = client
+        .query_one("SELECT version()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(v.starts_with("PostgreSQL 15.18 (Weir "), "{v}");
+    // Any user name is trusted on loopback; a wrong database name is refused at startup.
+    let wrong = format!(
+        "host=127.0.0.1 port={} user=anyone dbname=other",
+        server.addr.port()
+    );
+    let err = tokio_postgres::connect(&wrong, tokio_postgres::NoTls)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "3D000");
+    let log_path = server.log.clone();
+    let status = server.stop(15).await;
+    assert!(status.success(), "exit status {status:?}");
+    let log = std::fs::read_to_string(log_path).unwrap();
+    assert!(log.contains("connect with psql -h 127.0.0.1 -p"), "{log}");
+    assert!(log.contains("weir shut down"), "{log}");
+}

@@ -1,0 +1,82 @@
+"""psycopg 3 against a running Weir server: connection, implicit transactions, server-side
+parameters (with types), text and binary results, prepared statements.
+
+Usage: python3 tests/drivers/psycopg_test.py "host=127.0.0.1 port=4466 dbname=weir user=weir"
+"""
+import datetime
+import decimal
+import sys
+
+import psycopg
+
+
+def main(dsn):
+    checks = 0
+    with psycopg.connect(dsn) as conn:
+        assert conn.info.server_version == 150018, conn.info.server_version
+        # psycopg opens a transaction implicitly (BEGIN) and commits on leaving the block.
+        with conn.cursor() as cur:
+            cur.execute(
+                "CREATE TABLE py (id int PRIMARY KEY, name text, amount numeric(10,2),"
+                " day date, at timestamp, ok boolean, score double precision)")
+            cur.execute(
+                "INSERT INTO py VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (1, "one", decimal.Decimal("12.34"), datetime.date(2024, 1, 2),
+                 datetime.datetime(2024, 1, 2, 3, 4, 5, 250000), True, 1.5))
+            cur.executemany(
+                "INSERT INTO py (id, name) VALUES (%s, %s)",
+                [(i, f"n{i}") for i in range(2, 8)])
+            cur.execute("CREATE MATERIALIZED VIEW py_count AS SELECT count(*) AS n FROM py")
+            cur.execute("FLUSH")
+        conn.commit()
+        checks += 1
+
+        with conn.cursor() as cur:
+            cur.execute("SELECT id, name, amount, day, at, ok, score FROM py WHERE id = %s", (1,))
+            row = cur.fetchone()
+            assert row == (1, "one", decimal.Decimal("12.34"), datetime.date(2024, 1, 2),
+                           datetime.datetime(2024, 1, 2, 3, 4, 5, 250000), True, 1.5), row
+            checks += 1
+
+        # Binary results.
+        with conn.cursor(binary=True) as cur:
+            cur.execute("SELECT id, amount, day, at, ok FROM py WHERE id = %s", (1,))
+            row = cur.fetchone()
+            assert row == (1, decimal.Decimal("12.34"), datetime.date(2024, 1, 2),
+                           datetime.datetime(2024, 1, 2, 3, 4, 5, 250000), True), row
+            checks += 1
+
+        # The same statement run often enough is prepared server-side (a named statement).
+        with conn.cursor() as cur:
+            for i in range(2, 8):
+                cur.execute("SELECT name FROM py WHERE id = %s", (i,), prepare=True)
+                assert cur.fetchone() == (f"n{i}",)
+            checks += 1
+
+        with conn.cursor() as cur:
+            cur.execute("SELECT n FROM py_count")
+            assert cur.fetchone() == (7,)
+            checks += 1
+
+        # Errors carry their SQLSTATE, and the connection recovers after a rollback.
+        with conn.cursor() as cur:
+            try:
+                cur.execute("INSERT INTO py (id, name) VALUES (%s, %s)", (1, "dup"))
+                raise AssertionError("duplicate key accepted")
+            except psycopg.errors.UniqueViolation:
+                conn.rollback()
+            cur.execute("SELECT 1")
+            assert cur.fetchone() == (1,)
+            checks += 1
+
+        with conn.cursor() as cur:
+            cur.execute("SHOW transaction isolation level")
+            assert cur.fetchone() == ("read committed",)
+            cur.execute("SELECT version()")
+            assert cur.fetchone()[0].startswith("PostgreSQL 15.18 (Weir ")
+            checks += 1
+    print(f"psycopg: {checks} passed, 0 failed")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,115 @@
+//! Whole-server behaviour: restarts keep every acknowledged change, limits refuse cleanly.
+
+mod common;
+
+use common::{ChildServer, TestServer};
+
+async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    let mut out: Vec<String> = client
+        .simple_query(sql)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_rebuilds_tables_and_views_from_the_change_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(dir.path()).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE k (id int PRIMARY KEY, g text, v int);
+             INSERT INTO k VALUES (1, 'a', 10), (2, 'a', 20), (3, 'b', 5);
+             CREATE MATERIALIZED VIEW kv AS SELECT g, sum(v) AS s, max(v) AS m FROM k GROUP BY g;
+             CREATE MATERIALIZED VIEW kv2 AS SELECT s FROM kv WHERE m > 6;
+             UPDATE k SET v = 1 WHERE id = 2;
+             DELETE FROM k WHERE id = 3;",
+        )
+        .await
+        .unwrap();
+    // No FLUSH: acknowledged changes survive a clean stop anyway.
+    assert!(server.stop(15).await.success());
+    let server = ChildServer::start(dir.path()).await;
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(rows(&client, "SELECT * FROM k").await, ["1 a 10", "2 a 1"]);
+    assert_eq!(rows(&client, "SELECT * FROM kv").await, ["a 11 10"]);
+    assert_eq!(rows(&client, "SELECT * FROM kv2").await, ["11"]);
+    // The primary key is still enforced, and the views still follow changes.
+    let err = client
+        .batch_execute("INSERT INTO k VALUES (1, 'z', 0)")
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "23505");
+    client
+        .batch_execute("INSERT INTO k VALUES (4, 'b', 7)")
+        .await
+        .unwrap();
+    // A crash (SIGKILL) right after the acknowledgement loses nothing either.
+    server.stop(9).await;
+    let server = ChildServer::start(dir.path()).await;
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        rows(&client, "SELECT * FROM kv").await,
+        ["a 11 10", "b 7 7"]
+    );
+    assert_eq!(rows(&client, "SELECT * FROM kv2").await, ["11", "7"]);
+    // Dropped objects stay dropped.
+    client.batch_execute("DROP TABLE k CASCADE").await.unwrap();
+    assert!(server.stop(15).await.success());
+    let server = ChildServer::start(dir.path()).await;
+    let client = server.connect().await;
+    assert!(rows(&client, "SHOW TABLES").await.is_empty());
+    assert!(server.stop(15).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_refused_with_53300() {
+    let server = TestServer::start_with(|c| c.connections_max = 2).await;
+    let a = server.connect().await;
+    let b = server.connect().await;
+    let err = tokio_postgres::connect(&server.conn_str(), tokio_postgres::NoTls)
+        .await
+        .err()
+        .expect("third connection refused");
+    assert_eq!(err.as_db_error().unwrap().code().code(), "53300");
+    drop(a);
+    // The freed place can be taken again once the first connection has gone.
+    let mut ok = false;
+    for _ in 0..50 {
+        if tokio_postgres::connect(&server.conn_str(), tokio_postgres::NoTls)
+            .await
+            .is_ok()
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(ok, "a place was freed");
+    b.simple_query("SELECT 1").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_statements_are_refused_with_54000() {
+    let server = TestServer::start_with(|c| c.statement_bytes_max = 1000).await;
+    let client = server.connect().await;
+    let big = format!("SELECT '{}'", "x".repeat(2000));
+    let err = client.simple_query(&big).await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "54000");
+    client.simple_query("SELECT 1").await.unwrap();
+}
