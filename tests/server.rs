@@ -113,3 +113,71 @@ async fn oversized_statements_are_refused_with_54000() {
     assert_eq!(err.as_db_error().unwrap().code().code(), "54000");
     client.simple_query("SELECT 1").await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_and_a_view_created_mid_stream_agree_with_the_table() {
+    let server = TestServer::start_with(|c| c.barrier_interval_ms = 20).await;
+    let admin = server.connect().await;
+    admin
+        .batch_execute(
+            "CREATE TABLE w (k int, v int);
+             CREATE MATERIALIZED VIEW early AS SELECT k, count(*) AS c, sum(v) AS s, min(v) AS lo, max(v) AS hi FROM w GROUP BY k;",
+        )
+        .await
+        .unwrap();
+    let mut writers = Vec::new();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut started_tx = Some(started_tx);
+    for w in 0..4i32 {
+        let client = server.connect().await;
+        let mut started = if w == 0 { started_tx.take() } else { None };
+        writers.push(tokio::spawn(async move {
+            for i in 0..60i32 {
+                if i == 20 {
+                    if let Some(tx) = started.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                let k = (i * 7 + w) % 5;
+                client
+                    .batch_execute(&format!(
+                        "INSERT INTO w VALUES ({k}, {}), ({k}, {})",
+                        w * 1000 + i,
+                        -i
+                    ))
+                    .await
+                    .unwrap();
+                if i % 10 == 9 {
+                    client
+                        .batch_execute(&format!("DELETE FROM w WHERE v = {}", w * 1000 + i - 3))
+                        .await
+                        .unwrap();
+                    client
+                        .batch_execute(&format!("UPDATE w SET v = v + 1 WHERE v = {}", -i))
+                        .await
+                        .unwrap();
+                }
+            }
+        }));
+    }
+    // Created while the writers run: it must backfill exactly what came before it.
+    started_rx.await.unwrap();
+    admin
+        .batch_execute("CREATE MATERIALIZED VIEW late AS SELECT k, count(*) AS c, sum(v) AS s, min(v) AS lo, max(v) AS hi FROM w GROUP BY k")
+        .await
+        .unwrap();
+    for w in writers {
+        w.await.unwrap();
+    }
+    admin.batch_execute("FLUSH").await.unwrap();
+    let expected = rows(
+        &admin,
+        "SELECT k, count(*), sum(v), min(v), max(v) FROM w GROUP BY k",
+    )
+    .await;
+    assert_eq!(expected.len(), 5);
+    assert_eq!(rows(&admin, "SELECT * FROM early").await, expected);
+    assert_eq!(rows(&admin, "SELECT * FROM late").await, expected);
+    let total: Vec<String> = rows(&admin, "SELECT count(*) FROM w").await;
+    assert_eq!(total, [(4 * 60 * 2 - 4 * 6).to_string()]);
+}
