@@ -35,6 +35,10 @@ pub fn base_config() -> SessionConfig {
         .with_information_schema(false)
         .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
         .set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false)
+        // Numeric literals are exact (`0.1` is numeric, as in PostgreSQL, not a float).
+        .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
+        // timestamptz values are computed and shown in UTC.
+        .set_str("datafusion.execution.time_zone", crate::types::TIMESTAMPTZ_ZONE)
         .set_bool(
             "datafusion.execution.parquet.schema_force_view_types",
             false,
