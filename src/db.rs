@@ -721,7 +721,7 @@ impl Database {
         if let Some(p) = params {
             plan = plan.with_param_values(p.clone())?;
         }
-        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let schema = result_schema(&plan);
         let batch = run(&ctx, plan).await?;
         Ok(Output::Rows {
             schema,
@@ -784,10 +784,9 @@ fn identity_exprs(schema: &SchemaRef) -> Vec<Arc<dyn datafusion::physical_plan::
 
 /// The view's columns: the query's output types, named as PostgreSQL would name them.
 fn view_schema(plan: &LogicalPlan, types: &SchemaRef) -> Result<SchemaRef> {
-    let names: Vec<String> = match plan {
-        LogicalPlan::Projection(p) => p.expr.iter().map(pg_column_name).collect(),
-        _ => types.fields().iter().map(|f| f.name().clone()).collect(),
-    };
+    let names: Vec<String> = pg_names(plan)
+        .filter(|n| n.len() == types.fields().len())
+        .unwrap_or_else(|| types.fields().iter().map(|f| f.name().clone()).collect());
     let fields: Vec<Field> = types
         .fields()
         .iter()
@@ -795,6 +794,68 @@ fn view_schema(plan: &LogicalPlan, types: &SchemaRef) -> Result<SchemaRef> {
         .map(|(f, n)| Field::new(n, f.data_type().clone(), true))
         .collect();
     Ok(Arc::new(Schema::new(fields)))
+}
+
+/// A query's result columns as a client sees them: the plan's types under PostgreSQL's
+/// column names (`count`, not DataFusion's `count(*)`).
+pub fn result_schema(plan: &LogicalPlan) -> SchemaRef {
+    let schema = plan.schema().as_arrow();
+    let names = pg_names(plan).filter(|n| n.len() == schema.fields().len());
+    match names {
+        Some(names) => Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .zip(names)
+                .map(|(f, n)| f.as_ref().clone().with_name(n))
+                .collect::<Vec<_>>(),
+        )),
+        None => Arc::new(schema.clone()),
+    }
+}
+
+fn pg_names(plan: &LogicalPlan) -> Option<Vec<String>> {
+    match plan {
+        LogicalPlan::Projection(p) => Some(
+            p.expr
+                .iter()
+                .map(|e| {
+                    // A column that names an aggregate's output, possibly under the alias
+                    // DataFusion gives it (`count(Int64(1)) AS count(*)`): name it after the
+                    // aggregate. An alias without parentheses is the user's own.
+                    let column = match e {
+                        Expr::Column(c) => Some(c),
+                        Expr::Alias(a) if a.name.contains('(') => match a.expr.as_ref() {
+                            Expr::Column(c) => Some(c),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    match column.and_then(|c| produced_by(&p.input, &c.name)) {
+                        Some(Expr::Alias(a)) => pg_column_name(&a.expr),
+                        Some(produced) => pg_column_name(produced),
+                        None => pg_column_name(e),
+                    }
+                })
+                .collect(),
+        ),
+        LogicalPlan::Sort(s) => pg_names(&s.input),
+        LogicalPlan::Limit(l) => pg_names(&l.input),
+        _ => None,
+    }
+}
+
+/// The expression of `plan` (looking through filters) whose output column is `name`.
+fn produced_by<'a>(plan: &'a LogicalPlan, name: &str) -> Option<&'a Expr> {
+    match plan {
+        LogicalPlan::Aggregate(a) => a
+            .group_expr
+            .iter()
+            .chain(&a.aggr_expr)
+            .find(|e| e.schema_name().to_string() == name),
+        LogicalPlan::Filter(f) => produced_by(&f.input, name),
+        _ => None,
+    }
 }
 
 /// PostgreSQL's name for an output column: the alias, the column name, the function name, or

@@ -312,7 +312,7 @@ impl Session {
                 let (_, plan) = self.db.plan_query(stmt, &self.settings).await?;
                 Ok(Description {
                     parameters: parameter_types(&plan)?,
-                    columns: Some(Arc::new(plan.schema().as_arrow().clone())),
+                    columns: Some(crate::db::result_schema(&plan)),
                 })
             }
             Ast::Insert(_) | Ast::Update(_) | Ast::Delete(_) => {

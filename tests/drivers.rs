@@ -115,6 +115,8 @@ async fn tokio_postgres_parameters_and_binary_results() {
         .await
         .unwrap();
     assert_eq!(count.columns()[0].type_(), &Type::INT8);
+    // Columns are named as PostgreSQL names them.
+    assert_eq!(count.columns()[0].name(), "count");
     let n: i64 = client.query_one(&count, &[&10i32]).await.unwrap().get(0);
     assert_eq!(n, 5);
 

@@ -38,7 +38,10 @@ pub fn base_config() -> SessionConfig {
         // Numeric literals are exact (`0.1` is numeric, as in PostgreSQL, not a float).
         .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
         // timestamptz values are computed and shown in UTC.
-        .set_str("datafusion.execution.time_zone", crate::types::TIMESTAMPTZ_ZONE)
+        .set_str(
+            "datafusion.execution.time_zone",
+            crate::types::TIMESTAMPTZ_ZONE,
+        )
         .set_bool(
             "datafusion.execution.parquet.schema_force_view_types",
             false,
