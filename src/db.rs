@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::context::query_context;
 use crate::sql::ddl::{self, relation_name};
-use crate::sql::provider::RowsTable;
+use crate::sql::provider::{RelationTable, Rows};
 use crate::sql::stream_plan::{check_deterministic, Planner};
 use crate::state::StateStore;
 use crate::stream::coordinator::{BarrierClient, Coordinator};
@@ -479,7 +479,9 @@ impl Database {
                 _ => None,
             })
             .collect();
-        one_column("name", sorted(names))
+        let mut names = names;
+        names.sort();
+        text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
     }
 
     pub fn show_views(&self) -> Result<Output> {
@@ -542,23 +544,10 @@ impl Database {
     pub fn show_create_view(&self, name: &str) -> Result<Output> {
         let catalog = self.catalog();
         match catalog.get(name) {
-            Some(Object::View(v)) => {
-                let schema = Arc::new(Schema::new(vec![
-                    Field::new("name", DataType::Utf8, false),
-                    Field::new("create_sql", DataType::Utf8, false),
-                ]));
-                let batch = RecordBatch::try_new(
-                    schema.clone(),
-                    vec![
-                        Arc::new(StringArray::from(vec![v.name.clone()])),
-                        Arc::new(StringArray::from(vec![v.create_sql()])),
-                    ],
-                )?;
-                Ok(Output::Rows {
-                    schema,
-                    batches: vec![batch],
-                })
-            }
+            Some(Object::View(v)) => text_rows(
+                &["name", "create_sql"],
+                vec![vec![v.name.clone(), v.create_sql()]],
+            ),
             Some(Object::Table(_)) => Err(Error::new(
                 ErrorKind::WrongObjectType,
                 format!("\"{name}\" is not a materialized view"),
@@ -604,9 +593,9 @@ impl Database {
         } else {
             RecordBatch::new_empty(schema.clone())
         };
-        let target: Arc<dyn TableProvider> = Arc::new(RowsTable {
+        let target: Arc<dyn TableProvider> = Arc::new(RelationTable {
             schema: schema.clone(),
-            rows,
+            rows: Rows::Latest(rows),
         });
         let ctx = self.context(settings, vec![(def.id, target)])?;
         let state = ctx.state();
@@ -680,11 +669,7 @@ impl Database {
         statement: &ast::Statement,
         settings: &HashMap<String, String>,
     ) -> Result<(SessionContext, LogicalPlan)> {
-        let ctx = self.context(settings, vec![])?;
-        let plan = ctx
-            .state()
-            .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
-            .await?;
+        let (ctx, plan) = self.plan_statement(statement, settings).await?;
         match &plan {
             LogicalPlan::Dml(_)
             | LogicalPlan::Ddl(_)
@@ -698,7 +683,7 @@ impl Database {
 
     /// Plans any statement DataFusion can plan (DML included), without running it: for the
     /// parameter types of a prepared statement.
-    pub async fn plan_query_any(
+    pub async fn plan_statement(
         &self,
         statement: &ast::Statement,
         settings: &HashMap<String, String>,
@@ -909,14 +894,18 @@ fn check_unique_names(schema: &SchemaRef) -> Result<()> {
     Ok(())
 }
 
-fn sorted(mut v: Vec<String>) -> Vec<String> {
-    v.sort();
-    v
-}
-
-fn one_column(name: &str, values: Vec<String>) -> Result<Output> {
-    let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(values))])?;
+/// Rows of text under the given column names (the answers of SHOW statements).
+pub fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> Result<Output> {
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|c| Field::new(*c, DataType::Utf8, false))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays = (0..columns.len())
+        .map(|i| Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r[i]))) as ArrayRef)
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), arrays)?;
     Ok(Output::Rows {
         schema,
         batches: vec![batch],

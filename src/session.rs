@@ -13,7 +13,7 @@ use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::{self, Statement as Ast};
 
-use crate::db::{Database, Output};
+use crate::db::{text_rows, Database, Output};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::ddl::relation_name;
 use crate::sql::parser::{Parsed, Statement};
@@ -242,23 +242,13 @@ impl Session {
             other => other.replace(' ', "_"),
         };
         if name == "all" {
-            let mut pairs: Vec<(&String, &String)> = self.settings.iter().collect();
+            let mut pairs: Vec<Vec<String>> = self
+                .settings
+                .iter()
+                .map(|(k, v)| vec![k.clone(), v.clone()])
+                .collect();
             pairs.sort();
-            let schema = Arc::new(Schema::new(vec![
-                Field::new("name", DataType::Utf8, false),
-                Field::new("setting", DataType::Utf8, false),
-            ]));
-            let batch = RecordBatch::try_new(
-                schema.clone(),
-                vec![
-                    Arc::new(StringArray::from_iter_values(pairs.iter().map(|p| p.0))),
-                    Arc::new(StringArray::from_iter_values(pairs.iter().map(|p| p.1))),
-                ],
-            )?;
-            return Ok(Output::Rows {
-                schema,
-                batches: vec![batch],
-            });
+            return text_rows(&["name", "setting"], pairs);
         }
         let value = self.settings.get(&name).cloned().ok_or_else(|| {
             Error::new(
@@ -316,7 +306,7 @@ impl Session {
                 })
             }
             Ast::Insert(_) | Ast::Update(_) | Ast::Delete(_) => {
-                let (_, plan) = self.db.plan_query_any(stmt, &self.settings).await?;
+                let (_, plan) = self.db.plan_statement(stmt, &self.settings).await?;
                 Ok(Description {
                     parameters: parameter_types(&plan)?,
                     columns: None,

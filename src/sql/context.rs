@@ -17,7 +17,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::state::Snapshot;
 use crate::stream::coordinator::FailedActors;
 
-use super::provider::SnapshotTable;
+use super::provider::{RelationTable, Rows};
 
 /// What `version()` answers; its shape is what drivers parse (`PostgreSQL <major>.<minor>`).
 pub fn version_string() -> String {
@@ -67,14 +67,16 @@ pub fn query_context(
         };
         let provider: Arc<dyn TableProvider> = match overrides.iter().find(|(oid, _)| *oid == id) {
             Some((_, p)) => p.clone(),
-            None => Arc::new(SnapshotTable {
-                name: object.name().to_string(),
+            None => Arc::new(RelationTable {
                 schema,
-                table: id,
-                snapshot: snapshot.clone(),
-                failure: match object {
-                    Object::View(_) => failed.get(&id).cloned(),
-                    Object::Table(_) => None,
+                rows: Rows::Snapshot {
+                    name: object.name().to_string(),
+                    table: id,
+                    snapshot: snapshot.clone(),
+                    failure: match object {
+                        Object::View(_) => failed.get(&id).cloned(),
+                        Object::Table(_) => None,
+                    },
                 },
             }),
         };

@@ -20,15 +20,26 @@ use crate::stream::operators::materialize::read_snapshot;
 /// Distinct rows per batch when reading a relation.
 const SCAN_ROWS_MAX: usize = 8192;
 
-/// A relation's rows at the snapshot's epoch.
+/// A relation as DataFusion reads it: at a sealed epoch, or (for the target of a DML
+/// statement) as rows held in memory.
 #[derive(Debug)]
-pub struct SnapshotTable {
-    pub name: String,
+pub struct RelationTable {
     pub schema: SchemaRef,
-    pub table: TableId,
-    pub snapshot: Arc<Snapshot>,
-    /// Set when the relation's actor failed: its contents are no longer maintained.
-    pub failure: Option<String>,
+    pub rows: Rows,
+}
+
+#[derive(Debug)]
+pub enum Rows {
+    /// The relation's rows at the snapshot's epoch.
+    Snapshot {
+        name: String,
+        table: TableId,
+        snapshot: Arc<Snapshot>,
+        /// Set when the relation's actor failed: its contents are no longer maintained.
+        failure: Option<String>,
+    },
+    /// A table's latest rows, for the DML statement that changes it.
+    Latest(RecordBatch),
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -38,7 +49,7 @@ impl std::fmt::Debug for Snapshot {
 }
 
 #[async_trait]
-impl TableProvider for SnapshotTable {
+impl TableProvider for RelationTable {
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }
@@ -54,50 +65,27 @@ impl TableProvider for SnapshotTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        if let Some(reason) = &self.failure {
-            let e = Error::new(
-                ErrorKind::Internal,
-                format!("materialized view \"{}\" is broken: {reason}", self.name),
-            )
-            .with_hint("Drop and recreate the view.");
-            return Err(DataFusionError::External(Box::new(e)));
-        }
-        let batches = read_snapshot(&self.snapshot, self.table, &self.schema, SCAN_ROWS_MAX)
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let batches = match &self.rows {
+            Rows::Snapshot {
+                failure: Some(reason),
+                name,
+                ..
+            } => {
+                let e = Error::new(
+                    ErrorKind::Internal,
+                    format!("materialized view \"{name}\" is broken: {reason}"),
+                )
+                .with_hint("Drop and recreate the view.");
+                return Err(DataFusionError::External(Box::new(e)));
+            }
+            Rows::Snapshot {
+                table, snapshot, ..
+            } => read_snapshot(snapshot, *table, &self.schema, SCAN_ROWS_MAX)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+            Rows::Latest(batch) => vec![batch.clone()],
+        };
         Ok(MemorySourceConfig::try_new_exec(
             &[batches],
-            self.schema.clone(),
-            projection.cloned(),
-        )?)
-    }
-}
-
-/// Rows held in memory: the latest rows of the table a DML statement changes.
-#[derive(Debug)]
-pub struct RowsTable {
-    pub schema: SchemaRef,
-    pub rows: RecordBatch,
-}
-
-#[async_trait]
-impl TableProvider for RowsTable {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        Ok(MemorySourceConfig::try_new_exec(
-            &[vec![self.rows.clone()]],
             self.schema.clone(),
             projection.cloned(),
         )?)

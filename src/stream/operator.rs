@@ -11,11 +11,14 @@ pub trait Operator: Send {
     fn on_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()>;
 
     /// Called once when epoch `epoch` ends on every input: emit the changes the operator held
-    /// back for the epoch (if any) and move its dirty state into `writes`.
+    /// back for the epoch (if any) and move its dirty state into `writes`. Stateless
+    /// operators have nothing to do.
     fn on_barrier(
         &mut self,
-        epoch: u64,
-        out: &mut Vec<StreamChunk>,
-        writes: &mut EpochWrites,
-    ) -> Result<()>;
+        _epoch: u64,
+        _out: &mut Vec<StreamChunk>,
+        _writes: &mut EpochWrites,
+    ) -> Result<()> {
+        Ok(())
+    }
 }

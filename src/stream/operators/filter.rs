@@ -5,7 +5,6 @@ use std::sync::Arc;
 use datafusion::physical_plan::PhysicalExpr;
 
 use crate::error::Result;
-use crate::state::EpochWrites;
 use crate::stream::chunk::StreamChunk;
 use crate::stream::expr::{eval_predicate, ErrorSink};
 use crate::stream::operator::Operator;
@@ -28,10 +27,6 @@ impl Operator for Filter {
         if !kept.is_empty() {
             out.push(kept);
         }
-        Ok(())
-    }
-
-    fn on_barrier(&mut self, _: u64, _: &mut Vec<StreamChunk>, _: &mut EpochWrites) -> Result<()> {
         Ok(())
     }
 }

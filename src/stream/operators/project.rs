@@ -7,7 +7,6 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::physical_plan::PhysicalExpr;
 
 use crate::error::Result;
-use crate::state::EpochWrites;
 use crate::stream::chunk::StreamChunk;
 use crate::stream::expr::{eval_columns, ErrorSink};
 use crate::stream::operator::Operator;
@@ -35,10 +34,6 @@ impl Operator for Project {
         let options = RecordBatchOptions::new().with_row_count(Some(chunk.data.num_rows()));
         let data = RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?;
         out.push(StreamChunk::new(chunk.ops, data));
-        Ok(())
-    }
-
-    fn on_barrier(&mut self, _: u64, _: &mut Vec<StreamChunk>, _: &mut EpochWrites) -> Result<()> {
         Ok(())
     }
 }
