@@ -59,6 +59,9 @@ pub fn query_context(
     overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
 ) -> Result<SessionContext> {
     let ctx = SessionContext::new_with_config(base_config());
+    for rule in super::rules::analyzer_rules() {
+        ctx.add_analyzer_rule(rule);
+    }
     let failed = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for object in catalog.objects() {
         let id = object.id();

@@ -8,4 +8,5 @@ pub mod context;
 pub mod ddl;
 pub mod parser;
 pub mod provider;
+pub mod rules;
 pub mod stream_plan;

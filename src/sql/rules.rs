@@ -1,0 +1,99 @@
+//! Plan rewrites that make DataFusion compute what PostgreSQL computes.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::expr::Cast;
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
+use datafusion::optimizer::AnalyzerRule;
+
+/// Numeric semantics PostgreSQL has and DataFusion's plans lack:
+/// - casting a numeric to an integer rounds (half away from zero) where Arrow's cast
+///   truncates: `CAST(x AS int)` becomes `CAST(round(x) AS int)` when `x` is a decimal (so
+///   inserting 2.5 into an integer column stores 3);
+/// - `floor` and `ceil` of a numeric have no fractional digits (`floor(75.50)` is `75`, not
+///   `75.00`).
+#[derive(Debug)]
+pub struct PgNumerics;
+
+impl AnalyzerRule for PgNumerics {
+    fn analyze(
+        &self,
+        plan: LogicalPlan,
+        _config: &ConfigOptions,
+    ) -> datafusion::error::Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            // Expressions are typed against the node's inputs; a node without inputs (VALUES)
+            // holds only constants.
+            let mut schema = DFSchema::empty();
+            for input in node.inputs() {
+                schema.merge(input.schema());
+            }
+            // Keep every expression's output name: the plan's schema must not change.
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|e| {
+                let saved = names.save(&e);
+                let rewritten = e.transform_up(|e| {
+                    let t = round_before_cast(e, &schema)?;
+                    if t.transformed {
+                        return Ok(t);
+                    }
+                    integral_floor_ceil(t.data, &schema)
+                })?;
+                Ok(rewritten.update_data(|e| saved.restore(e)))
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "pg_numerics"
+    }
+}
+
+fn round_before_cast(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<Expr>> {
+    let Expr::Cast(Cast { expr, field }) = &e else {
+        return Ok(Transformed::no(e));
+    };
+    let to_integer = matches!(
+        field.data_type(),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    );
+    let from_decimal = matches!(
+        expr.get_type(schema),
+        Ok(DataType::Decimal128(..) | DataType::Decimal256(..))
+    );
+    if !(to_integer && from_decimal) {
+        return Ok(Transformed::no(e));
+    }
+    let rounded = datafusion::functions::math::round().call(vec![expr.as_ref().clone()]);
+    Ok(Transformed::yes(Expr::Cast(Cast::new_from_field(
+        Box::new(rounded),
+        field.clone(),
+    ))))
+}
+
+fn integral_floor_ceil(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<Expr>> {
+    let Expr::ScalarFunction(f) = &e else {
+        return Ok(Transformed::no(e));
+    };
+    if !matches!(f.func.name(), "floor" | "ceil") || f.args.len() != 1 {
+        return Ok(Transformed::no(e));
+    }
+    match f.args[0].get_type(schema) {
+        Ok(DataType::Decimal128(p, s)) if s > 0 => Ok(Transformed::yes(Expr::Cast(Cast::new(
+            Box::new(e),
+            DataType::Decimal128(p, 0),
+        )))),
+        _ => Ok(Transformed::no(e)),
+    }
+}
+
+/// The rules every Weir context runs after DataFusion's own analyzer rules.
+pub fn analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
+    vec![Arc::new(PgNumerics)]
+}
