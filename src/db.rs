@@ -52,7 +52,8 @@ pub enum Output {
 }
 
 impl Output {
-    fn command(tag: &str) -> Output {
+    /// A command tag without a row count.
+    pub fn command(tag: &str) -> Output {
         Output::Command {
             tag: tag.to_string(),
             rows: None,

@@ -159,8 +159,8 @@ impl Session {
             }),
             Ast::Set(set) => self.set(set),
             Ast::ShowVariable { variable } => self.show(variable),
-            Ast::Discard { .. } => Ok(command("DISCARD ALL")),
-            Ast::Deallocate { .. } => Ok(command("DEALLOCATE")),
+            Ast::Discard { .. } => Ok(Output::command("DISCARD ALL")),
+            Ast::Deallocate { .. } => Ok(Output::command("DEALLOCATE")),
             other => Err(Error::not_supported(format!(
                 "statement is not supported: {}",
                 first_words(&other.to_string())
@@ -188,7 +188,7 @@ impl Session {
             }
             other => return Err(Error::not_supported(format!("{other} is not supported"))),
         }
-        Ok(command("SET"))
+        Ok(Output::command("SET"))
     }
 
     fn assign(&mut self, name: &str, value: String) -> Result<()> {
@@ -359,13 +359,6 @@ fn setting_value(e: &ast::Expr) -> String {
         },
         ast::Expr::Identifier(i) => i.value.clone(),
         other => other.to_string(),
-    }
-}
-
-fn command(tag: &str) -> Output {
-    Output::Command {
-        tag: tag.to_string(),
-        rows: None,
     }
 }
 
