@@ -228,3 +228,63 @@ impl Coordinator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    /// A coordinator whose periodic barriers never fire during the test.
+    fn start() -> (
+        tempfile::TempDir,
+        Arc<StateStore>,
+        BarrierClient,
+        mpsc::UnboundedSender<ActorEvent>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let (client, events) = Coordinator::start(store.clone(), Duration::from_secs(3600));
+        (dir, store, client, events)
+    }
+
+    #[tokio::test]
+    async fn an_epoch_seals_only_when_every_actor_acknowledged_it() {
+        let (_dir, store, client, events) = start();
+        // The first tick of the interval injects epoch 1 at once, with no actors.
+        client.wait_sealed(1).await.unwrap();
+        let e = client.inject(None, vec![7, 8], vec![]).await.unwrap();
+        events.send(ActorEvent::Ack { actor: 7, epoch: e }).unwrap();
+        let waiting = client.wait_sealed(e);
+        tokio::pin!(waiting);
+        tokio::task::yield_now().await;
+        assert!(
+            (&mut waiting).now_or_never().is_none(),
+            "actor 8 has not acknowledged"
+        );
+        events.send(ActorEvent::Ack { actor: 8, epoch: e }).unwrap();
+        waiting.await.unwrap();
+        assert_eq!(store.sealed_epoch(), e);
+    }
+
+    #[tokio::test]
+    async fn an_actor_that_exits_no_longer_holds_epochs_back() {
+        let (_dir, store, client, events) = start();
+        client.wait_sealed(1).await.unwrap();
+        let e = client.inject(None, vec![7], vec![]).await.unwrap();
+        events
+            .send(ActorEvent::Exited {
+                actor: 7,
+                error: Some("boom".into()),
+            })
+            .unwrap();
+        client.wait_sealed(e).await.unwrap();
+        assert_eq!(store.sealed_epoch(), e);
+        assert_eq!(
+            client.failed.lock().unwrap().get(&7).map(String::as_str),
+            Some("boom")
+        );
+        // Later epochs no longer wait for it.
+        let next = client.flush().await.unwrap();
+        assert!(next > e);
+    }
+}
