@@ -193,7 +193,7 @@ pub fn binary_value(array: &ArrayRef, row: usize, out: &mut Vec<u8>) -> Result<b
         }
         DataType::Timestamp(unit, _) => {
             let micros = timestamp_micros(array, row, *unit);
-            out.extend_from_slice(&(micros - PG_EPOCH_MICROS).to_be_bytes());
+            out.extend_from_slice(&micros.saturating_sub(PG_EPOCH_MICROS).to_be_bytes());
         }
         DataType::Interval(_) => {
             let v = interval_value(array, row)?;
@@ -211,8 +211,14 @@ pub fn binary_value(array: &ArrayRef, row: usize, out: &mut Vec<u8>) -> Result<b
 
 fn timestamp_micros(array: &ArrayRef, row: usize, unit: TimeUnit) -> i64 {
     match unit {
-        TimeUnit::Second => array.as_primitive::<TimestampSecondType>().value(row) * 1_000_000,
-        TimeUnit::Millisecond => array.as_primitive::<TimestampMillisecondType>().value(row) * 1000,
+        TimeUnit::Second => array
+            .as_primitive::<TimestampSecondType>()
+            .value(row)
+            .saturating_mul(1_000_000),
+        TimeUnit::Millisecond => array
+            .as_primitive::<TimestampMillisecondType>()
+            .value(row)
+            .saturating_mul(1000),
         TimeUnit::Microsecond => array.as_primitive::<TimestampMicrosecondType>().value(row),
         TimeUnit::Nanosecond => array
             .as_primitive::<TimestampNanosecondType>()
@@ -333,39 +339,47 @@ pub fn interval_text(v: IntervalMonthDayNano) -> String {
 
 /// PostgreSQL's binary numeric: base-10000 digits with weight, sign and display scale.
 fn numeric_binary(unscaled: i128, scale: i8, out: &mut Vec<u8>) {
-    let scale = scale.max(0) as u32;
+    let scale = scale.max(0) as usize;
     let negative = unscaled < 0;
-    let mut abs = unscaled.unsigned_abs();
-    // Pad the fraction to whole base-10000 digits.
-    let pad = (4 - scale % 4) % 4;
-    abs *= 10u128.pow(pad);
-    let frac_groups = (scale + pad) / 4;
-    let mut groups: Vec<i16> = Vec::new();
-    while abs > 0 {
-        groups.push((abs % 10_000) as i16);
-        abs /= 10_000;
-    }
-    // groups is little-endian; the weight is the position of the first group before the point.
-    let weight = groups.len() as i32 - frac_groups as i32 - 1;
-    groups.reverse();
+    // Work on the decimal digits, so that no intermediate value can overflow.
+    let digits = unscaled.unsigned_abs().to_string();
+    let (int_part, frac_part) = if digits.len() > scale {
+        let (i, f) = digits.split_at(digits.len() - scale);
+        (i.trim_start_matches('0').to_string(), f.to_string())
+    } else {
+        (String::new(), format!("{digits:0>scale$}"))
+    };
+    let int_padded = format!("{}{int_part}", "0".repeat((4 - int_part.len() % 4) % 4));
+    let frac_padded = format!("{frac_part}{}", "0".repeat((4 - frac_part.len() % 4) % 4));
+    let group = |chunk: &[u8]| -> i16 {
+        chunk
+            .iter()
+            .fold(0i16, |acc, d| acc * 10 + (d - b'0') as i16)
+    };
+    let mut groups: Vec<i16> = int_padded
+        .as_bytes()
+        .chunks(4)
+        .chain(frac_padded.as_bytes().chunks(4))
+        .map(group)
+        .collect();
+    let mut weight = (int_padded.len() / 4) as i32 - 1;
+    let leading_zeros = groups.iter().take_while(|g| **g == 0).count();
+    groups.drain(..leading_zeros);
+    weight -= leading_zeros as i32;
     while groups.last() == Some(&0) {
         groups.pop();
     }
-    let leading_zeros = groups.iter().take_while(|g| **g == 0).count();
-    let digits = &groups[leading_zeros..];
-    out.extend_from_slice(&(digits.len() as i16).to_be_bytes());
-    out.extend_from_slice(&((if digits.is_empty() { 0 } else { weight }) as i16).to_be_bytes());
-    out.extend_from_slice(
-        &(if negative && !digits.is_empty() {
-            0x4000u16
-        } else {
-            0
-        })
-        .to_be_bytes(),
-    );
+    let sign: u16 = if negative && !groups.is_empty() {
+        0x4000
+    } else {
+        0
+    };
+    out.extend_from_slice(&(groups.len() as i16).to_be_bytes());
+    out.extend_from_slice(&((if groups.is_empty() { 0 } else { weight }) as i16).to_be_bytes());
+    out.extend_from_slice(&sign.to_be_bytes());
     out.extend_from_slice(&(scale as i16).to_be_bytes());
-    for d in digits {
-        out.extend_from_slice(&d.to_be_bytes());
+    for g in groups {
+        out.extend_from_slice(&g.to_be_bytes());
     }
 }
 
@@ -406,12 +420,15 @@ pub fn decode_binary_param(oid: u32, bytes: &[u8]) -> Result<ScalarValue> {
         )),
         1082 => {
             let d = i32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?) as i64;
-            ScalarValue::Date32(Some((d + PG_EPOCH_DAYS) as i32))
+            ScalarValue::Date32(Some(i32::try_from(d + PG_EPOCH_DAYS).map_err(|_| bad())?))
         }
         1114 | 1184 => {
             let t = i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?);
             let tz = (oid == 1184).then(|| crate::types::TIMESTAMPTZ_ZONE.into());
-            ScalarValue::TimestampMicrosecond(Some(t + PG_EPOCH_MICROS), tz)
+            ScalarValue::TimestampMicrosecond(
+                Some(t.checked_add(PG_EPOCH_MICROS).ok_or_else(bad)?),
+                tz,
+            )
         }
         1186 => {
             let b = fixed(16)?;
@@ -520,6 +537,16 @@ mod tests {
                 .unwrap(),
         );
         assert_eq!(text(d), "-1.50");
+    }
+
+    #[test]
+    fn extreme_binary_parameters_are_errors_not_panics() {
+        assert!(decode_binary_param(1114, &i64::MAX.to_be_bytes()).is_err());
+        assert!(decode_binary_param(1082, &i32::MAX.to_be_bytes()).is_err());
+        assert!(decode_binary_param(23, &[1, 2]).is_err());
+        let mut huge = vec![0, 1, 0x7f, 0xff, 0, 0, 0, 0];
+        huge.extend_from_slice(&9999i16.to_be_bytes());
+        assert!(decode_binary_param(1700, &huge).is_err());
     }
 
     #[test]
