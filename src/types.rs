@@ -267,3 +267,73 @@ mod tests {
         );
     }
 }
+
+/// Rewrites PostgreSQL interval text into the form Arrow reads: clock notation
+/// (`[-]H:MM[:SS[.f]]`) becomes hours, minutes and seconds, and `mon`/`mons` become months.
+/// Returns `None` when the text needs no rewrite (or is not an interval Weir understands, which
+/// the cast then reports).
+pub fn normalize_interval_text(text: &str) -> Option<String> {
+    let mut changed = false;
+    let mut out: Vec<String> = Vec::new();
+    for token in text.split_whitespace() {
+        let lower = token.to_lowercase();
+        if let Some(clock) = clock_time(token) {
+            out.push(clock);
+            changed = true;
+        } else if lower == "mon" || lower == "mons" {
+            out.push("months".into());
+            changed = true;
+        } else {
+            out.push(token.to_string());
+        }
+    }
+    changed.then(|| out.join(" "))
+}
+
+/// `[-]H:MM[:SS[.f]]` as `H hours M minutes S seconds`, each carrying the sign.
+fn clock_time(token: &str) -> Option<String> {
+    let (sign, rest) = match token.strip_prefix('-') {
+        Some(r) => ("-", r),
+        None => ("", token.strip_prefix('+').unwrap_or(token)),
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    if !(2..=3).contains(&parts.len()) {
+        return None;
+    }
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    let seconds_ok = |s: &str| match s.split_once('.') {
+        Some((whole, frac)) => digits(whole) && digits(frac),
+        None => digits(s),
+    };
+    if !digits(parts[0]) || !digits(parts[1]) || (parts.len() == 3 && !seconds_ok(parts[2])) {
+        return None;
+    }
+    let seconds = parts.get(2).copied().unwrap_or("0");
+    Some(format!(
+        "{sign}{} hours {sign}{} minutes {sign}{seconds} seconds",
+        parts[0], parts[1]
+    ))
+}
+
+#[cfg(test)]
+mod interval_tests {
+    use super::normalize_interval_text as n;
+
+    #[test]
+    fn postgres_interval_text_is_rewritten() {
+        assert_eq!(
+            n("04:05:06").as_deref(),
+            Some("04 hours 05 minutes 06 seconds")
+        );
+        assert_eq!(
+            n("1 year 2 mons 3 days -04:05:06.5").as_deref(),
+            Some("1 year 2 months 3 days -04 hours -05 minutes -06.5 seconds")
+        );
+        assert_eq!(
+            n("1 day 02:00").as_deref(),
+            Some("1 day 02 hours 00 minutes 0 seconds")
+        );
+        assert_eq!(n("3 days"), None);
+        assert_eq!(n("1:2:3:4"), None);
+    }
+}

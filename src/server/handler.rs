@@ -521,7 +521,11 @@ fn bind_parameters(portal: &Portal<Prepared>) -> Result<Option<ParamValues>> {
                 let text = std::str::from_utf8(b).map_err(|_| {
                     Error::new(ErrorKind::InvalidText, "invalid UTF-8 in parameter")
                 })?;
-                ScalarValue::Utf8(Some(text.to_string()))
+                // PostgreSQL's interval text (`'04:05:06'`) in the form Arrow reads.
+                let normalized = matches!(target, DataType::Interval(_))
+                    .then(|| crate::types::normalize_interval_text(text))
+                    .flatten();
+                ScalarValue::Utf8(Some(normalized.unwrap_or_else(|| text.to_string())))
             }
         };
         let value = if value.data_type() == *target {

@@ -56,7 +56,11 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
         let text: String = sql.chars().skip(start).take(end - start).collect();
         let statement = match weir_statement(&meaningful) {
             Some(s) => s,
-            None => Statement::Sql(Box::new(parse_one(sql, group)?)),
+            None => {
+                let mut stmt = parse_one(sql, group)?;
+                normalize_interval_literals(&mut stmt);
+                Statement::Sql(Box::new(stmt))
+            }
         };
         out.push(Parsed { statement, text });
     }
@@ -134,6 +138,42 @@ fn char_position(sql: &str, loc: Location) -> usize {
         pos += line.chars().count() + 1;
     }
     pos.max(1)
+}
+
+/// Rewrites interval literals written in PostgreSQL's clock notation (`INTERVAL '04:05:06'`,
+/// `'1 day 02:00'::interval`) into the form DataFusion reads.
+fn normalize_interval_literals(stmt: &mut ast::Statement) {
+    use std::ops::ControlFlow;
+    fn rewrite(v: &mut ast::Value) {
+        if let ast::Value::SingleQuotedString(s) = v {
+            if let Some(n) = crate::types::normalize_interval_text(s) {
+                *s = n;
+            }
+        }
+    }
+    let _ = ast::visit_expressions_mut(stmt, |e| {
+        match e {
+            ast::Expr::Interval(i) => {
+                if let ast::Expr::Value(v) = i.value.as_mut() {
+                    rewrite(&mut v.value);
+                }
+            }
+            ast::Expr::Cast {
+                expr,
+                data_type: ast::DataType::Interval { .. },
+                ..
+            } => {
+                if let ast::Expr::Value(v) = expr.as_mut() {
+                    rewrite(&mut v.value);
+                }
+            }
+            ast::Expr::TypedString(t) if matches!(t.data_type, ast::DataType::Interval { .. }) => {
+                rewrite(&mut t.value.value);
+            }
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
 }
 
 /// Recognises Weir's own statements by their keywords.

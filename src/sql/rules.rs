@@ -5,18 +5,20 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::DFSchema;
+use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::expr::Cast;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
 
-/// Numeric semantics PostgreSQL has and DataFusion's plans lack:
+/// Semantics PostgreSQL has and DataFusion's plans lack:
 /// - casting a numeric to an integer rounds (half away from zero) where Arrow's cast
 ///   truncates: `CAST(x AS int)` becomes `CAST(round(x) AS int)` when `x` is a decimal (so
 ///   inserting 2.5 into an integer column stores 3);
 /// - `floor` and `ceil` of a numeric have no fractional digits (`floor(75.50)` is `75`, not
-///   `75.00`).
+///   `75.00`);
+/// - text cast to an interval may use clock notation (`'04:05:06'`), also where the cast is
+///   implicit, as when such text is inserted into an interval column.
 #[derive(Debug)]
 pub struct PgNumerics;
 
@@ -42,7 +44,11 @@ impl AnalyzerRule for PgNumerics {
                     if t.transformed {
                         return Ok(t);
                     }
-                    integral_floor_ceil(t.data, &schema)
+                    let t = integral_floor_ceil(t.data, &schema)?;
+                    if t.transformed {
+                        return Ok(t);
+                    }
+                    interval_text(t.data)
                 })?;
                 Ok(rewritten.update_data(|e| saved.restore(e)))
             })
@@ -90,6 +96,25 @@ fn integral_floor_ceil(e: Expr, schema: &DFSchema) -> datafusion::error::Result<
             DataType::Decimal128(p, 0),
         )))),
         _ => Ok(Transformed::no(e)),
+    }
+}
+
+fn interval_text(e: Expr) -> datafusion::error::Result<Transformed<Expr>> {
+    let Expr::Cast(Cast { expr, field }) = &e else {
+        return Ok(Transformed::no(e));
+    };
+    if !matches!(field.data_type(), DataType::Interval(_)) {
+        return Ok(Transformed::no(e));
+    }
+    let Expr::Literal(ScalarValue::Utf8(Some(text)), meta) = expr.as_ref() else {
+        return Ok(Transformed::no(e));
+    };
+    match crate::types::normalize_interval_text(text) {
+        Some(n) => Ok(Transformed::yes(Expr::Cast(Cast::new_from_field(
+            Box::new(Expr::Literal(ScalarValue::Utf8(Some(n)), meta.clone())),
+            field.clone(),
+        )))),
+        None => Ok(Transformed::no(e)),
     }
 }
 
