@@ -29,7 +29,7 @@ use crate::state::StateStore;
 use crate::stream::coordinator::{BarrierClient, Coordinator};
 use crate::stream::expr::ErrorSink;
 use crate::stream::message::{Message, Mutation, NewOutput};
-use crate::stream::plan::{build_actor, ActorContext, PlanNode};
+use crate::stream::plan::{build_actor, ActorContext, PlanNode, StreamPlan};
 use crate::table::TableWriter;
 
 /// What a statement returns to the client.
@@ -109,8 +109,8 @@ impl Database {
                 Object::Table(t) => db.start_table(t).await?,
                 Object::View(v) => {
                     let settings = HashMap::new();
-                    let (nodes, schema, deps) = db.plan_view(&v.query, &settings).await?;
-                    db.start_view(&v, nodes, schema, deps[0]).await?;
+                    let (plan, _) = db.plan_view(&v.query, &settings).await?;
+                    db.start_view(&v, plan).await?;
                 }
             }
         }
@@ -200,12 +200,13 @@ impl Database {
 
     // ---- views ----
 
-    /// Plans a view's query: its stream plan, schema and the relations it reads.
+    /// Plans a view's query: its stream plan (whose schema carries the view's column names) and
+    /// the relations it reads.
     async fn plan_view(
         &self,
         query: &str,
         settings: &HashMap<String, String>,
-    ) -> Result<(Vec<PlanNode>, SchemaRef, Vec<ObjectId>)> {
+    ) -> Result<(StreamPlan, Vec<ObjectId>)> {
         let ctx = self.context(settings, vec![])?;
         let state = ctx.state();
         let parsed = crate::sql::parser::parse(query)?;
@@ -225,18 +226,17 @@ impl Database {
             state: &state,
             catalog: &catalog,
         };
-        let (stream_plan, deps) = planner.plan(&optimized)?;
-        let schema = view_schema(&plan, &stream_plan.schema)?;
-        Ok((stream_plan.nodes, schema, deps))
+        let (mut stream_plan, deps) = planner.plan(&optimized)?;
+        stream_plan.schema = view_schema(&plan, &stream_plan.schema)?;
+        Ok((stream_plan, deps))
     }
 
-    async fn start_view(
-        &self,
-        def: &ViewDef,
-        mut nodes: Vec<PlanNode>,
-        schema: SchemaRef,
-        input: ObjectId,
-    ) -> Result<()> {
+    async fn start_view(&self, def: &ViewDef, plan: StreamPlan) -> Result<()> {
+        let StreamPlan {
+            input,
+            mut nodes,
+            schema,
+        } = plan;
         // The view's rows carry the view's column names; the last operator produced the same
         // columns under the plan's names.
         if let Some(PlanNode::Project { schema: s, .. }) = nodes.last_mut() {
@@ -306,22 +306,14 @@ impl Database {
         }
         self.catalog().check_free(&name)?;
         let query = cv.query.to_string();
-        let (nodes, mut schema, deps) = self.plan_view(&query, settings).await?;
+        let (mut plan, deps) = self.plan_view(&query, settings).await?;
         if !cv.columns.is_empty() {
-            schema = rename_columns(&schema, &cv.columns)?;
+            plan.schema = rename_columns(&plan.schema, &cv.columns)?;
         }
-        check_unique_names(&schema)?;
-        let n_state = nodes
-            .iter()
-            .map(|n| {
-                if matches!(n, PlanNode::Aggregate { .. }) {
-                    2
-                } else {
-                    0
-                }
-            })
-            .sum::<usize>();
-        let ids = self.catalog_mut().allocate_ids(1 + n_state);
+        check_unique_names(&plan.schema)?;
+        let ids = self
+            .catalog_mut()
+            .allocate_ids(1 + plan.state_tables_needed());
         let def = ViewDef {
             id: ids[0],
             name,
@@ -331,10 +323,10 @@ impl Database {
                 let cols: Vec<String> = cv.columns.iter().map(|c| c.name.to_string()).collect();
                 format!("SELECT * FROM ({query}) AS v ({})", cols.join(", "))
             },
-            depends_on: deps.clone(),
+            depends_on: deps,
             state_tables: ids[1..].to_vec(),
         };
-        self.start_view(&def, nodes, schema, deps[0]).await?;
+        self.start_view(&def, plan).await?;
         self.catalog_mut().add(Object::View(def))?;
         Ok(Output::command("CREATE MATERIALIZED VIEW"))
     }
