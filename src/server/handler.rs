@@ -190,6 +190,16 @@ pub struct Prepared {
     columns: Option<SchemaRef>,
 }
 
+impl Prepared {
+    /// The RowDescription fields of the statement's result (none for a command).
+    fn fields(&self, format: Option<&Format>) -> Vec<FieldInfo> {
+        match &self.columns {
+            Some(schema) => field_infos(schema, format),
+            None => vec![],
+        }
+    }
+}
+
 pub struct StatementParser {
     session: Arc<Mutex<Option<Session>>>,
     db: Arc<Database>,
@@ -237,10 +247,7 @@ impl QueryParser for StatementParser {
         stmt: &Prepared,
         format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        Ok(match &stmt.columns {
-            Some(schema) => field_infos(schema, format),
-            None => vec![],
-        })
+        Ok(stmt.fields(format))
     }
 }
 
@@ -457,11 +464,7 @@ impl ExtendedQueryHandler for Queries {
                     .unwrap_or(Type::TEXT)
             })
             .collect();
-        let fields = match &stmt.columns {
-            Some(schema) => field_infos(schema, None),
-            None => vec![],
-        };
-        Ok(DescribeStatementResponse::new(params, fields))
+        Ok(DescribeStatementResponse::new(params, stmt.fields(None)))
     }
 
     async fn do_describe_portal<C>(
@@ -475,10 +478,10 @@ impl ExtendedQueryHandler for Queries {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let fields = match &target.statement.statement.columns {
-            Some(schema) => field_infos(schema, Some(&target.result_column_format)),
-            None => vec![],
-        };
+        let fields = target
+            .statement
+            .statement
+            .fields(Some(&target.result_column_format));
         Ok(DescribePortalResponse::new(fields))
     }
 }
