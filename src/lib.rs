@@ -11,13 +11,15 @@
 //! - [`changelog`]: the durable, checksummed change log behind each table.
 //! - [`stream`]: actors, barriers, alignment, operators.
 //! - [`state`]: operator state in RocksDB, one write batch per epoch (the only user of `rocksdb`).
-//! - [`types`], [`error`], [`config`]: shared vocabulary.
+//! - [`types`], [`error`], [`config`]: shared vocabulary; [`rng`]: the seeded generator of tests
+//!   and tools.
 
 pub mod catalog;
 pub mod changelog;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod rng;
 pub mod server;
 pub mod session;
 pub mod sql;

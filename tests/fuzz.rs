@@ -4,20 +4,11 @@
 mod common;
 
 use common::TestServer;
+use weir::rng::Rng;
 
-/// A small deterministic generator (xorshift64*), so runs repeat exactly for a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+/// A value in `0..n`.
+fn upto(rng: &mut Rng, n: usize) -> usize {
+    rng.below(n as u64) as usize
 }
 
 const CORPUS: &[&str] = &[
@@ -88,10 +79,10 @@ const TOKENS: &[&str] = &[
 
 /// One random statement: a truncated, spliced or token-mutated corpus entry, or garbage.
 fn statement(rng: &mut Rng) -> String {
-    let base = CORPUS[rng.below(CORPUS.len())];
-    match rng.below(4) {
+    let base = *rng.pick(CORPUS);
+    match upto(rng, 4) {
         0 => {
-            let cut = rng.below(base.len() + 1);
+            let cut = upto(rng, base.len() + 1);
             base.char_indices()
                 .take_while(|(i, _)| *i < cut)
                 .map(|(_, c)| c)
@@ -99,22 +90,22 @@ fn statement(rng: &mut Rng) -> String {
         }
         1 => {
             let mut words: Vec<String> = base.split(' ').map(str::to_string).collect();
-            for _ in 0..=rng.below(3) {
-                let i = rng.below(words.len());
-                words[i] = TOKENS[rng.below(TOKENS.len())].to_string();
+            for _ in 0..=upto(rng, 3) {
+                let i = upto(rng, words.len());
+                words[i] = rng.pick(TOKENS).to_string();
             }
             words.join(" ")
         }
         2 => {
-            let other = CORPUS[rng.below(CORPUS.len())];
-            let a = rng.below(base.len() + 1);
-            let b = rng.below(other.len() + 1);
+            let other = *rng.pick(CORPUS);
+            let a = upto(rng, base.len() + 1);
+            let b = upto(rng, other.len() + 1);
             let head: String = base.chars().take(a).collect();
             let tail: String = other.chars().skip(b).collect();
             head + &tail
         }
-        _ => (0..rng.below(40))
-            .map(|_| TOKENS[rng.below(TOKENS.len())])
+        _ => (0..upto(rng, 40))
+            .map(|_| *rng.pick(TOKENS))
             .collect::<Vec<_>>()
             .join(" "),
     }
@@ -122,14 +113,16 @@ fn statement(rng: &mut Rng) -> String {
 
 #[test]
 fn parser_never_panics_on_random_input() {
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut rng = Rng::new(0x5eed_1234_abcd_0001);
     for _ in 0..20_000 {
         let s = statement(&mut rng);
         let _ = weir::sql::parser::parse(&s);
     }
     // Arbitrary bytes too (as UTF-8 where valid).
     for _ in 0..5_000 {
-        let bytes: Vec<u8> = (0..rng.below(64)).map(|_| rng.next() as u8).collect();
+        let bytes: Vec<u8> = (0..upto(&mut rng, 64))
+            .map(|_| rng.next_u64() as u8)
+            .collect();
         let s = String::from_utf8_lossy(&bytes);
         let _ = weir::sql::parser::parse(&s);
     }
@@ -139,7 +132,7 @@ fn parser_never_panics_on_random_input() {
 async fn server_survives_random_and_truncated_sql() {
     let server = TestServer::start().await;
     let client = server.connect().await;
-    let mut rng = Rng(0x0bad_5eed_0000_0042);
+    let mut rng = Rng::new(0x0bad_5eed_0000_0042);
     let mut errors = 0;
     for i in 0..1500 {
         let s = statement(&mut rng);

@@ -18,6 +18,7 @@ use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 use weir::config::Config;
 use weir::db::Database;
+use weir::rng::Rng;
 
 struct Args {
     pg: String,
@@ -57,30 +58,6 @@ fn parse_args() -> Result<Args, String> {
         return Err("give PostgreSQL's connection string with --pg or PG_CONN".into());
     }
     Ok(args)
-}
-
-/// A small deterministic generator (xorshift64*): a run is repeatable from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
 }
 
 /// The columns every generated table has; small domains so that groups collide and NULLs occur.
