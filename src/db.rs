@@ -463,7 +463,7 @@ impl Database {
     // ---- SHOW ----
 
     pub fn show_tables(&self) -> Result<Output> {
-        let names: Vec<String> = self
+        let mut names: Vec<String> = self
             .catalog()
             .objects()
             .iter()
@@ -472,7 +472,6 @@ impl Database {
                 _ => None,
             })
             .collect();
-        let mut names = names;
         names.sort();
         text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
     }

@@ -277,24 +277,12 @@ impl Session {
             Statement::Sql(s) => s,
             Statement::Flush => return Ok(none(None)),
             // These answer rows; run them to learn their shape (they are cheap and read-only).
-            Statement::ShowTables
-            | Statement::ShowMaterializedViews
-            | Statement::ShowCreateMaterializedView(_) => {
-                let out = match &parsed.statement {
-                    Statement::ShowTables => self.db.show_tables()?,
-                    Statement::ShowMaterializedViews => self.db.show_views()?,
-                    _ => {
-                        let schema = Arc::new(Schema::new(vec![
-                            Field::new("name", DataType::Utf8, false),
-                            Field::new("create_sql", DataType::Utf8, false),
-                        ]));
-                        return Ok(none(Some(schema)));
-                    }
-                };
-                return Ok(none(match out {
-                    Output::Rows { schema, .. } => Some(schema),
-                    _ => None,
-                }));
+            Statement::ShowTables => return Ok(none(rows_schema(self.db.show_tables()?))),
+            Statement::ShowMaterializedViews => {
+                return Ok(none(rows_schema(self.db.show_views()?)))
+            }
+            Statement::ShowCreateMaterializedView(name) => {
+                return Ok(none(rows_schema(self.db.show_create_view(name)?)))
             }
         };
         match stmt.as_ref() {
@@ -312,15 +300,17 @@ impl Session {
                     columns: None,
                 })
             }
-            Ast::ShowVariable { variable } => {
-                let out = self.show(variable)?;
-                Ok(none(match out {
-                    Output::Rows { schema, .. } => Some(schema),
-                    _ => None,
-                }))
-            }
+            Ast::ShowVariable { variable } => Ok(none(rows_schema(self.show(variable)?))),
             _ => Ok(none(None)),
         }
+    }
+}
+
+/// The columns of an answer, if it has rows.
+fn rows_schema(out: Output) -> Option<SchemaRef> {
+    match out {
+        Output::Rows { schema, .. } => Some(schema),
+        _ => None,
     }
 }
 
