@@ -140,39 +140,21 @@ fn char_position(sql: &str, loc: Location) -> usize {
     pos.max(1)
 }
 
-/// Rewrites interval literals written in PostgreSQL's clock notation (`INTERVAL '04:05:06'`,
-/// `'1 day 02:00'::interval`) into the form DataFusion reads.
+/// Rewrites `INTERVAL '04:05:06'` literals (PostgreSQL's clock notation) into the form
+/// DataFusion reads. DataFusion turns these into values while planning, before any analyzer
+/// rule runs; casts of text to interval are rewritten later, by `sql::rules`.
 fn normalize_interval_literals(stmt: &mut ast::Statement) {
-    use std::ops::ControlFlow;
-    fn rewrite(v: &mut ast::Value) {
-        if let ast::Value::SingleQuotedString(s) = v {
-            if let Some(n) = crate::types::normalize_interval_text(s) {
-                *s = n;
-            }
-        }
-    }
     let _ = ast::visit_expressions_mut(stmt, |e| {
-        match e {
-            ast::Expr::Interval(i) => {
-                if let ast::Expr::Value(v) = i.value.as_mut() {
-                    rewrite(&mut v.value);
+        if let ast::Expr::Interval(i) = e {
+            if let ast::Expr::Value(v) = i.value.as_mut() {
+                if let ast::Value::SingleQuotedString(s) = &mut v.value {
+                    if let Some(n) = crate::types::normalize_interval_text(s) {
+                        *s = n;
+                    }
                 }
             }
-            ast::Expr::Cast {
-                expr,
-                data_type: ast::DataType::Interval { .. },
-                ..
-            } => {
-                if let ast::Expr::Value(v) = expr.as_mut() {
-                    rewrite(&mut v.value);
-                }
-            }
-            ast::Expr::TypedString(t) if matches!(t.data_type, ast::DataType::Interval { .. }) => {
-                rewrite(&mut t.value.value);
-            }
-            _ => {}
         }
-        ControlFlow::<()>::Continue(())
+        std::ops::ControlFlow::<()>::Continue(())
     });
 }
 

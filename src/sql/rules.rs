@@ -20,9 +20,9 @@ use datafusion::optimizer::AnalyzerRule;
 /// - text cast to an interval may use clock notation (`'04:05:06'`), also where the cast is
 ///   implicit, as when such text is inserted into an interval column.
 #[derive(Debug)]
-pub struct PgNumerics;
+pub struct PgSemantics;
 
-impl AnalyzerRule for PgNumerics {
+impl AnalyzerRule for PgSemantics {
     fn analyze(
         &self,
         plan: LogicalPlan,
@@ -57,7 +57,7 @@ impl AnalyzerRule for PgNumerics {
     }
 
     fn name(&self) -> &str {
-        "pg_numerics"
+        "pg_semantics"
     }
 }
 
@@ -120,5 +120,5 @@ fn interval_text(e: Expr) -> datafusion::error::Result<Transformed<Expr>> {
 
 /// The rules every Weir context runs after DataFusion's own analyzer rules.
 pub fn analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
-    vec![Arc::new(PgNumerics)]
+    vec![Arc::new(PgSemantics)]
 }
