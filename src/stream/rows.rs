@@ -3,7 +3,8 @@
 //! State tables key rows and groups by these bytes, so that a prefix scan visits a group and
 //! ordered scans visit values in SQL order (MIN/MAX).
 
-use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::array::{make_array, Array, ArrayRef};
+use datafusion::arrow::buffer::MutableBuffer;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 
@@ -47,6 +48,67 @@ impl RowCodec {
     pub fn decode<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
         let parser = self.converter.parser();
         let rows: Vec<_> = keys.into_iter().map(|k| parser.parse(k)).collect();
-        Ok(self.converter.convert_rows(rows)?)
+        let columns = self.converter.convert_rows(rows)?;
+        columns.into_iter().map(zero_null_slots).collect()
+    }
+}
+
+/// The row format decodes a NULL integer as the type's minimum value (its all-zero key bytes
+/// with the sign bit restored). Arrow leaves null slots unspecified, but some kernels compute
+/// on them before applying the null mask, and overflow there (`date_trunc` subtracts from
+/// `i64::MIN`); so decoded null slots are set to zero, as Arrow's builders write them.
+fn zero_null_slots(array: ArrayRef) -> Result<ArrayRef> {
+    let width = match array.data_type().primitive_width() {
+        Some(w) if array.null_count() > 0 => w,
+        _ => return Ok(array),
+    };
+    let data = array.to_data();
+    let Some(nulls) = data.nulls() else {
+        return Ok(array);
+    };
+    let mut values = MutableBuffer::from(data.buffers()[0].as_slice().to_vec());
+    let bytes = values.as_slice_mut();
+    for i in 0..data.len() {
+        if nulls.is_null(i) {
+            let start = (data.offset() + i) * width;
+            bytes[start..start + width].fill(0);
+        }
+    }
+    let data = data.into_builder().buffers(vec![values.into()]).build()?;
+    Ok(make_array(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{AsArray, Int64Array, StringArray, TimestampMicrosecondArray};
+    use datafusion::arrow::datatypes::{Int64Type, TimeUnit, TimestampMicrosecondType};
+
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_and_null_slots_decode_as_zero() {
+        let codec = RowCodec::new(vec![
+            DataType::Int64,
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            DataType::Utf8,
+        ])
+        .unwrap();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![Some(-5), None])),
+            Arc::new(TimestampMicrosecondArray::from(vec![None, Some(7)])),
+            Arc::new(StringArray::from(vec![Some("a"), None])),
+        ];
+        let keys = codec.encode(&columns).unwrap();
+        let decoded = codec.decode(keys.iter().map(|k| k.as_slice())).unwrap();
+        assert_eq!(decoded, columns);
+        assert_eq!(decoded[0].as_primitive::<Int64Type>().values()[1], 0);
+        assert_eq!(
+            decoded[1]
+                .as_primitive::<TimestampMicrosecondType>()
+                .values()[0],
+            0
+        );
     }
 }
