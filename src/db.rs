@@ -574,22 +574,51 @@ impl Database {
         settings: &HashMap<String, String>,
     ) -> Result<Output> {
         let (def, writer) = self.writer(table)?;
-        let mut w = writer.lock().await;
-        // The target table is read at its latest rows; every other relation at the last
-        // sealed epoch. VALUES-only inserts never read the target.
-        let reads_target = !matches!(statement, ast::Statement::Insert(i)
+        // Tables are read at their latest rows, as PostgreSQL reads every change committed
+        // before the statement; views at the last sealed epoch. VALUES-only inserts read
+        // nothing.
+        let reads = !matches!(statement, ast::Statement::Insert(i)
             if i.source.as_ref().is_some_and(|q| matches!(q.body.as_ref(), ast::SetExpr::Values(_))));
+        let mut latest: Vec<(ObjectId, Arc<dyn TableProvider>)> = Vec::new();
+        if reads {
+            // Other tables first, each locked alone: never while holding the target's lock,
+            // so that two statements copying in opposite directions cannot deadlock.
+            let references = self
+                .context(settings, vec![])?
+                .state()
+                .resolve_table_references(&DFStatement::Statement(Box::new(statement.clone())))?;
+            for reference in references {
+                let Ok((other, other_writer)) = self.writer(reference.table()) else {
+                    continue; // a view, or a name the planner reports
+                };
+                if other.id == def.id || latest.iter().any(|(id, _)| *id == other.id) {
+                    continue;
+                }
+                let w = other_writer.lock().await;
+                latest.push((
+                    other.id,
+                    Arc::new(RelationTable {
+                        schema: w.schema().clone(),
+                        rows: Rows::Latest(w.latest_batch()?),
+                    }),
+                ));
+            }
+        }
+        let mut w = writer.lock().await;
         let schema = w.schema().clone();
-        let rows = if reads_target {
+        let rows = if reads {
             w.latest_batch()?
         } else {
             RecordBatch::new_empty(schema.clone())
         };
-        let target: Arc<dyn TableProvider> = Arc::new(RelationTable {
-            schema: schema.clone(),
-            rows: Rows::Latest(rows),
-        });
-        let ctx = self.context(settings, vec![(def.id, target)])?;
+        latest.push((
+            def.id,
+            Arc::new(RelationTable {
+                schema: schema.clone(),
+                rows: Rows::Latest(rows),
+            }),
+        ));
+        let ctx = self.context(settings, latest)?;
         let state = ctx.state();
         let mut plan = state
             .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
