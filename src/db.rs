@@ -158,10 +158,10 @@ impl Database {
         let actor = build_actor(
             &self.actors,
             def.id,
-            Vec::new(),
+            PlanNode::Input(0),
             schema,
             &[def.id],
-            feed_rx,
+            vec![feed_rx],
             ErrorSink::new(&def.name),
         )?;
         actor.spawn();
@@ -233,20 +233,24 @@ impl Database {
 
     async fn start_view(&self, def: &ViewDef, plan: StreamPlan) -> Result<()> {
         let StreamPlan {
-            input,
-            mut nodes,
+            inputs,
+            root,
             schema,
         } = plan;
-        // The view's rows carry the view's column names; the last operator produced the same
+        // The view's rows carry the view's column names; the top operator produced the same
         // columns under the plan's names.
-        if let Some(PlanNode::Project { schema: s, .. }) = nodes.last_mut() {
-            *s = schema.clone();
-        } else {
-            nodes.push(PlanNode::Project {
+        let root = match root {
+            PlanNode::Project { input, exprs, .. } => PlanNode::Project {
+                input,
+                exprs,
+                schema: schema.clone(),
+            },
+            other => PlanNode::Project {
+                input: Box::new(other),
                 exprs: identity_exprs(&schema),
                 schema: schema.clone(),
-            });
-        }
+            },
+        };
         let sink = ErrorSink::new(&def.name);
         self.view_errors
             .lock()
@@ -254,26 +258,32 @@ impl Database {
             .insert(def.id, sink.clone());
         let mut tables = vec![def.id];
         tables.extend(&def.state_tables);
-        let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
+        // One channel per input; a relation read twice (a self-join) feeds two.
+        let mut mutation = Mutation::default();
+        let mut receivers = Vec::new();
+        for input in inputs {
+            let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
+            receivers.push(rx);
+            mutation
+                .add_outputs
+                .entry(input)
+                .or_default()
+                .push(NewOutput {
+                    downstream: def.id,
+                    sender: tx,
+                });
+        }
         let actor = build_actor(
             &self.actors,
             def.id,
-            nodes,
+            root,
             schema.clone(),
             &tables,
-            rx,
+            receivers,
             sink,
         )?;
         self.catalog_mut().set_schema(def.id, schema);
         actor.spawn();
-        let mut mutation = Mutation::default();
-        mutation.add_outputs.insert(
-            input,
-            vec![NewOutput {
-                downstream: def.id,
-                sender: tx,
-            }],
-        );
         let epoch = self
             .barriers
             .inject(Some(mutation), vec![def.id], vec![])

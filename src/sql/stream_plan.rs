@@ -6,13 +6,15 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DFSchema;
+use datafusion::common::{JoinType, NullEquality};
 use datafusion::execution::context::SessionState;
-use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Volatility};
+use datafusion::logical_expr::{Expr, ExprSchemable, Join, LogicalPlan, Volatility};
 use datafusion::physical_plan::PhysicalExpr;
 
 use crate::catalog::{Catalog, ObjectId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::operators::hash_agg::{AggCall, AggKind};
+use crate::stream::operators::join::{JoinKind, JoinSpec};
 use crate::stream::plan::{PlanNode, StreamPlan};
 
 /// At most this many aggregates per view: state keys number them with one byte.
@@ -57,26 +59,29 @@ pub struct Planner<'a> {
     pub catalog: &'a Catalog,
 }
 
-/// The chain being built: the relation it reads and the operators so far.
-struct Chain {
-    input: ObjectId,
-    nodes: Vec<PlanNode>,
-    aggregates: usize,
+/// What the planner collects while it walks the plan.
+#[derive(Default)]
+struct Build {
+    /// The relation each leaf reads, in leaf order.
+    inputs: Vec<ObjectId>,
 }
 
 impl Planner<'_> {
     /// Compiles an (optimised) plan. Returns the stream plan and the relations it reads.
     pub fn plan(&self, plan: &LogicalPlan) -> Result<(StreamPlan, Vec<ObjectId>)> {
-        let chain = self.node(plan)?;
+        let mut build = Build::default();
+        let root = self.node(plan, &mut build)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
-        let input = chain.input;
+        let mut deps = build.inputs.clone();
+        deps.sort();
+        deps.dedup();
         Ok((
             StreamPlan {
-                input,
-                nodes: chain.nodes,
+                inputs: build.inputs,
+                root,
                 schema,
             },
-            vec![input],
+            deps,
         ))
     }
 
@@ -84,7 +89,7 @@ impl Planner<'_> {
         Ok(self.state.create_physical_expr(e.clone(), schema)?)
     }
 
-    fn node(&self, plan: &LogicalPlan) -> Result<Chain> {
+    fn node(&self, plan: &LogicalPlan, build: &mut Build) -> Result<PlanNode> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 let name = scan.table_name.table();
@@ -93,7 +98,6 @@ impl Planner<'_> {
                     .get(name)
                     .ok_or_else(|| crate::catalog::undefined_table(name))?;
                 let id = object.id();
-                let mut nodes = Vec::new();
                 if let Some(fetch) = scan.fetch {
                     return Err(unsupported(&format!("LIMIT {fetch}"), "Top-N views"));
                 }
@@ -101,6 +105,8 @@ impl Planner<'_> {
                     .catalog
                     .schema(id)
                     .ok_or_else(|| Error::internal(format!("no schema for relation {name}")))?;
+                build.inputs.push(id);
+                let mut node = PlanNode::Input(build.inputs.len() - 1);
                 if !scan.filters.is_empty() {
                     let df = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &full)?;
                     let conj = scan
@@ -109,9 +115,10 @@ impl Planner<'_> {
                         .cloned()
                         .reduce(Expr::and)
                         .expect("non-empty");
-                    nodes.push(PlanNode::Filter {
+                    node = PlanNode::Filter {
+                        input: Box::new(node),
                         predicate: self.physical(&conj, &df)?,
-                    });
+                    };
                 }
                 if let Some(projection) = &scan.projection {
                     let exprs = projection
@@ -124,44 +131,41 @@ impl Planner<'_> {
                             )) as Arc<dyn PhysicalExpr>
                         })
                         .collect();
-                    nodes.push(PlanNode::Project {
+                    node = PlanNode::Project {
+                        input: Box::new(node),
                         exprs,
                         schema: Arc::new(scan.projected_schema.as_arrow().clone()),
-                    });
+                    };
                 }
-                Ok(Chain {
-                    input: id,
-                    nodes,
-                    aggregates: 0,
-                })
+                Ok(node)
             }
             LogicalPlan::Projection(p) => {
-                let mut chain = self.node(&p.input)?;
+                let input = self.node(&p.input, build)?;
                 let input_schema = p.input.schema();
                 let exprs = p
                     .expr
                     .iter()
                     .map(|e| self.physical(e, input_schema))
                     .collect::<Result<Vec<_>>>()?;
-                chain.nodes.push(PlanNode::Project {
+                Ok(PlanNode::Project {
+                    input: Box::new(input),
                     exprs,
                     schema: Arc::new(p.schema.as_arrow().clone()),
-                });
-                Ok(chain)
+                })
             }
             LogicalPlan::Filter(f) => {
-                let mut chain = self.node(&f.input)?;
                 if f.predicate.contains_outer() || has_subquery(&f.predicate) {
-                    return Err(unsupported("subqueries", "joins"));
+                    return Err(unsupported("this subquery", "more forms of subqueries"));
                 }
-                chain.nodes.push(PlanNode::Filter {
+                let input = self.node(&f.input, build)?;
+                Ok(PlanNode::Filter {
+                    input: Box::new(input),
                     predicate: self.physical(&f.predicate, f.input.schema())?,
-                });
-                Ok(chain)
+                })
             }
-            LogicalPlan::SubqueryAlias(a) => self.node(&a.input),
+            LogicalPlan::SubqueryAlias(a) => self.node(&a.input, build),
             LogicalPlan::Aggregate(agg) => {
-                let mut chain = self.node(&agg.input)?;
+                let input = self.node(&agg.input, build)?;
                 let input_schema = agg.input.schema();
                 let mut group_exprs = Vec::new();
                 let mut group_types = Vec::new();
@@ -181,28 +185,35 @@ impl Planner<'_> {
                     let output_type = output.field(agg.group_expr.len() + i).data_type().clone();
                     calls.push(self.agg_call(e, input_schema, output_type)?);
                 }
-                chain.aggregates += calls.len();
-                if chain.aggregates > AGGREGATES_MAX {
+                if calls.len() > AGGREGATES_MAX {
                     return Err(Error::new(
                         ErrorKind::ProgramLimitExceeded,
                         format!(
-                            "a materialized view can compute at most {AGGREGATES_MAX} aggregates"
+                            "a materialized view can compute at most {AGGREGATES_MAX} aggregates per GROUP BY"
                         ),
                     ));
                 }
-                chain.nodes.push(PlanNode::Aggregate {
+                Ok(PlanNode::Aggregate {
+                    input: Box::new(input),
                     group_exprs,
                     group_types,
                     calls,
                     schema: Arc::new(output),
-                });
-                Ok(chain)
+                })
             }
-            LogicalPlan::Join(_) => Err(unsupported("joins", "joins")),
-            LogicalPlan::Union(_) => Err(unsupported("UNION", "set operations")),
+            LogicalPlan::Join(join) => self.join(join, build),
+            LogicalPlan::Union(u) => {
+                let schema = Arc::new(u.schema.as_arrow().clone());
+                let inputs = u
+                    .inputs
+                    .iter()
+                    .map(|i| self.node(i, build))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(PlanNode::Union { inputs, schema })
+            }
             LogicalPlan::Sort(_) => Err(unsupported("ORDER BY", "Top-N views")),
             LogicalPlan::Limit(_) => Err(unsupported("LIMIT and OFFSET", "Top-N views")),
-            LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT", "DISTINCT")),
+            LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT ON", "more forms of DISTINCT")),
             LogicalPlan::Window(_) => Err(unsupported("window functions", "window functions")),
             LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) => Err(Error::not_supported(
                 "a materialized view must read from a table or another materialized view",
@@ -213,6 +224,72 @@ impl Planner<'_> {
                 other.display()
             ))),
         }
+    }
+
+    fn join(&self, join: &Join, build: &mut Build) -> Result<PlanNode> {
+        let kind = match join.join_type {
+            JoinType::Inner => JoinKind::Inner,
+            JoinType::Left => JoinKind::Left,
+            JoinType::Right => JoinKind::Right,
+            JoinType::Full => JoinKind::Full,
+            JoinType::LeftSemi => JoinKind::LeftSemi,
+            JoinType::RightSemi => JoinKind::RightSemi,
+            JoinType::LeftAnti => JoinKind::LeftAnti,
+            JoinType::RightAnti => JoinKind::RightAnti,
+            JoinType::LeftMark | JoinType::RightMark => {
+                return Err(unsupported(
+                    "EXISTS or IN inside OR",
+                    "more forms of subqueries",
+                ))
+            }
+        };
+        if join.null_aware {
+            return Err(Error::not_supported(
+                "NOT IN (subquery) cannot be used in a materialized view yet",
+            )
+            .with_hint("Write it as NOT EXISTS, which has no surprises with NULLs."));
+        }
+        let left_schema = join.left.schema();
+        let right_schema = join.right.schema();
+        let mut left_keys = Vec::new();
+        let mut right_keys = Vec::new();
+        let mut key_types = Vec::new();
+        for (l, r) in &join.on {
+            let lt = l.get_type(left_schema)?;
+            let rt = r.get_type(right_schema)?;
+            // The keys compare in the left key's type; the planner has made both sides agree.
+            if lt != rt && !datafusion::arrow::compute::can_cast_types(&rt, &lt) {
+                return Err(Error::new(
+                    ErrorKind::TypeMismatch,
+                    format!("cannot join {lt} with {rt}"),
+                ));
+            }
+            left_keys.push(self.physical(l, left_schema)?);
+            right_keys.push(self.physical(r, right_schema)?);
+            key_types.push(lt);
+        }
+        let pair_schema = left_schema.join(right_schema)?;
+        let condition = match &join.filter {
+            Some(f) => Some(self.physical(f, &pair_schema)?),
+            None => None,
+        };
+        let left = self.node(&join.left, build)?;
+        let right = self.node(&join.right, build)?;
+        Ok(PlanNode::Join {
+            left: Box::new(left),
+            right: Box::new(right),
+            spec: JoinSpec {
+                kind,
+                left_keys,
+                right_keys,
+                key_types,
+                nulls_equal: join.null_equality == NullEquality::NullEqualsNull,
+                condition,
+                left_schema: Arc::new(left_schema.as_arrow().clone()),
+                right_schema: Arc::new(right_schema.as_arrow().clone()),
+                schema: Arc::new(join.schema.as_arrow().clone()),
+            },
+        })
     }
 
     fn agg_call(
@@ -303,6 +380,6 @@ fn unsupported(what: &str, feature: &str) -> Error {
         "{what} cannot be used in a materialized view yet"
     ))
     .with_hint(format!(
-        "Materialized views support projections, filters and GROUP BY aggregates over one table or view; {feature} are planned."
+        "Materialized views support projections, filters, joins, UNION ALL and GROUP BY aggregates; {feature} are planned."
     ))
 }

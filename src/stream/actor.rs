@@ -1,5 +1,5 @@
 //! The actor: the one control loop every dataflow node runs. It aligns barriers across its
-//! inputs, pushes chunks through its chain of operators into the relation's Materialize, and
+//! inputs, pushes chunks through its tree of operators into the relation's Materialize, and
 //! at each barrier flushes state, commits the epoch, carries out the barrier's mutation,
 //! forwards the barrier and acknowledges it to the coordinator.
 
@@ -21,7 +21,7 @@ use crate::state::{EpochWrites, StateStore, TableId};
 pub struct Actor {
     pub id: ActorId,
     pub inputs: AlignedInputs,
-    pub chain: Vec<Box<dyn Operator>>,
+    pub root: OpNode,
     pub materialize: Materialize,
     /// Every state table this actor writes, dropped when the actor is stopped.
     pub state_tables: Vec<TableId>,
@@ -61,15 +61,8 @@ impl Actor {
     async fn run(mut self) -> Result<()> {
         while let Some(event) = self.inputs.next().await {
             match event {
-                Event::Chunk { chunk, .. } => {
-                    let mut chunks = vec![chunk];
-                    for op in &mut self.chain {
-                        let mut next = Vec::new();
-                        for c in chunks {
-                            op.on_chunk(c, &mut next)?;
-                        }
-                        chunks = next;
-                    }
+                Event::Chunk { input, chunk } => {
+                    let chunks = self.root.on_chunk(input, chunk)?;
                     self.emit(chunks).await?;
                 }
                 Event::Barrier(barrier) => {
@@ -100,15 +93,7 @@ impl Actor {
         let epoch = barrier.epoch;
         let stopping = barrier.stops(self.id);
         let mut writes = EpochWrites::default();
-        let mut chunks: Vec<StreamChunk> = Vec::new();
-        for op in &mut self.chain {
-            let mut next = Vec::new();
-            for c in chunks {
-                op.on_chunk(c, &mut next)?;
-            }
-            op.on_barrier(epoch, &mut next, &mut writes)?;
-            chunks = next;
-        }
+        let chunks = self.root.on_barrier(epoch, &mut writes)?;
         self.emit(chunks).await?;
         self.materialize.flush(&mut writes)?;
         if stopping {
@@ -151,6 +136,71 @@ impl Actor {
                 downstream = o.downstream,
                 "downstream actor is gone; no longer feeding it"
             );
+        }
+    }
+}
+
+/// The actor's operators as a tree whose leaves are its inputs.
+pub enum OpNode {
+    /// The changes arriving on actor input `i`.
+    Input(usize),
+    /// An operator; its input `k` is the output of `inputs[k]`.
+    Op {
+        op: Box<dyn Operator>,
+        inputs: Vec<OpNode>,
+    },
+}
+
+impl OpNode {
+    pub fn unary(op: Box<dyn Operator>, input: OpNode) -> OpNode {
+        OpNode::Op {
+            op,
+            inputs: vec![input],
+        }
+    }
+
+    fn reads(&self, input: usize) -> bool {
+        match self {
+            OpNode::Input(i) => *i == input,
+            OpNode::Op { inputs, .. } => inputs.iter().any(|n| n.reads(input)),
+        }
+    }
+
+    /// Pushes a chunk from actor input `input` up the path to this node; returns this node's
+    /// output.
+    fn on_chunk(&mut self, input: usize, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+        match self {
+            OpNode::Input(_) => Ok(vec![chunk]),
+            OpNode::Op { op, inputs } => {
+                let (k, child) = inputs
+                    .iter_mut()
+                    .enumerate()
+                    .find(|(_, c)| c.reads(input))
+                    .expect("every actor input is a leaf of its operator tree");
+                let mut out = Vec::new();
+                for c in child.on_chunk(input, chunk)? {
+                    op.on_chunk(k, c, &mut out)?;
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Ends the epoch bottom-up: each operator first receives what its inputs emitted at the
+    /// barrier, then runs its own barrier hook.
+    fn on_barrier(&mut self, epoch: u64, writes: &mut EpochWrites) -> Result<Vec<StreamChunk>> {
+        match self {
+            OpNode::Input(_) => Ok(Vec::new()),
+            OpNode::Op { op, inputs } => {
+                let mut out = Vec::new();
+                for (k, child) in inputs.iter_mut().enumerate() {
+                    for c in child.on_barrier(epoch, writes)? {
+                        op.on_chunk(k, c, &mut out)?;
+                    }
+                }
+                op.on_barrier(epoch, &mut out, writes)?;
+                Ok(out)
+            }
         }
     }
 }

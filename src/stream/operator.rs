@@ -5,10 +5,17 @@ use crate::error::Result;
 use crate::state::EpochWrites;
 
 /// An incremental operator: it turns input changes into output changes and keeps whatever
-/// state it needs. It never sees barriers as messages and never forwards them.
+/// state it needs. It never sees barriers as messages and never forwards them. Most operators
+/// have one input; a join has two, a union any number.
 pub trait Operator: Send {
-    /// Transforms one chunk of input changes, appending output chunks to `out`.
-    fn on_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()>;
+    /// Transforms one chunk of changes arriving on input `input` (numbered from 0), appending
+    /// output chunks to `out`.
+    fn on_chunk(
+        &mut self,
+        input: usize,
+        chunk: StreamChunk,
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<()>;
 
     /// Called once when epoch `epoch` ends on every input: emit the changes the operator held
     /// back for the epoch (if any) and move its dirty state into `writes`. Stateless

@@ -1,7 +1,9 @@
 //! `StreamPlan`: what `sql/` compiles a view's query into, and how it becomes an actor.
 //!
-//! For now a plan is a chain of operators over one input relation; joins will make it a DAG
-//! of fragments.
+//! A plan is a tree of operators whose leaves are the actor's inputs: each input is the change
+//! stream of one relation (a table or view); a relation read twice (a self-join) is two
+//! inputs. Unary operators (project, filter, aggregate) have one child, a join two, a union
+//! any number.
 
 use std::sync::Arc;
 
@@ -9,53 +11,80 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::physical_plan::PhysicalExpr;
 use tokio::sync::mpsc;
 
-use super::actor::Actor;
+use super::actor::{Actor, OpNode};
 use super::align::AlignedInputs;
 use super::coordinator::ActorEvent;
 use super::expr::ErrorSink;
 use super::message::{ActorId, Message};
-use super::operator::Operator;
 use super::operators::filter::Filter;
 use super::operators::hash_agg::{AggCall, HashAgg};
+use super::operators::join::{HashJoin, JoinSpec};
 use super::operators::materialize::Materialize;
 use super::operators::project::Project;
+use super::operators::union::Union;
 use crate::error::Result;
 use crate::state::{StateStore, TableId};
 
 pub struct StreamPlan {
-    /// The relation (table or view) whose changes feed the plan.
-    pub input: ActorId,
-    pub nodes: Vec<PlanNode>,
+    /// The relations (table or view ids) feeding the plan; leaf `Input(i)` reads `inputs[i]`.
+    pub inputs: Vec<ActorId>,
+    pub root: PlanNode,
     /// The schema of the view's rows.
     pub schema: SchemaRef,
 }
 
 pub enum PlanNode {
+    /// The changes of the plan's input `i`.
+    Input(usize),
     Project {
+        input: Box<PlanNode>,
         exprs: Vec<Arc<dyn PhysicalExpr>>,
         schema: SchemaRef,
     },
     Filter {
+        input: Box<PlanNode>,
         predicate: Arc<dyn PhysicalExpr>,
     },
     Aggregate {
+        input: Box<PlanNode>,
         group_exprs: Vec<Arc<dyn PhysicalExpr>>,
         group_types: Vec<DataType>,
         calls: Vec<AggCall>,
         schema: SchemaRef,
     },
+    Join {
+        left: Box<PlanNode>,
+        right: Box<PlanNode>,
+        spec: JoinSpec,
+    },
+    /// UNION ALL: every input's changes, under the union's schema.
+    Union {
+        inputs: Vec<PlanNode>,
+        schema: SchemaRef,
+    },
+}
+
+impl PlanNode {
+    /// How many state tables this subtree's operators need.
+    pub fn state_tables_needed(&self) -> usize {
+        match self {
+            PlanNode::Input(_) => 0,
+            PlanNode::Project { input, .. } | PlanNode::Filter { input, .. } => {
+                input.state_tables_needed()
+            }
+            PlanNode::Aggregate { input, .. } => 2 + input.state_tables_needed(),
+            PlanNode::Join { left, right, .. } => {
+                2 + left.state_tables_needed() + right.state_tables_needed()
+            }
+            PlanNode::Union { inputs, .. } => inputs.iter().map(|i| i.state_tables_needed()).sum(),
+        }
+    }
 }
 
 impl StreamPlan {
     /// How many state tables the plan's operators need besides the view's own Materialize.
     pub fn state_tables_needed(&self) -> usize {
-        self.nodes
-            .iter()
-            .map(|n| match n {
-                PlanNode::Aggregate { .. } => 2,
-                _ => 0,
-            })
-            .sum()
+        self.root.state_tables_needed()
     }
 }
 
@@ -66,51 +95,24 @@ pub struct ActorContext {
     pub chunk_rows_max: usize,
 }
 
-/// Builds the actor of a relation: the operators of `nodes` (empty for a table) in front of
-/// the relation's Materialize. `state_tables[0]` is the Materialize's table; the operators
-/// take the rest in order.
+/// Builds the actor of a relation: the operators of `root` (just `Input(0)` for a table) in
+/// front of the relation's Materialize. `state_tables[0]` is the Materialize's table; the
+/// operators take the rest in pre-order.
 pub fn build_actor(
     ctx: &ActorContext,
     id: ActorId,
-    nodes: Vec<PlanNode>,
+    root: PlanNode,
     schema: SchemaRef,
     state_tables: &[TableId],
-    input: mpsc::Receiver<Message>,
+    inputs: Vec<mpsc::Receiver<Message>>,
     errors: ErrorSink,
 ) -> Result<Actor> {
     let mut tables = state_tables[1..].iter().copied();
-    let mut chain: Vec<Box<dyn Operator>> = Vec::new();
-    for node in nodes {
-        chain.push(match node {
-            PlanNode::Project { exprs, schema } => {
-                Box::new(Project::new(exprs, schema, errors.clone()))
-            }
-            PlanNode::Filter { predicate } => Box::new(Filter::new(predicate, errors.clone())),
-            PlanNode::Aggregate {
-                group_exprs,
-                group_types,
-                calls,
-                schema,
-            } => {
-                let groups = tables.next().expect("allocated");
-                let extremes = tables.next().expect("allocated");
-                Box::new(HashAgg::new(
-                    ctx.store.clone(),
-                    groups,
-                    extremes,
-                    group_exprs,
-                    group_types,
-                    calls,
-                    schema,
-                    errors.clone(),
-                )?)
-            }
-        });
-    }
+    let root = build_node(ctx, root, &mut tables, &errors)?;
     Ok(Actor {
         id,
-        inputs: AlignedInputs::new(vec![input]),
-        chain,
+        inputs: AlignedInputs::new(inputs),
+        root,
         materialize: Materialize::new(ctx.store.clone(), state_tables[0], schema)?,
         state_tables: state_tables.to_vec(),
         store: ctx.store.clone(),
@@ -118,4 +120,71 @@ pub fn build_actor(
         chunk_rows_max: ctx.chunk_rows_max,
         outputs: Vec::new(),
     })
+}
+
+fn build_node(
+    ctx: &ActorContext,
+    node: PlanNode,
+    tables: &mut impl Iterator<Item = TableId>,
+    errors: &ErrorSink,
+) -> Result<OpNode> {
+    Ok(match node {
+        PlanNode::Input(i) => OpNode::Input(i),
+        PlanNode::Project {
+            input,
+            exprs,
+            schema,
+        } => OpNode::unary(
+            Box::new(Project::new(exprs, schema, errors.clone())),
+            build_node(ctx, *input, tables, errors)?,
+        ),
+        PlanNode::Filter { input, predicate } => OpNode::unary(
+            Box::new(Filter::new(predicate, errors.clone())),
+            build_node(ctx, *input, tables, errors)?,
+        ),
+        PlanNode::Aggregate {
+            input,
+            group_exprs,
+            group_types,
+            calls,
+            schema,
+        } => {
+            let groups = next_table(tables);
+            let extremes = next_table(tables);
+            let agg = HashAgg::new(
+                ctx.store.clone(),
+                groups,
+                extremes,
+                group_exprs,
+                group_types,
+                calls,
+                schema,
+                errors.clone(),
+            )?;
+            OpNode::unary(Box::new(agg), build_node(ctx, *input, tables, errors)?)
+        }
+        PlanNode::Join { left, right, spec } => {
+            let sides = [next_table(tables), next_table(tables)];
+            let join = HashJoin::new(ctx.store.clone(), sides, spec, errors.clone())?;
+            let left = build_node(ctx, *left, tables, errors)?;
+            let right = build_node(ctx, *right, tables, errors)?;
+            OpNode::Op {
+                op: Box::new(join),
+                inputs: vec![left, right],
+            }
+        }
+        PlanNode::Union { inputs, schema } => OpNode::Op {
+            op: Box::new(Union::new(schema)),
+            inputs: inputs
+                .into_iter()
+                .map(|i| build_node(ctx, i, tables, errors))
+                .collect::<Result<_>>()?,
+        },
+    })
+}
+
+fn next_table(tables: &mut impl Iterator<Item = TableId>) -> TableId {
+    tables
+        .next()
+        .expect("state tables allocated for every operator")
 }

@@ -21,7 +21,12 @@ impl Filter {
 }
 
 impl Operator for Filter {
-    fn on_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()> {
+    fn on_chunk(
+        &mut self,
+        _input: usize,
+        chunk: StreamChunk,
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<()> {
         let mask = eval_predicate(&self.predicate, &chunk.data, &self.errors)?;
         let kept = chunk.filter(&mask)?;
         if !kept.is_empty() {
@@ -45,7 +50,7 @@ mod tests {
         let pred = Arc::new(BinaryExpr::new(col("a", &s).unwrap(), BinOp::Gt, lit(2i64)));
         let mut f = Filter::new(pred, ErrorSink::new("v"));
         let mut out = vec![];
-        f.on_chunk(chunk(&s, "+ 1\n+ 3\n- 5\n+ NULL\n- 2"), &mut out)
+        f.on_chunk(0, chunk(&s, "+ 1\n+ 3\n- 5\n+ NULL\n- 2"), &mut out)
             .unwrap();
         assert_eq!(out[0].to_string(), "+ 3\n- 5\n");
     }

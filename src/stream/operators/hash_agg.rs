@@ -246,7 +246,12 @@ impl HashAgg {
 }
 
 impl Operator for HashAgg {
-    fn on_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
+    fn on_chunk(
+        &mut self,
+        _input: usize,
+        chunk: StreamChunk,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<()> {
         let batch = &chunk.data;
         let group_columns = eval_columns(&self.group_exprs, batch, &self.errors)?;
         let keys = if self.global {
@@ -637,7 +642,7 @@ mod tests {
         async fn epoch(&mut self, changes: &str) -> String {
             let mut out = vec![];
             self.agg
-                .on_chunk(chunk(&self.input, changes), &mut out)
+                .on_chunk(0, chunk(&self.input, changes), &mut out)
                 .unwrap();
             assert!(out.is_empty(), "output waits for the barrier");
             self.epoch += 1;

@@ -2,5 +2,7 @@
 
 pub mod filter;
 pub mod hash_agg;
+pub mod join;
 pub mod materialize;
 pub mod project;
+pub mod union;

@@ -28,7 +28,12 @@ impl Project {
 }
 
 impl Operator for Project {
-    fn on_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()> {
+    fn on_chunk(
+        &mut self,
+        _input: usize,
+        chunk: StreamChunk,
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<()> {
         let columns = eval_columns(&self.exprs, &chunk.data, &self.errors)?;
         // A projection may keep no columns at all (COUNT(*) reads none), so give the row count.
         let options = RecordBatchOptions::new().with_row_count(Some(chunk.data.num_rows()));
@@ -62,7 +67,7 @@ mod tests {
             sink.clone(),
         );
         let mut out = vec![];
-        p.on_chunk(chunk(&input, "+ 6 3\n+ 1 0\n- 8 2"), &mut out)
+        p.on_chunk(0, chunk(&input, "+ 6 3\n+ 1 0\n- 8 2"), &mut out)
             .unwrap();
         assert_eq!(out[0].to_string(), "+ 6 2\n+ 1 NULL\n- 8 4\n");
         assert_eq!(sink.errors.count(), 1);
