@@ -309,31 +309,25 @@ impl Planner<'_> {
         };
         let name = f.func.name().to_lowercase();
         let p = &f.params;
-        if p.distinct {
-            return Err(unsupported(
-                &format!("{}(DISTINCT ...)", name.to_uppercase()),
-                "DISTINCT aggregates",
-            ));
-        }
-        if p.filter.is_some() {
-            return Err(unsupported("aggregate FILTER clauses", "aggregate filters"));
-        }
         if !p.order_by.is_empty() {
             return Err(unsupported("ordered aggregates", "ordered aggregates"));
         }
-        let kind = match name.as_str() {
-            "count" => AggKind::Count,
-            "sum" => AggKind::Sum,
-            "avg" | "mean" => AggKind::Avg,
-            "min" => AggKind::Min,
-            "max" => AggKind::Max,
-            other => {
-                return Err(Error::not_supported(format!(
+        let kind =
+            match name.as_str() {
+                "count" => AggKind::Count,
+                "sum" => AggKind::Sum,
+                "avg" | "mean" => AggKind::Avg,
+                "min" => AggKind::Min,
+                "max" => AggKind::Max,
+                "bool_and" => AggKind::BoolAnd,
+                "bool_or" => AggKind::BoolOr,
+                other => return Err(Error::not_supported(format!(
                     "aggregate function {other}() is not supported in materialized views"
                 ))
-                .with_hint("Materialized views support COUNT, SUM, AVG, MIN and MAX."))
-            }
-        };
+                .with_hint(
+                    "Materialized views support COUNT, SUM, AVG, MIN, MAX, BOOL_AND and BOOL_OR.",
+                )),
+            };
         let [arg] = p.args.as_slice() else {
             return Err(Error::not_supported(format!(
                 "{name}() with {} arguments is not supported in materialized views",
@@ -344,6 +338,7 @@ impl Planner<'_> {
         let supported = match kind {
             AggKind::Count | AggKind::Min | AggKind::Max => true,
             AggKind::Sum | AggKind::Avg => arg_type.is_numeric(),
+            AggKind::BoolAnd | AggKind::BoolOr => arg_type == DataType::Boolean,
         };
         if !supported {
             return Err(Error::new(
@@ -351,11 +346,17 @@ impl Planner<'_> {
                 format!("function {name}({arg_type}) does not exist"),
             ));
         }
+        let filter = match &p.filter {
+            Some(f) => Some(self.physical(f, input_schema)?),
+            None => None,
+        };
         Ok(AggCall {
             kind,
             arg: self.physical(arg, input_schema)?,
             arg_type,
             output_type,
+            distinct: p.distinct,
+            filter,
         })
     }
 }

@@ -1,10 +1,12 @@
-//! HashAgg: GROUP BY with COUNT, SUM, AVG, MIN and MAX under insertions and deletions.
+//! HashAgg: GROUP BY with COUNT, SUM, AVG, MIN, MAX, BOOL_AND and BOOL_OR, each optionally
+//! DISTINCT and with a FILTER, under insertions and deletions.
 //!
 //! Each group keeps its row count and one accumulator per aggregate in the `groups` state
 //! table. MIN and MAX cannot be retracted from a single value, so each keeps the group's
-//! multiset of non-NULL values in the `extremes` table, ordered by value: the minimum is the
+//! multiset of non-NULL values in the `values` table, ordered by value: the minimum is the
 //! first entry of the group's range, the maximum the last, also after the current extreme is
-//! deleted. Output changes are emitted once per epoch, at the barrier, for the groups the
+//! deleted. A DISTINCT aggregate keeps its multiset there too, and a value reaches the
+//! accumulator only when its count moves between zero and one. Output changes are emitted once per epoch, at the barrier, for the groups the
 //! epoch touched: the group's previous output row is retracted and its new one inserted.
 //! Without GROUP BY there is exactly one group, which exists even when empty, so the view
 //! holds one row (COUNT = 0, SUM = NULL) over an empty input, as in PostgreSQL.
@@ -13,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, Decimal128Array, Float64Array, Int64Array, RecordBatch,
+    Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -23,7 +25,7 @@ use datafusion::physical_plan::PhysicalExpr;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
-use crate::stream::expr::{eval_columns, ErrorSink};
+use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
 use crate::stream::operator::Operator;
 use crate::stream::rows::RowCodec;
 
@@ -38,6 +40,8 @@ pub enum AggKind {
     Avg,
     Min,
     Max,
+    BoolAnd,
+    BoolOr,
 }
 
 pub struct AggCall {
@@ -47,6 +51,10 @@ pub struct AggCall {
     pub arg_type: DataType,
     /// The type of the result, as the query's plan gives it.
     pub output_type: DataType,
+    /// Each distinct value counts once (`count(DISTINCT x)`).
+    pub distinct: bool,
+    /// Only rows on which this is true count (`FILTER (WHERE ...)`).
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
 }
 
 /// How an aggregate reads its argument's values.
@@ -56,8 +64,20 @@ enum Values {
     /// Exact integers (and decimals' unscaled integers).
     Exact(Vec<Option<i128>>),
     Float(Float64Array),
+    Bool(BooleanArray),
     /// Order-preserving bytes, for MIN/MAX.
     Ordered(ArrayRef, Vec<Vec<u8>>),
+}
+
+impl Values {
+    fn is_valid(&self, row: usize) -> bool {
+        match self {
+            Values::Presence(a) | Values::Ordered(a, _) => a.is_valid(row),
+            Values::Exact(v) => v[row].is_some(),
+            Values::Float(a) => a.is_valid(row),
+            Values::Bool(a) => a.is_valid(row),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +86,7 @@ enum Acc {
     Exact { n: i64, sum: i128 },
     Float { n: i64, sum: f64 },
     Extreme { n: i64 },
+    Bools { n: i64, trues: i64 },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -82,10 +103,11 @@ pub struct HashAgg {
     schema: SchemaRef,
     group_codec: RowCodec,
     output_codec: RowCodec,
-    /// For MIN/MAX calls, the codec of their argument's values.
+    /// For MIN/MAX and DISTINCT calls, the codec of their argument's values.
     value_codecs: Vec<Option<RowCodec>>,
     groups: StateTable,
-    extremes: StateTable,
+    /// Per group and call, the multiset of values of MIN/MAX and DISTINCT calls.
+    values: StateTable,
     cache: HashMap<Vec<u8>, GroupState>,
     dirty: HashSet<Vec<u8>>,
     global: bool,
@@ -99,7 +121,7 @@ impl HashAgg {
     pub fn new(
         store: Arc<StateStore>,
         groups_table: TableId,
-        extremes_table: TableId,
+        values_table: TableId,
         group_exprs: Vec<Arc<dyn PhysicalExpr>>,
         group_types: Vec<DataType>,
         calls: Vec<AggCall>,
@@ -110,6 +132,7 @@ impl HashAgg {
             .iter()
             .map(|c| match c.kind {
                 AggKind::Min | AggKind::Max => RowCodec::new(vec![c.arg_type.clone()]).map(Some),
+                _ if c.distinct => RowCodec::new(vec![c.arg_type.clone()]).map(Some),
                 _ => Ok(None),
             })
             .collect::<Result<_>>()?;
@@ -119,7 +142,7 @@ impl HashAgg {
             output_codec: RowCodec::for_schema(&schema)?,
             value_codecs,
             groups: StateTable::new(store.clone(), groups_table),
-            extremes: StateTable::new(store, extremes_table),
+            values: StateTable::new(store, values_table),
             cache: HashMap::new(),
             dirty: HashSet::new(),
             global,
@@ -140,6 +163,7 @@ impl HashAgg {
                 .map(|c| match (c.kind, &c.arg_type) {
                     (AggKind::Count, _) => Acc::Count { n: 0 },
                     (AggKind::Min | AggKind::Max, _) => Acc::Extreme { n: 0 },
+                    (AggKind::BoolAnd | AggKind::BoolOr, _) => Acc::Bools { n: 0, trues: 0 },
                     (_, t) if is_float(t) => Acc::Float { n: 0, sum: 0.0 },
                     _ => Acc::Exact { n: 0, sum: 0 },
                 })
@@ -159,6 +183,26 @@ impl HashAgg {
         Ok(self.cache.get_mut(key).expect("just inserted"))
     }
 
+    /// Changes the count of one value of a MIN/MAX or DISTINCT call; returns it before and
+    /// after.
+    fn count_value(&mut self, key: Vec<u8>, w: i64) -> Result<(i64, i64)> {
+        let before = match self.values.get(&key)? {
+            Some(v) => decode_i64(&v)?,
+            None => 0,
+        };
+        let after = before + w;
+        assert!(
+            after >= 0,
+            "aggregate value retracted more often than added"
+        );
+        if after == 0 {
+            self.values.delete(key);
+        } else {
+            self.values.put(key, after.to_le_bytes().to_vec());
+        }
+        Ok((before, after))
+    }
+
     fn read_values(
         &self,
         call: &AggCall,
@@ -167,6 +211,13 @@ impl HashAgg {
     ) -> Result<Values> {
         Ok(match call.kind {
             AggKind::Count => Values::Presence(array),
+            AggKind::BoolAnd | AggKind::BoolOr => Values::Bool(
+                array
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| Error::internal("bool_and/bool_or of a non-boolean"))?
+                    .clone(),
+            ),
             AggKind::Min | AggKind::Max => {
                 let codec = codec.expect("min/max has a value codec");
                 let keys = codec.encode(std::slice::from_ref(&array))?;
@@ -204,8 +255,18 @@ impl HashAgg {
         let null = || ScalarValue::try_from(&call.output_type);
         match (call.kind, acc) {
             (AggKind::Count, Acc::Count { n }) => Ok(ScalarValue::Int64(Some(*n))),
-            (_, Acc::Exact { n: 0, .. } | Acc::Float { n: 0, .. } | Acc::Extreme { n: 0 }) => {
-                Ok(null()?)
+            (
+                _,
+                Acc::Exact { n: 0, .. }
+                | Acc::Float { n: 0, .. }
+                | Acc::Extreme { n: 0 }
+                | Acc::Bools { n: 0, .. },
+            ) => Ok(null()?),
+            (AggKind::BoolAnd, Acc::Bools { n, trues }) => {
+                Ok(ScalarValue::Boolean(Some(trues == n)))
+            }
+            (AggKind::BoolOr, Acc::Bools { trues, .. }) => {
+                Ok(ScalarValue::Boolean(Some(*trues > 0)))
             }
             (AggKind::Sum, Acc::Exact { sum, .. }) => exact_scalar(*sum, &call.output_type),
             (AggKind::Sum, Acc::Float { sum, .. }) => float_scalar(*sum, &call.output_type),
@@ -226,7 +287,7 @@ impl HashAgg {
                 let mut prefix = key.to_vec();
                 prefix.push(idx as u8);
                 let mut found: Option<Vec<u8>> = None;
-                self.extremes
+                self.values
                     .scan(&prefix, call.kind == AggKind::Max, &mut |k, _| {
                         found = Some(k[prefix.len()..].to_vec());
                         false
@@ -264,20 +325,69 @@ impl Operator for HashAgg {
             batch,
             &self.errors,
         )?;
+        // Per call: which rows its FILTER keeps, and for DISTINCT calls the values as bytes.
+        let mut filters: Vec<Option<BooleanArray>> = Vec::with_capacity(self.calls.len());
+        let mut distinct: Vec<Option<Vec<Vec<u8>>>> = Vec::with_capacity(self.calls.len());
+        for (call, array) in self.calls.iter().zip(&args) {
+            filters.push(match &call.filter {
+                Some(f) => Some(eval_predicate(f, batch, &self.errors)?),
+                None => None,
+            });
+            let counted_once = call.distinct && !matches!(call.kind, AggKind::Min | AggKind::Max);
+            distinct.push(match (&self.value_codecs[distinct.len()], counted_once) {
+                (Some(codec), true) => Some(codec.encode(std::slice::from_ref(array))?),
+                _ => None,
+            });
+        }
         let mut values = Vec::with_capacity(self.calls.len());
         for (i, (call, array)) in self.calls.iter().zip(args).enumerate() {
             values.push(self.read_values(call, array, self.value_codecs[i].as_ref())?);
         }
         for (row, (key, op)) in keys.iter().zip(&chunk.ops).enumerate() {
             let w = op.weight();
+            // What each call adds for this row: `w`, or nothing when its FILTER drops the row
+            // or, for DISTINCT, when the value was already there (or still is).
+            let mut weights = vec![w; self.calls.len()];
+            for idx in 0..self.calls.len() {
+                if let Some(mask) = &filters[idx] {
+                    if !(mask.is_valid(row) && mask.value(row)) {
+                        weights[idx] = 0;
+                        continue;
+                    }
+                }
+                if let Some(bytes) = &distinct[idx] {
+                    if !values[idx].is_valid(row) {
+                        continue;
+                    }
+                    let mut k = key.clone();
+                    k.push(idx as u8);
+                    k.extend_from_slice(&bytes[row]);
+                    let (before, after) = self.count_value(k, w)?;
+                    if (before == 0) == (after == 0) {
+                        weights[idx] = 0;
+                    }
+                }
+            }
             let mut extreme_updates: Vec<(Vec<u8>, i64)> = Vec::new();
             let state = self.load(key)?;
             state.rows += w;
             for (idx, (acc, vals)) in state.accs.iter_mut().zip(&values).enumerate() {
+                let w = weights[idx];
+                if w == 0 {
+                    continue;
+                }
                 match (acc, vals) {
                     (Acc::Count { n }, Values::Presence(a)) => {
                         if a.is_valid(row) {
                             *n += w
+                        }
+                    }
+                    (Acc::Bools { n, trues }, Values::Bool(a)) => {
+                        if a.is_valid(row) {
+                            *n += w;
+                            if a.value(row) {
+                                *trues += w;
+                            }
                         }
                     }
                     (Acc::Exact { n, sum }, Values::Exact(v)) => {
@@ -307,17 +417,7 @@ impl Operator for HashAgg {
                 }
             }
             for (k, w) in extreme_updates {
-                let old = match self.extremes.get(&k)? {
-                    Some(v) => decode_i64(&v)?,
-                    None => 0,
-                };
-                let new = old + w;
-                assert!(new >= 0, "min/max value retracted more often than added");
-                if new == 0 {
-                    self.extremes.delete(k);
-                } else {
-                    self.extremes.put(k, new.to_le_bytes().to_vec());
-                }
+                self.count_value(k, w)?;
             }
             self.dirty.insert(key.clone());
         }
@@ -427,7 +527,7 @@ impl Operator for HashAgg {
             self.cache.clear();
         }
         self.groups.take_writes(writes);
-        self.extremes.take_writes(writes);
+        self.values.take_writes(writes);
         Ok(())
     }
 }
@@ -502,6 +602,11 @@ fn encode_state(s: &GroupState) -> Vec<u8> {
                 out.push(3);
                 out.extend_from_slice(&n.to_le_bytes());
             }
+            Acc::Bools { n, trues } => {
+                out.push(4);
+                out.extend_from_slice(&n.to_le_bytes());
+                out.extend_from_slice(&trues.to_le_bytes());
+            }
         }
     }
     match &s.emitted {
@@ -550,6 +655,10 @@ fn decode_state(bytes: &[u8]) -> Result<GroupState> {
                 sum: f64::from_le_bytes(r.take(8)?.try_into().map_err(|_| corrupt())?),
             },
             3 => Acc::Extreme { n: r.i64()? },
+            4 => Acc::Bools {
+                n: r.i64()?,
+                trues: r.i64()?,
+            },
             _ => return Err(corrupt()),
         });
     }
@@ -591,6 +700,8 @@ mod tests {
             arg,
             arg_type,
             output_type: out,
+            distinct: false,
+            filter: None,
         };
         let calls = vec![
             call(AggKind::Count, lit(1i64), DataType::Int64, DataType::Int64),
