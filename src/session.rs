@@ -91,7 +91,10 @@ impl Session {
             Statement::ShowTables => self.db.show_tables(),
             Statement::ShowMaterializedViews => self.db.show_views(),
             Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name),
-            Statement::Sql(stmt) => self.execute_sql(stmt, params).await,
+            Statement::Sql(stmt) => {
+                crate::sql::parser::check_supported(stmt)?;
+                self.execute_sql(stmt, params).await
+            }
         }
     }
 
@@ -285,6 +288,7 @@ impl Session {
                 return Ok(none(rows_schema(self.db.show_create_view(name)?)))
             }
         };
+        crate::sql::parser::check_supported(stmt)?;
         match stmt.as_ref() {
             Ast::Query(_) | Ast::Explain { .. } => {
                 let (_, plan) = self.db.plan_query(stmt, &self.settings).await?;

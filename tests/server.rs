@@ -35,6 +35,7 @@ async fn restart_rebuilds_tables_and_views_from_the_change_logs() {
              INSERT INTO k VALUES (1, 'a', 10), (2, 'a', 20), (3, 'b', 5);
              CREATE MATERIALIZED VIEW kv AS SELECT g, sum(v) AS s, max(v) AS m FROM k GROUP BY g;
              CREATE MATERIALIZED VIEW kv2 AS SELECT s FROM kv WHERE m > 6;
+             CREATE MATERIALIZED VIEW pairs AS SELECT a.id, b.id AS other FROM k a LEFT JOIN k b ON a.g = b.g AND a.id < b.id;
              UPDATE k SET v = 1 WHERE id = 2;
              DELETE FROM k WHERE id = 3;",
         )
@@ -48,6 +49,10 @@ async fn restart_rebuilds_tables_and_views_from_the_change_logs() {
     assert_eq!(rows(&client, "SELECT * FROM k").await, ["1 a 10", "2 a 1"]);
     assert_eq!(rows(&client, "SELECT * FROM kv").await, ["a 11 10"]);
     assert_eq!(rows(&client, "SELECT * FROM kv2").await, ["11"]);
+    assert_eq!(
+        rows(&client, "SELECT * FROM pairs").await,
+        ["1 2", "2 NULL"]
+    );
     // The primary key is still enforced, and the views still follow changes.
     let err = client
         .batch_execute("INSERT INTO k VALUES (1, 'z', 0)")
@@ -68,6 +73,10 @@ async fn restart_rebuilds_tables_and_views_from_the_change_logs() {
         ["a 11 10", "b 7 7"]
     );
     assert_eq!(rows(&client, "SELECT * FROM kv2").await, ["11", "7"]);
+    assert_eq!(
+        rows(&client, "SELECT * FROM pairs").await,
+        ["1 2", "2 NULL", "4 NULL"]
+    );
     // Dropped objects stay dropped.
     client.batch_execute("DROP TABLE k CASCADE").await.unwrap();
     assert!(server.stop(15).await.success());

@@ -5,7 +5,9 @@
 //! The whole string is parsed before anything runs, as in PostgreSQL: a syntax error in the
 //! third statement means the first two do not run either.
 
-use datafusion::sql::sqlparser::ast;
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{self, Visit, Visitor};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
@@ -65,6 +67,48 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
         out.push(Parsed { statement, text });
     }
     Ok(out)
+}
+
+/// Refuses what the planner would answer wrongly: `EXCEPT ALL` and `INTERSECT ALL`, which
+/// DataFusion plans as plain anti and semi joins (dropping or keeping every copy of a row,
+/// instead of as many copies as the other side has).
+pub fn check_supported(stmt: &ast::Statement) -> Result<()> {
+    struct Check;
+    impl Visitor for Check {
+        type Break = String;
+        fn pre_visit_query(&mut self, query: &ast::Query) -> ControlFlow<String> {
+            bag_operation(&query.body).map_or(ControlFlow::Continue(()), ControlFlow::Break)
+        }
+    }
+    match stmt.visit(&mut Check) {
+        ControlFlow::Continue(()) => Ok(()),
+        ControlFlow::Break(op) => Err(Error::not_supported(format!("{op} is not supported"))
+            .with_hint(format!(
+                "Use {} without ALL, or compare counts with GROUP BY.",
+                op.trim_end_matches(" ALL")
+            ))),
+    }
+}
+
+fn bag_operation(body: &ast::SetExpr) -> Option<String> {
+    let ast::SetExpr::SetOperation {
+        left,
+        op,
+        set_quantifier,
+        right,
+    } = body
+    else {
+        return None;
+    };
+    let all = matches!(
+        set_quantifier,
+        ast::SetQuantifier::All | ast::SetQuantifier::AllByName
+    );
+    match op {
+        ast::SetOperator::Except | ast::SetOperator::Minus if all => Some("EXCEPT ALL".into()),
+        ast::SetOperator::Intersect if all => Some("INTERSECT ALL".into()),
+        _ => bag_operation(left).or_else(|| bag_operation(right)),
+    }
 }
 
 fn parse_one(sql: &str, tokens: &[TokenWithSpan]) -> Result<ast::Statement> {

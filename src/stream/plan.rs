@@ -21,6 +21,7 @@ use super::operators::hash_agg::{AggCall, HashAgg};
 use super::operators::join::{HashJoin, JoinSpec};
 use super::operators::materialize::Materialize;
 use super::operators::project::Project;
+use super::operators::top_n::{TopN, TopNSpec};
 use super::operators::union::Union;
 use crate::error::Result;
 use crate::state::{StateStore, TableId};
@@ -62,6 +63,10 @@ pub enum PlanNode {
         inputs: Vec<PlanNode>,
         schema: SchemaRef,
     },
+    TopN {
+        input: Box<PlanNode>,
+        spec: TopNSpec,
+    },
 }
 
 impl PlanNode {
@@ -72,7 +77,9 @@ impl PlanNode {
             PlanNode::Project { input, .. } | PlanNode::Filter { input, .. } => {
                 input.state_tables_needed()
             }
-            PlanNode::Aggregate { input, .. } => 2 + input.state_tables_needed(),
+            PlanNode::Aggregate { input, .. } | PlanNode::TopN { input, .. } => {
+                2 + input.state_tables_needed()
+            }
             PlanNode::Join { left, right, .. } => {
                 2 + left.state_tables_needed() + right.state_tables_needed()
             }
@@ -172,6 +179,11 @@ fn build_node(
                 op: Box::new(join),
                 inputs: vec![left, right],
             }
+        }
+        PlanNode::TopN { input, spec } => {
+            let own = [next_table(tables), next_table(tables)];
+            let top_n = TopN::new(ctx.store.clone(), own, spec, errors.clone())?;
+            OpNode::unary(Box::new(top_n), build_node(ctx, *input, tables, errors)?)
         }
         PlanNode::Union { inputs, schema } => OpNode::Op {
             op: Box::new(Union::new(schema)),

@@ -2,6 +2,7 @@
 //! first difference: a view whose rows differ, or a statement that one server refuses and the
 //! other accepts.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -289,9 +290,30 @@ pub fn same_multiset(a: &[Row], b: &[Row], floats: &[bool]) -> bool {
 
 /// The rows only `a` has and those only `b` has, counting duplicates.
 pub fn difference<'a>(a: &'a [Row], b: &'a [Row], floats: &[bool]) -> (Vec<&'a Row>, Vec<&'a Row>) {
-    let mut unmatched: Vec<&Row> = b.iter().collect();
-    let mut only_a = Vec::new();
+    // Rows equal as text pair off first (in linear time); what is left pairs off within the
+    // floating-point tolerance.
+    let mut counts: HashMap<&Row, i64> = HashMap::new();
+    for row in b {
+        *counts.entry(row).or_default() += 1;
+    }
+    let mut rest_a = Vec::new();
     for row in a {
+        match counts.get_mut(row) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => rest_a.push(row),
+        }
+    }
+    let mut unmatched: Vec<&Row> = Vec::new();
+    for row in b {
+        if let Some(n) = counts.get_mut(row) {
+            if *n > 0 {
+                *n -= 1;
+                unmatched.push(row);
+            }
+        }
+    }
+    let mut only_a = Vec::new();
+    for row in rest_a {
         match unmatched.iter().position(|r| same_row(r, row, floats)) {
             Some(i) => {
                 unmatched.swap_remove(i);

@@ -145,6 +145,8 @@ mod tests {
                         filter: None,
                         group_by: vec![],
                         having: None,
+                        then: None,
+                        order_limit: None,
                     },
                     family: Family::Global,
                 },

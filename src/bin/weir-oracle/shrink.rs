@@ -200,6 +200,18 @@ fn simplify(query: &Query, variant: usize) -> Option<Query> {
             ..query.clone()
         });
     }
+    if query.then.is_some() {
+        variants.push(Query {
+            then: None,
+            ..query.clone()
+        });
+    }
+    if query.order_limit.is_some() {
+        variants.push(Query {
+            order_limit: None,
+            ..query.clone()
+        });
+    }
     if query.select.len() > 1 {
         for i in 0..query.select.len() {
             let mut q = query.clone();
@@ -231,6 +243,8 @@ mod tests {
             filter: Some("v > 1".into()),
             group_by: vec!["g % 2".into()],
             having: Some("count(*) > 1".into()),
+            then: None,
+            order_limit: None,
         };
         let all: Vec<String> = (0..)
             .map_while(|i| simplify(&q, i))

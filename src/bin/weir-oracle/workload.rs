@@ -21,6 +21,19 @@ pub enum Family {
     Global,
     /// A view over an earlier view.
     OnView,
+    /// Inner, left, right and full joins of two or three tables (or a table with itself, or
+    /// with a grouped view), on equal keys with an extra condition at times.
+    Join,
+    /// A join under GROUP BY.
+    JoinGroupBy,
+    /// IN, EXISTS, NOT EXISTS and correlated scalar subqueries.
+    Subquery,
+    /// UNION [ALL], INTERSECT, EXCEPT.
+    SetOperation,
+    /// SELECT DISTINCT, DISTINCT and FILTER aggregates, BOOL_AND/BOOL_OR.
+    Distinct,
+    /// ORDER BY ... LIMIT [OFFSET], and ROW_NUMBER / RANK / DENSE_RANK per partition.
+    TopN,
 }
 
 /// A SELECT in parts, so that the shrinker can drop clauses.
@@ -31,6 +44,10 @@ pub struct Query {
     pub filter: Option<String>,
     pub group_by: Vec<String>,
     pub having: Option<String>,
+    /// A set operation with a second query: `UNION ALL`, `EXCEPT` and so on.
+    pub then: Option<(String, Box<Query>)>,
+    /// `ORDER BY ... LIMIT ...`.
+    pub order_limit: Option<String>,
 }
 
 impl Query {
@@ -45,7 +62,32 @@ impl Query {
         if let Some(h) = &self.having {
             sql += &format!(" HAVING {h}");
         }
+        if let Some((op, other)) = &self.then {
+            sql += &format!(" {op} {}", other.sql());
+        }
+        if let Some(tail) = &self.order_limit {
+            sql += &format!(" {tail}");
+        }
         sql
+    }
+
+    fn grouped_by(self, key: &str) -> Query {
+        Query {
+            group_by: vec![key.to_string()],
+            ..self
+        }
+    }
+
+    fn simple(select: Vec<String>, from: String, filter: Option<String>) -> Query {
+        Query {
+            select,
+            from,
+            filter,
+            group_by: vec![],
+            having: None,
+            then: None,
+            order_limit: None,
+        }
     }
 }
 
@@ -238,67 +280,298 @@ impl Generator<'_> {
     }
 
     fn view(&mut self) -> (Query, Family) {
-        match self.rng.below(7) {
+        match self.rng.below(18) {
             0 | 1 => {
                 let mut select = vec!["k".to_string(), "g".to_string()];
                 let count = 2 + self.rng.below(6) as usize;
                 select.extend(self.some(PROJECTIONS, count));
-                let query = Query {
-                    select,
-                    from: self.table(),
-                    filter: self.filter(),
-                    group_by: vec![],
-                    having: None,
-                };
+                let query = Query::simple(select, self.table(), self.filter());
                 (query, Family::Project)
             }
-            2..=4 => {
-                let keys = *self.rng.pick(KEYS);
-                let mut select: Vec<String> = keys
-                    .iter()
-                    .map(|(e, name)| {
-                        if e == name {
-                            e.to_string()
-                        } else {
-                            format!("{e} AS {name}")
-                        }
-                    })
-                    .collect();
-                select.push("count(*) AS c".into());
-                let count = 1 + self.rng.below(6) as usize;
-                select.extend(self.some(AGGREGATES, count));
-                let having = match self.rng.below(6) {
-                    0 => Some("count(*) > 1".to_string()),
-                    1 => Some("sum(v) > 0".to_string()),
-                    2 => Some("min(s) IS NOT NULL".to_string()),
-                    _ => None,
-                };
-                let query = Query {
-                    select,
-                    from: self.table(),
-                    filter: self.filter(),
-                    group_by: keys.iter().map(|(e, _)| e.to_string()).collect(),
-                    having,
-                };
-                (query, Family::GroupBy)
-            }
+            2..=4 => (self.grouped(), Family::GroupBy),
             5 => {
                 let mut select = vec!["count(*) AS c".to_string()];
                 let count = 1 + self.rng.below(5) as usize;
                 select.extend(self.some(AGGREGATES, count));
-                let query = Query {
-                    select,
-                    from: self.table(),
-                    filter: self.filter(),
-                    group_by: vec![],
-                    having: None,
-                };
+                let query = Query::simple(select, self.table(), self.filter());
                 (query, Family::Global)
             }
-            _ => match self.on_view() {
+            6 => match self.on_view() {
                 Some(q) => (q, Family::OnView),
                 None => self.view(),
             },
+            7 | 8 => (self.join(), Family::Join),
+            9 | 10 => (self.join_grouped(), Family::JoinGroupBy),
+            11 | 12 => (self.subquery(), Family::Subquery),
+            13 | 14 => (self.set_operation(), Family::SetOperation),
+            15 | 16 => (self.top_n(), Family::TopN),
+            _ => (self.distinct(), Family::Distinct),
+        }
+    }
+
+    fn grouped(&mut self) -> Query {
+        let keys = *self.rng.pick(KEYS);
+        let mut select: Vec<String> = keys
+            .iter()
+            .map(|(e, name)| {
+                if e == name {
+                    e.to_string()
+                } else {
+                    format!("{e} AS {name}")
+                }
+            })
+            .collect();
+        select.push("count(*) AS c".into());
+        let count = 1 + self.rng.below(6) as usize;
+        select.extend(self.some(AGGREGATES, count));
+        let having = match self.rng.below(6) {
+            0 => Some("count(*) > 1".to_string()),
+            1 => Some("sum(v) > 0".to_string()),
+            2 => Some("min(s) IS NOT NULL".to_string()),
+            _ => None,
+        };
+        Query {
+            group_by: keys.iter().map(|(e, _)| e.to_string()).collect(),
+            having,
+            ..Query::simple(select, self.table(), self.filter())
+        }
+    }
+
+    /// `a <kind> JOIN b ON ...`, sometimes a third table, sometimes a grouped view as `b`.
+    fn join_from(&mut self) -> String {
+        let kind = *self
+            .rng
+            .pick(&["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN"]);
+        let on = *self.rng.pick(&[
+            "a.k = b.k",
+            "a.g = b.g",
+            "a.s = b.s",
+            "a.g = b.g AND a.b = b.b",
+            "a.k = b.k AND a.v < b.v",
+            "a.g = b.g AND a.n > b.n",
+            "a.k = b.k AND (a.s IS NULL OR b.s <> a.s)",
+        ]);
+        let a = self.table();
+        let b = self.table();
+        let mut from = format!("{a} a {kind} {b} b ON {on}");
+        if self.rng.chance(25) {
+            let kind = *self.rng.pick(&["JOIN", "LEFT JOIN"]);
+            let on = *self.rng.pick(&["c.k = b.k", "c.k = a.k AND c.g = b.g"]);
+            from += &format!(" {kind} {} c ON {on}", self.table());
+        }
+        from
+    }
+
+    fn join(&mut self) -> Query {
+        // A grouped view keyed by g joins like a table.
+        let grouped_views: Vec<String> = self
+            .views
+            .iter()
+            .filter(|(_, q, f)| *f == Family::GroupBy && q.group_by == ["g"])
+            .map(|(name, _, _)| name.clone())
+            .collect();
+        if !grouped_views.is_empty() && self.rng.chance(20) {
+            let view = self.rng.pick(&grouped_views).clone();
+            let kind = *self.rng.pick(&["JOIN", "LEFT JOIN"]);
+            let select = vec!["a.k AS ak".into(), "a.v AS av".into(), "w.c AS wc".into()];
+            let from = format!("{} a {kind} {view} w ON a.g = w.g", self.table());
+            return Query::simple(select, from, None);
+        }
+        let from = self.join_from();
+        let pool = [
+            "a.k AS ak",
+            "a.g AS ag",
+            "a.v AS av",
+            "a.s AS sa",
+            "a.n AS an",
+            "b.k AS bk",
+            "b.v AS bv",
+            "b.s AS sb",
+            "b.dt AS bdt",
+            "a.v + b.v AS vsum",
+            "coalesce(b.s, a.s) AS cs",
+        ];
+        let count = 2 + self.rng.below(5) as usize;
+        let mut select = self.some(&pool, count);
+        if from.contains(" c ON ") {
+            select.push("c.v AS cv".into());
+        }
+        let filter = match self.rng.below(4) {
+            0 => Some("a.v > 0".to_string()),
+            1 => Some("b.v IS NULL".to_string()),
+            2 => Some("(a.g IS NULL OR b.k > 10)".to_string()),
+            _ => None,
+        };
+        Query::simple(select, from, filter)
+    }
+
+    fn join_grouped(&mut self) -> Query {
+        let from = self.join_from();
+        let key = *self.rng.pick(&["a.g", "b.g", "a.b", "b.s"]);
+        let mut select = vec![key.to_string(), "count(*) AS c".to_string()];
+        let pool = [
+            "count(b.k) AS cb",
+            "sum(a.v) AS sa",
+            "sum(b.n) AS sn",
+            "min(b.s) AS ms",
+            "max(a.dt) AS md",
+            "count(DISTINCT b.g) AS dg",
+        ];
+        let count = 1 + self.rng.below(4) as usize;
+        select.extend(self.some(&pool, count));
+        Query {
+            group_by: vec![key.to_string()],
+            having: self.rng.chance(25).then(|| "count(*) > 1".to_string()),
+            ..Query::simple(select, from, None)
+        }
+    }
+
+    fn subquery(&mut self) -> Query {
+        let (a, b) = (self.table(), self.table());
+        let x = self.rng.below(3) as i64 - 1;
+        match self.rng.below(6) {
+            0 => Query::simple(
+                vec!["k".into(), "g".into(), "v".into()],
+                a,
+                Some(format!("g IN (SELECT g FROM {b} WHERE v > {x})")),
+            ),
+            1 => Query::simple(
+                vec!["a.k".into(), "a.s".into()],
+                format!("{a} a"),
+                Some(format!(
+                    "EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k AND b.v > a.v)"
+                )),
+            ),
+            2 => Query::simple(
+                vec!["a.k".into(), "a.g".into()],
+                format!("{a} a"),
+                Some(format!("NOT EXISTS (SELECT 1 FROM {b} b WHERE b.g = a.g)")),
+            ),
+            3 => Query::simple(
+                vec![
+                    "a.k".into(),
+                    format!("(SELECT max(b.v) FROM {b} b WHERE b.k = a.k) AS mv"),
+                ],
+                format!("{a} a"),
+                None,
+            ),
+            4 => Query::simple(
+                vec![
+                    "a.k".into(),
+                    format!("(SELECT count(*) FROM {b} b WHERE b.g = a.g) AS c"),
+                ],
+                format!("{a} a"),
+                self.rng.chance(50).then(|| "a.v > 0".to_string()),
+            ),
+            _ => Query::simple(
+                vec!["a.g".into(), "count(*) AS c".into()],
+                format!("{a} a"),
+                Some(format!(
+                    "a.s IN (SELECT s FROM {b} WHERE b) AND NOT EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k AND b.v = a.v)"
+                )),
+            )
+            .grouped_by("a.g"),
+        }
+    }
+
+    fn set_operation(&mut self) -> Query {
+        let choices: [&[&str]; 3] = [&["g", "s"], &["k"], &["b", "dt"]];
+        let columns = *self.rng.pick(&choices);
+        // EXCEPT ALL and INTERSECT ALL are refused (see sql-tests/set_operations.slt).
+        let op = *self
+            .rng
+            .pick(&["UNION ALL", "UNION", "INTERSECT", "EXCEPT"]);
+        let select: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+        let second = Query::simple(select.clone(), self.table(), self.filter());
+        Query {
+            then: Some((op.to_string(), Box::new(second))),
+            ..Query::simple(select, self.table(), self.filter())
+        }
+    }
+
+    /// Every output column is in the ordering (or is the rank), so that ties cannot make the
+    /// result depend on which of two equal rows comes first.
+    fn top_n(&mut self) -> Query {
+        let n = 1 + self.rng.below(4);
+        let filter = self.filter();
+        let table = self.table();
+        match self.rng.below(3) {
+            0 => {
+                let offset = if self.rng.chance(30) {
+                    format!(" OFFSET {}", self.rng.below(3))
+                } else {
+                    String::new()
+                };
+                let direction = *self.rng.pick(&["DESC NULLS LAST", "ASC", "DESC"]);
+                Query {
+                    order_limit: Some(format!("ORDER BY v {direction}, k, g LIMIT {n}{offset}")),
+                    ..Query::simple(vec!["k".into(), "g".into(), "v".into()], table, filter)
+                }
+            }
+            1 => {
+                let inner = Query::simple(
+                    vec![
+                        "k".into(),
+                        "g".into(),
+                        "v".into(),
+                        "s".into(),
+                        "row_number() OVER (PARTITION BY g ORDER BY v DESC, k, s) AS rn".into(),
+                    ],
+                    table,
+                    filter,
+                );
+                Query::simple(
+                    vec!["*".into()],
+                    format!("({}) x", inner.sql()),
+                    Some(format!("rn <= {n}")),
+                )
+            }
+            _ => {
+                let function = *self.rng.pick(&["rank", "dense_rank"]);
+                let inner = Query::simple(
+                    vec![
+                        "g".into(),
+                        "v".into(),
+                        format!("{function}() OVER (PARTITION BY g ORDER BY v) AS r"),
+                    ],
+                    table,
+                    filter,
+                );
+                Query::simple(
+                    vec!["g".into(), "v".into(), "r".into()],
+                    format!("({}) x", inner.sql()),
+                    Some(format!("r <= {n}")),
+                )
+            }
+        }
+    }
+
+    fn distinct(&mut self) -> Query {
+        if self.rng.chance(40) {
+            let choices: [&[&str]; 3] = [&["g", "b"], &["s"], &["g % 2 AS parity", "dt"]];
+            let columns = *self.rng.pick(&choices);
+            let select: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+            let mut q = Query::simple(select, self.table(), self.filter());
+            q.select[0] = format!("DISTINCT {}", q.select[0]);
+            return q;
+        }
+        let pool = [
+            "count(DISTINCT s) AS ds",
+            "sum(DISTINCT v) AS sv",
+            "count(DISTINCT v) FILTER (WHERE b) AS cvb",
+            "count(*) FILTER (WHERE v > 0) AS pos",
+            "sum(n) FILTER (WHERE s IS NOT NULL) AS sn",
+            "min(s) FILTER (WHERE v < 0) AS ms",
+            "bool_and(b) AS ball",
+            "bool_or(v > 5) AS bany",
+            "avg(DISTINCT v)::double precision AS adv",
+        ];
+        let count = 1 + self.rng.below(4) as usize;
+        let mut select = vec!["g".to_string()];
+        select.extend(self.some(&pool, count));
+        Query {
+            group_by: vec!["g".into()],
+            ..Query::simple(select, self.table(), self.filter())
         }
     }
 
@@ -316,16 +589,17 @@ impl Generator<'_> {
         let (name, base, family) = self.rng.pick(&bases).clone();
         Some(match family {
             Family::Project => Query {
-                select: vec![
-                    "g".into(),
-                    "count(*) AS c".into(),
-                    "max(k) AS mk".into(),
-                    "sum(k) AS sk".into(),
-                ],
-                from: name,
-                filter: self.rng.chance(50).then(|| "k > 10".to_string()),
                 group_by: vec!["g".into()],
-                having: None,
+                ..Query::simple(
+                    vec![
+                        "g".into(),
+                        "count(*) AS c".into(),
+                        "max(k) AS mk".into(),
+                        "sum(k) AS sk".into(),
+                    ],
+                    name,
+                    self.rng.chance(50).then(|| "k > 10".to_string()),
+                )
             },
             _ => {
                 // The base's grouping columns, by their output names.
@@ -337,13 +611,7 @@ impl Generator<'_> {
                     .collect();
                 let mut select = keys;
                 select.push("c * 2 AS c2".into());
-                Query {
-                    select,
-                    from: name,
-                    filter: Some(format!("c > {}", self.rng.below(3))),
-                    group_by: vec![],
-                    having: None,
-                }
+                Query::simple(select, name, Some(format!("c > {}", self.rng.below(3))))
             }
         })
     }

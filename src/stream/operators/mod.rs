@@ -5,4 +5,5 @@ pub mod hash_agg;
 pub mod join;
 pub mod materialize;
 pub mod project;
+pub mod top_n;
 pub mod union;
