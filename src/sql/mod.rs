@@ -1,5 +1,6 @@
-//! SQL front end: parsing, DDL analysis, DataFusion contexts over Weir's relations, and the
-//! compiler from logical plans to incremental stream plans.
+//! SQL front end: parsing (with time-window table functions rewritten into subqueries), DDL
+//! analysis, DataFusion contexts over Weir's relations, and the compiler from logical plans to
+//! incremental stream plans.
 //!
 //! Invariant: `sql/` does no I/O of its own; it reads state only through the snapshot
 //! providers handed to DataFusion.
@@ -10,3 +11,4 @@ pub mod parser;
 pub mod provider;
 pub mod rules;
 pub mod stream_plan;
+pub mod windows;

@@ -59,8 +59,10 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
         let statement = match weir_statement(&meaningful) {
             Some(s) => s,
             None => {
-                let mut stmt = parse_one(sql, group)?;
+                let group = crate::sql::windows::rewrite_flink_tokens(group);
+                let mut stmt = parse_one(sql, &group)?;
                 normalize_interval_literals(&mut stmt);
+                crate::sql::windows::rewrite_window_functions(&mut stmt)?;
                 Statement::Sql(Box::new(stmt))
             }
         };
