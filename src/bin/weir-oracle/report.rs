@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::replay::{difference, Failure, Row};
 use crate::shrink::Shrunk;
+use crate::workload::Step;
 
 pub fn write(
     dir: &Path,
@@ -50,6 +51,17 @@ fn render(seed: u64, original_steps: usize, shrunk: &Shrunk) -> String {
     let last = shrunk.steps.len().saturating_sub(1);
     for (i, step) in shrunk.steps.iter().enumerate() {
         out += "\n";
+        // A view PostgreSQL reads in another spelling: each server gets its own statement.
+        if let Step::CreateView { query, .. } = step {
+            if query.postgres_from.is_some() {
+                let (weir, postgres) = (step.sql(false), step.sql(true));
+                let (weir, postgres) = (weir.unwrap_or_default(), postgres.unwrap_or_default());
+                out += &format!(
+                    "onlyif weir\nstatement ok\n{weir}\n\nskipif weir\nstatement ok\n{postgres}\n"
+                );
+                continue;
+            }
+        }
         match step.sql(false) {
             Some(sql) => {
                 let refused = shrunk.refused.get(i).cloned().flatten();
@@ -127,7 +139,7 @@ fn cells(r: &Row) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::{Family, Query, Step};
+    use crate::workload::{Family, Query};
 
     #[test]
     fn a_mismatch_renders_as_an_slt_file_with_postgres_answers() {
@@ -147,6 +159,7 @@ mod tests {
                         having: None,
                         then: None,
                         order_limit: None,
+                        postgres_from: None,
                     },
                     family: Family::Global,
                 },

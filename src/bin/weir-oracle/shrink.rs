@@ -245,6 +245,7 @@ mod tests {
             having: Some("count(*) > 1".into()),
             then: None,
             order_limit: None,
+            postgres_from: None,
         };
         let all: Vec<String> = (0..)
             .map_while(|i| simplify(&q, i))

@@ -34,6 +34,9 @@ pub enum Family {
     Distinct,
     /// ORDER BY ... LIMIT [OFFSET], and ROW_NUMBER / RANK / DENSE_RANK per partition.
     TopN,
+    /// TUMBLE and HOP windows under GROUP BY; PostgreSQL runs the same windows written with
+    /// date_bin and generate_series.
+    Window,
 }
 
 /// A SELECT in parts, so that the shrinker can drop clauses.
@@ -48,11 +51,22 @@ pub struct Query {
     pub then: Option<(String, Box<Query>)>,
     /// `ORDER BY ... LIMIT ...`.
     pub order_limit: Option<String>,
+    /// What PostgreSQL reads instead of `from`, when Weir's form has no PostgreSQL spelling.
+    pub postgres_from: Option<String>,
 }
 
 impl Query {
     pub fn sql(&self) -> String {
-        let mut sql = format!("SELECT {} FROM {}", self.select.join(", "), self.from);
+        self.sql_for(false)
+    }
+
+    /// The query as Weir reads it, or as PostgreSQL does.
+    pub fn sql_for(&self, postgres: bool) -> String {
+        let from = match (&self.postgres_from, postgres) {
+            (Some(f), true) => f,
+            _ => &self.from,
+        };
+        let mut sql = format!("SELECT {} FROM {from}", self.select.join(", "));
         if let Some(f) = &self.filter {
             sql += &format!(" WHERE {f}");
         }
@@ -63,7 +77,7 @@ impl Query {
             sql += &format!(" HAVING {h}");
         }
         if let Some((op, other)) = &self.then {
-            sql += &format!(" {op} {}", other.sql());
+            sql += &format!(" {op} {}", other.sql_for(postgres));
         }
         if let Some(tail) = &self.order_limit {
             sql += &format!(" {tail}");
@@ -87,6 +101,7 @@ impl Query {
             having: None,
             then: None,
             order_limit: None,
+            postgres_from: None,
         }
     }
 }
@@ -128,7 +143,7 @@ impl Step {
             Step::CreateView { name, query, .. } => Some(format!(
                 "CREATE {}VIEW {name} AS {}",
                 if postgres { "" } else { "MATERIALIZED " },
-                query.sql()
+                query.sql_for(postgres)
             )),
             Step::Insert { table, rows } => {
                 Some(format!("INSERT INTO {table} VALUES {}", rows.join(", ")))
@@ -280,7 +295,7 @@ impl Generator<'_> {
     }
 
     fn view(&mut self) -> (Query, Family) {
-        match self.rng.below(18) {
+        match self.rng.below(20) {
             0 | 1 => {
                 let mut select = vec!["k".to_string(), "g".to_string()];
                 let count = 2 + self.rng.below(6) as usize;
@@ -305,6 +320,7 @@ impl Generator<'_> {
             11 | 12 => (self.subquery(), Family::Subquery),
             13 | 14 => (self.set_operation(), Family::SetOperation),
             15 | 16 => (self.top_n(), Family::TopN),
+            17 | 18 => (self.window(), Family::Window),
             _ => (self.distinct(), Family::Distinct),
         }
     }
@@ -543,6 +559,51 @@ impl Generator<'_> {
                     Some(format!("r <= {n}")),
                 )
             }
+        }
+    }
+
+    fn window(&mut self) -> Query {
+        let table = self.table();
+        const ORIGIN: &str = "TIMESTAMP '1970-01-01 00:00:00'";
+        let (from, postgres_from) = if self.rng.chance(50) {
+            let size = *self.rng.pick(&["10 minutes", "15 minutes", "1 hour"]);
+            (
+                format!("TUMBLE({table}, ts, INTERVAL '{size}')"),
+                format!(
+                    "(SELECT *, date_bin(INTERVAL '{size}', ts, {ORIGIN}) AS window_start, \
+                     date_bin(INTERVAL '{size}', ts, {ORIGIN}) + INTERVAL '{size}' AS window_end \
+                     FROM {table} WHERE ts IS NOT NULL) w"
+                ),
+            )
+        } else {
+            let (slide, size, back) = *self.rng.pick(&[
+                ("10 minutes", "30 minutes", "20 minutes"),
+                ("15 minutes", "30 minutes", "15 minutes"),
+                ("20 minutes", "1 hour", "40 minutes"),
+            ]);
+            (
+                format!("HOP({table}, ts, INTERVAL '{slide}', INTERVAL '{size}')"),
+                format!(
+                    "(SELECT t.*, ws AS window_start, ws + INTERVAL '{size}' AS window_end \
+                     FROM {table} t, generate_series(date_bin(INTERVAL '{slide}', ts, {ORIGIN}) - \
+                     INTERVAL '{back}', date_bin(INTERVAL '{slide}', ts, {ORIGIN}), \
+                     INTERVAL '{slide}') AS ws) w"
+                ),
+            )
+        };
+        let keys: &[&str] = if self.rng.chance(50) {
+            &["window_start", "window_end"]
+        } else {
+            &["window_start", "g"]
+        };
+        let mut select: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        select.push("count(*) AS c".into());
+        let count = 1 + self.rng.below(3) as usize;
+        select.extend(self.some(AGGREGATES, count));
+        Query {
+            group_by: keys.iter().map(|k| k.to_string()).collect(),
+            postgres_from: Some(postgres_from),
+            ..Query::simple(select, from, self.filter())
         }
     }
 
