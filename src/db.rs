@@ -109,7 +109,9 @@ impl Database {
                 Object::Table(t) => db.start_table(t).await?,
                 Object::View(v) => {
                     let settings = HashMap::new();
-                    let (plan, _) = db.plan_view(&v.query, &settings).await?;
+                    let (plan, _) = db
+                        .plan_view(&v.query, &settings, v.emit_on_window_close)
+                        .await?;
                     db.start_view(&v, plan).await?;
                 }
             }
@@ -152,7 +154,8 @@ impl Database {
     /// Starts a table's actor and replays its change log into it.
     async fn start_table(&self, def: TableDef) -> Result<()> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
-        let (writer, history) = TableWriter::open(def.clone(), &self.tables_dir, feed_tx.clone())?;
+        let (mut writer, history) =
+            TableWriter::open(def.clone(), &self.tables_dir, feed_tx.clone())?;
         let schema = writer.schema().clone();
         self.catalog_mut().set_schema(def.id, schema.clone());
         let actor = build_actor(
@@ -169,10 +172,12 @@ impl Database {
             .inject(None, vec![def.id], vec![(def.id, feed_tx.clone())])
             .await?;
         for chunk in history {
-            feed_tx
-                .send(Message::Chunk(chunk))
-                .await
-                .map_err(|_| Error::internal("table actor stopped during replay"))?;
+            let watermark = writer.advance_watermark(&chunk);
+            let stopped = |_| Error::internal("table actor stopped during replay");
+            feed_tx.send(Message::Chunk(chunk)).await.map_err(stopped)?;
+            if let Some(w) = watermark {
+                feed_tx.send(Message::Watermark(w)).await.map_err(stopped)?;
+            }
         }
         self.tables
             .write()
@@ -206,6 +211,7 @@ impl Database {
         &self,
         query: &str,
         settings: &HashMap<String, String>,
+        emit_on_window_close: bool,
     ) -> Result<(StreamPlan, Vec<ObjectId>)> {
         let ctx = self.context(settings, vec![])?;
         let state = ctx.state();
@@ -225,6 +231,7 @@ impl Database {
         let planner = Planner {
             state: &state,
             catalog: &catalog,
+            emit_on_window_close,
         };
         let (mut stream_plan, deps) = planner.plan(&optimized)?;
         stream_plan.schema = view_schema(&plan, &stream_plan.schema)?;
@@ -240,14 +247,21 @@ impl Database {
         // The view's rows carry the view's column names; the top operator produced the same
         // columns under the plan's names.
         let root = match root {
-            PlanNode::Project { input, exprs, .. } => PlanNode::Project {
+            PlanNode::Project {
                 input,
                 exprs,
+                input_schema,
+                ..
+            } => PlanNode::Project {
+                input,
+                exprs,
+                input_schema,
                 schema: schema.clone(),
             },
             other => PlanNode::Project {
                 input: Box::new(other),
                 exprs: identity_exprs(&schema),
+                input_schema: schema.clone(),
                 schema: schema.clone(),
             },
         };
@@ -316,7 +330,10 @@ impl Database {
         }
         self.catalog().check_free(&name)?;
         let query = cv.query.to_string();
-        let (mut plan, deps) = self.plan_view(&query, settings).await?;
+        let emit_on_window_close = view_options(&cv.options)?;
+        let (mut plan, deps) = self
+            .plan_view(&query, settings, emit_on_window_close)
+            .await?;
         if !cv.columns.is_empty() {
             plan.schema = rename_columns(&plan.schema, &cv.columns)?;
         }
@@ -335,6 +352,7 @@ impl Database {
             },
             depends_on: deps,
             state_tables: ids[1..].to_vec(),
+            emit_on_window_close,
         };
         self.start_view(&def, plan).await?;
         self.catalog_mut().add(Object::View(def))?;
@@ -926,6 +944,45 @@ fn check_unique_names(schema: &SchemaRef) -> Result<()> {
 }
 
 /// Rows of text under the given column names (the answers of SHOW statements).
+/// A view's `WITH (...)` options: only `emit_on_window_close` (what `EMIT ON WINDOW CLOSE`
+/// is read as).
+fn view_options(options: &ast::CreateTableOptions) -> Result<bool> {
+    let options = match options {
+        ast::CreateTableOptions::None => return Ok(false),
+        ast::CreateTableOptions::With(o) => o,
+        other => {
+            return Err(Error::not_supported(format!(
+                "view options {other} are not supported"
+            )))
+        }
+    };
+    let mut emit_on_window_close = false;
+    for option in options {
+        match option {
+            ast::SqlOption::KeyValue { key, value }
+                if key.value.eq_ignore_ascii_case("emit_on_window_close") =>
+            {
+                emit_on_window_close = match value.to_string().to_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    other => {
+                        return Err(Error::new(
+                            ErrorKind::InvalidParameter,
+                            format!("emit_on_window_close must be true or false, not {other}"),
+                        ))
+                    }
+                };
+            }
+            other => {
+                return Err(Error::not_supported(format!(
+                    "view option {other} is not supported"
+                )))
+            }
+        }
+    }
+    Ok(emit_on_window_close)
+}
+
 pub fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> Result<Output> {
     let schema = Arc::new(Schema::new(
         columns

@@ -30,6 +30,17 @@ pub struct TableDef {
     pub columns: Vec<ColumnDef>,
     /// Column positions of the primary key, empty when the table has none.
     pub primary_key: Vec<usize>,
+    /// `WATERMARK FOR column AS column - delay`: the event-time column whose watermark the
+    /// table sends downstream.
+    #[serde(default)]
+    pub watermark: Option<WatermarkDef>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatermarkDef {
+    pub column: usize,
+    /// How far the watermark trails the greatest time seen, in microseconds.
+    pub delay_us: i64,
 }
 
 impl TableDef {
@@ -55,11 +66,22 @@ pub struct ViewDef {
     pub depends_on: Vec<ObjectId>,
     /// The state tables of the view's operators (the view's own rows are under `id`).
     pub state_tables: Vec<ObjectId>,
+    /// EMIT ON WINDOW CLOSE: each window's rows appear once, when the watermark passes it.
+    #[serde(default)]
+    pub emit_on_window_close: bool,
 }
 
 impl ViewDef {
     pub fn create_sql(&self) -> String {
-        format!("CREATE MATERIALIZED VIEW {} AS {}", self.name, self.query)
+        let emit = if self.emit_on_window_close {
+            " EMIT ON WINDOW CLOSE"
+        } else {
+            ""
+        };
+        format!(
+            "CREATE MATERIALIZED VIEW {} AS {}{emit}",
+            self.name, self.query
+        )
     }
 }
 
@@ -262,6 +284,7 @@ mod tests {
             query: "SELECT 1".into(),
             depends_on: deps.to_vec(),
             state_tables: vec![],
+            emit_on_window_close: false,
         })
     }
 
@@ -275,6 +298,7 @@ mod tests {
             name: "t".into(),
             columns: vec![],
             primary_key: vec![],
+            watermark: None,
         }))
         .unwrap();
         c.add(view(ids[1], "v1", &[ids[0]])).unwrap();

@@ -1,8 +1,10 @@
 //! Reads DDL statements into catalog definitions; no I/O.
 
 use datafusion::sql::sqlparser::ast::{self, ColumnOption, TableConstraint};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
 
-use crate::catalog::{ColumnDef, ObjectId, TableDef};
+use crate::catalog::{ColumnDef, ObjectId, TableDef, WatermarkDef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::SqlType;
 
@@ -129,12 +131,82 @@ pub fn create_table(ct: &ast::CreateTable, id: ObjectId) -> Result<TableDef> {
     for pos in &primary_key {
         columns[*pos].not_null = true;
     }
+    let mut watermark = None;
+    let options = match &ct.table_options {
+        ast::CreateTableOptions::None => &[][..],
+        ast::CreateTableOptions::With(o) => o.as_slice(),
+        _ => return Err(Error::not_supported("table options other than WITH (...)")),
+    };
+    for option in options {
+        match option {
+            ast::SqlOption::KeyValue { key, value } if ident_name(key) == "watermark" => {
+                let ast::Expr::Value(v) = value else {
+                    return Err(bad_watermark(&value.to_string()));
+                };
+                let ast::Value::SingleQuotedString(text) = &v.value else {
+                    return Err(bad_watermark(&value.to_string()));
+                };
+                watermark = Some(watermark_def(text, &columns)?);
+            }
+            other => {
+                return Err(Error::not_supported(format!(
+                    "table option {other} is not supported"
+                )))
+            }
+        }
+    }
     Ok(TableDef {
         id,
         name,
         columns,
         primary_key,
+        watermark,
     })
+}
+
+/// Reads `ts` or `ts - INTERVAL '...'` (the text of `WATERMARK FOR ts AS ...`).
+fn watermark_def(text: &str, columns: &[ColumnDef]) -> Result<WatermarkDef> {
+    let expr = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|_| bad_watermark(text))?;
+    let (column, delay_us) = match &expr {
+        ast::Expr::Identifier(c) => (c, 0),
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Minus,
+            right,
+        } => match left.as_ref() {
+            ast::Expr::Identifier(c) => (
+                c,
+                crate::sql::windows::interval_nanos(right, "a watermark")? as i64 / 1000,
+            ),
+            _ => return Err(bad_watermark(text)),
+        },
+        _ => return Err(bad_watermark(text)),
+    };
+    let name = ident_name(column);
+    let position = columns.iter().position(|c| c.name == name).ok_or_else(|| {
+        Error::new(
+            ErrorKind::UndefinedColumn,
+            format!("column \"{name}\" named in the watermark does not exist"),
+        )
+    })?;
+    if columns[position].ty != SqlType::Timestamp {
+        return Err(Error::new(
+            ErrorKind::TypeMismatch,
+            format!("the watermark column \"{name}\" must be a timestamp"),
+        ));
+    }
+    Ok(WatermarkDef {
+        column: position,
+        delay_us,
+    })
+}
+
+fn bad_watermark(text: &str) -> Error {
+    Error::not_supported(format!("watermark {text} is not supported"))
+        .with_hint("Write WATERMARK FOR ts AS ts - INTERVAL '5 seconds', on a timestamp column.")
 }
 
 fn multiple_primary_keys(table: &str) -> Error {

@@ -60,7 +60,15 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
             Some(s) => s,
             None => {
                 let group = crate::sql::windows::rewrite_flink_tokens(group);
-                let mut stmt = parse_one(sql, &group)?;
+                let mut stmt = match crate::sql::windows::rewrite_streaming_clauses(&group) {
+                    Some(rewritten) => {
+                        let tokens = Tokenizer::new(&dialect, &rewritten)
+                            .tokenize_with_location()
+                            .map_err(|e| Error::syntax(e.message.to_lowercase()))?;
+                        parse_one(&rewritten, &tokens)?
+                    }
+                    None => parse_one(sql, &group)?,
+                };
                 normalize_interval_literals(&mut stmt);
                 crate::sql::windows::rewrite_window_functions(&mut stmt)?;
                 Statement::Sql(Box::new(stmt))

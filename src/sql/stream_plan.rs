@@ -19,10 +19,11 @@ use datafusion::logical_expr::{
 use datafusion::physical_expr::PhysicalExprRef;
 use datafusion::physical_plan::PhysicalExpr;
 
-use crate::catalog::{Catalog, ObjectId};
+use crate::catalog::{Catalog, Object, ObjectId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::operators::hash_agg::{AggCall, AggKind};
 use crate::stream::operators::join::{JoinKind, JoinSpec};
+use crate::stream::operators::project::monotonic_in;
 use crate::stream::operators::top_n::{RankKind, TopNSpec};
 use crate::stream::plan::{PlanNode, StreamPlan};
 
@@ -66,6 +67,8 @@ pub fn check_deterministic(plan: &LogicalPlan) -> Result<()> {
 pub struct Planner<'a> {
     pub state: &'a SessionState,
     pub catalog: &'a Catalog,
+    /// The view emits a group's row once, when the watermark closes its window.
+    pub emit_on_window_close: bool,
 }
 
 /// What the planner collects while it walks the plan.
@@ -73,6 +76,8 @@ pub struct Planner<'a> {
 struct Build {
     /// The relation each leaf reads, in leaf order.
     inputs: Vec<ObjectId>,
+    /// Whether some aggregate closes windows (EMIT ON WINDOW CLOSE).
+    closes_windows: bool,
 }
 
 impl Planner<'_> {
@@ -80,6 +85,9 @@ impl Planner<'_> {
     pub fn plan(&self, plan: &LogicalPlan) -> Result<(StreamPlan, Vec<ObjectId>)> {
         let mut build = Build::default();
         let root = self.node(plan, &mut build)?;
+        if self.emit_on_window_close && !build.closes_windows {
+            return Err(no_window_to_close());
+        }
         let schema = Arc::new(plan.schema().as_arrow().clone());
         let mut deps = build.inputs.clone();
         deps.sort();
@@ -143,6 +151,7 @@ impl Planner<'_> {
                     node = PlanNode::Project {
                         input: Box::new(node),
                         exprs,
+                        input_schema: full.clone(),
                         schema: Arc::new(scan.projected_schema.as_arrow().clone()),
                     };
                 }
@@ -159,6 +168,7 @@ impl Planner<'_> {
                 Ok(PlanNode::Project {
                     input: Box::new(input),
                     exprs,
+                    input_schema: Arc::new(input_schema.as_arrow().clone()),
                     schema: Arc::new(p.schema.as_arrow().clone()),
                 })
             }
@@ -205,12 +215,27 @@ impl Planner<'_> {
                         ),
                     ));
                 }
+                let close_on = if self.emit_on_window_close {
+                    let watermarked = self.watermark_columns(&input, build);
+                    let window = group_exprs.iter().position(|g| {
+                        g.downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                            .is_some_and(|c| watermarked.contains(&c.index()))
+                    });
+                    let Some(window) = window else {
+                        return Err(no_window_to_close());
+                    };
+                    build.closes_windows = true;
+                    Some(window)
+                } else {
+                    None
+                };
                 Ok(PlanNode::Aggregate {
                     input: Box::new(input),
                     group_exprs,
                     group_types,
                     calls,
                     schema: Arc::new(output),
+                    close_on,
                 })
             }
             LogicalPlan::Join(join) => self.join(join, build),
@@ -255,6 +280,31 @@ impl Planner<'_> {
                 "{} cannot be maintained incrementally",
                 other.display()
             ))),
+        }
+    }
+
+    /// The output columns of `node` that carry a watermark: a table's watermark column, and
+    /// what projections compute from it without breaking its order (see `Project`).
+    fn watermark_columns(&self, node: &PlanNode, build: &Build) -> Vec<usize> {
+        match node {
+            PlanNode::Input(i) => match self.catalog.by_id(build.inputs[*i]) {
+                Some(Object::Table(t)) => t.watermark.map(|w| vec![w.column]).unwrap_or_default(),
+                _ => Vec::new(),
+            },
+            PlanNode::Project { input, exprs, .. } => {
+                let below = self.watermark_columns(input, build);
+                exprs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| monotonic_in(e).is_some_and(|c| below.contains(&c)))
+                    .map(|(j, _)| j)
+                    .collect()
+            }
+            PlanNode::Filter { input, .. } => self.watermark_columns(input, build),
+            PlanNode::Aggregate {
+                close_on: Some(j), ..
+            } => vec![*j],
+            _ => Vec::new(),
         }
     }
 
@@ -401,6 +451,7 @@ impl Planner<'_> {
                     .iter()
                     .map(|e| self.physical(e, &window.schema))
                     .collect::<Result<_>>()?,
+                input_schema: Arc::new(window.schema.as_arrow().clone()),
                 schema: Arc::new(p.schema.as_arrow().clone()),
             };
         }
@@ -574,6 +625,15 @@ fn rank_bound(e: &Expr, rank: &Column) -> Option<u64> {
         _ => return None,
     };
     u64::try_from(keep).ok()
+}
+
+fn no_window_to_close() -> Error {
+    Error::not_supported(
+        "EMIT ON WINDOW CLOSE needs a GROUP BY on a window of a table with a watermark",
+    )
+    .with_hint(
+        "Declare WATERMARK FOR ts AS ts - INTERVAL '...' on the table, and group by window_start of TUMBLE or HOP over it.",
+    )
 }
 
 fn has_subquery(e: &Expr) -> bool {

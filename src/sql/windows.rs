@@ -85,6 +85,61 @@ pub fn rewrite_flink_tokens(tokens: &[TokenWithSpan]) -> Vec<TokenWithSpan> {
         .collect()
 }
 
+/// Rewrites the clauses sqlparser does not read into `WITH` options it does:
+/// `CREATE TABLE t (..., WATERMARK FOR ts AS ts - INTERVAL '5 seconds')` becomes
+/// `CREATE TABLE t (...) WITH (watermark = 'ts - INTERVAL ''5 seconds''')`, and
+/// `CREATE MATERIALIZED VIEW v AS ... EMIT ON WINDOW CLOSE` becomes
+/// `CREATE MATERIALIZED VIEW v WITH (emit_on_window_close = true) AS ...`.
+pub fn rewrite_streaming_clauses(tokens: &[TokenWithSpan]) -> Option<String> {
+    let words: Vec<(usize, String)> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
+        .map(|(i, t)| (i, t.token.to_string().to_uppercase()))
+        .collect();
+    let text = |range: std::ops::Range<usize>| -> String {
+        tokens[range].iter().map(|t| t.token.to_string()).collect()
+    };
+    let upper: Vec<&str> = words.iter().map(|(_, w)| w.as_str()).collect();
+    if upper.len() > 3 && upper[..2] == ["CREATE", "TABLE"] {
+        // `, WATERMARK FOR col AS expr` up to the column list's closing parenthesis.
+        let at = upper.windows(2).position(|w| w == ["WATERMARK", "FOR"])?;
+        if at == 0 || upper[at - 1] != "," || upper.get(at + 3) != Some(&"AS") {
+            return None;
+        }
+        let mut depth = 0i32;
+        let mut end = None;
+        for (k, w) in upper.iter().enumerate().skip(at) {
+            match *w {
+                "(" => depth += 1,
+                ")" if depth == 0 => {
+                    end = Some(k);
+                    break;
+                }
+                ")" => depth -= 1,
+                "," if depth == 0 => return None,
+                _ => {}
+            }
+        }
+        let end = end?;
+        let expr = text(words[at + 4].0..words[end].0);
+        let quoted = expr.trim().replace('\'', "''");
+        let before = text(0..words[at - 1].0);
+        let after = text(words[end].0..tokens.len());
+        return Some(format!("{before}{after} WITH (watermark = '{quoted}')"));
+    }
+    if upper.len() > 8
+        && upper[..3] == ["CREATE", "MATERIALIZED", "VIEW"]
+        && upper[upper.len() - 4..] == ["EMIT", "ON", "WINDOW", "CLOSE"]
+    {
+        let as_at = upper.iter().position(|w| *w == "AS")?;
+        let head = text(0..words[as_at].0);
+        let body = text(words[as_at].0..words[upper.len() - 4].0);
+        return Some(format!("{head} WITH (emit_on_window_close = true) {body}"));
+    }
+    None
+}
+
 /// Replaces every `TUMBLE(...)` and `HOP(...)` in `FROM` with its derived table.
 pub fn rewrite_window_functions(stmt: &mut ast::Statement) -> Result<()> {
     struct Rewrite;
@@ -215,8 +270,9 @@ fn window_table(factor: &ast::TableFactor) -> Result<Option<ast::TableFactor>> {
     }))
 }
 
-/// A window's size or slide in nanoseconds: a positive interval literal of fixed length.
-fn interval_nanos(e: &ast::Expr, function: &str) -> Result<i128> {
+/// A window's size or slide (or a watermark's delay) in nanoseconds: a positive interval
+/// literal of fixed length.
+pub fn interval_nanos(e: &ast::Expr, function: &str) -> Result<i128> {
     let ast::Expr::Interval(i) = e else {
         return Err(invalid(format!(
             "the sizes of a {function}() window must be interval literals, not {e}"

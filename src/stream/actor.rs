@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use super::align::{AlignedInputs, Event};
 use super::chunk::StreamChunk;
 use super::coordinator::ActorEvent;
-use super::message::{ActorId, Barrier, Message, NewOutput};
+use super::message::{ActorId, Barrier, Message, NewOutput, Watermark};
 use super::operator::Operator;
 use super::operators::materialize::Materialize;
 use crate::error::{Error, Result};
@@ -30,6 +30,9 @@ pub struct Actor {
     /// Distinct rows per chunk when sending a backfill snapshot downstream.
     pub chunk_rows_max: usize,
     pub outputs: Vec<NewOutput>,
+    /// The last watermark sent downstream per column, for outputs added later (after their
+    /// backfill).
+    pub watermarks: Vec<Watermark>,
 }
 
 impl Actor {
@@ -64,6 +67,20 @@ impl Actor {
                 Event::Chunk { input, chunk } => {
                     let chunks = self.root.on_chunk(input, chunk)?;
                     self.emit(chunks).await?;
+                }
+                Event::Watermark { input, watermark } => {
+                    let mut chunks = Vec::new();
+                    let forward = self.root.on_watermark(input, watermark, &mut chunks)?;
+                    self.emit(chunks).await?;
+                    for w in forward {
+                        // Watermarks only advance.
+                        match self.watermarks.iter_mut().find(|l| l.column == w.column) {
+                            Some(last) if last.value >= w.value => continue,
+                            Some(last) => *last = w,
+                            None => self.watermarks.push(w),
+                        }
+                        self.send(Message::Watermark(w)).await;
+                    }
                 }
                 Event::Barrier(barrier) => {
                     if self.on_barrier(barrier).await? {
@@ -108,6 +125,9 @@ impl Actor {
                 if output.sender.send(Message::Chunk(c)).await.is_err() {
                     break;
                 }
+            }
+            for w in &self.watermarks {
+                let _ = output.sender.send(Message::Watermark(*w)).await;
             }
             self.outputs.push(output);
         }
@@ -182,6 +202,36 @@ impl OpNode {
                     op.on_chunk(k, c, &mut out)?;
                 }
                 Ok(out)
+            }
+        }
+    }
+
+    /// Pushes a watermark from actor input `input` up the path to this node; returns the
+    /// watermark this node passes on, appending rows it emits (closed windows) to `out`.
+    fn on_watermark(
+        &mut self,
+        input: usize,
+        watermark: Watermark,
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
+        match self {
+            OpNode::Input(_) => Ok(vec![watermark]),
+            OpNode::Op { op, inputs } => {
+                let (k, child) = inputs
+                    .iter_mut()
+                    .enumerate()
+                    .find(|(_, c)| c.reads(input))
+                    .expect("every actor input is a leaf of its operator tree");
+                let mut below = Vec::new();
+                let forwarded = child.on_watermark(input, watermark, &mut below)?;
+                for c in below {
+                    op.on_chunk(k, c, out)?;
+                }
+                let mut passed = Vec::new();
+                for w in forwarded {
+                    passed.extend(op.on_watermark(k, w, out)?);
+                }
+                Ok(passed)
             }
         }
     }

@@ -11,11 +11,13 @@ use std::task::Poll;
 use tokio::sync::mpsc;
 
 use super::chunk::StreamChunk;
-use super::message::{Barrier, Message};
+use super::message::{Barrier, Message, Watermark};
 
 pub enum Event {
     /// A chunk from input `input`.
     Chunk { input: usize, chunk: StreamChunk },
+    /// A watermark from input `input`.
+    Watermark { input: usize, watermark: Watermark },
     /// Every input has delivered this barrier.
     Barrier(Barrier),
 }
@@ -53,6 +55,13 @@ impl AlignedInputs {
                     Poll::Ready(Some(Message::Chunk(chunk))) => {
                         self.next_poll = (i + 1) % n;
                         return Poll::Ready(Some(Event::Chunk { input: i, chunk }));
+                    }
+                    Poll::Ready(Some(Message::Watermark(watermark))) => {
+                        self.next_poll = (i + 1) % n;
+                        return Poll::Ready(Some(Event::Watermark {
+                            input: i,
+                            watermark,
+                        }));
                     }
                     Poll::Ready(Some(Message::Barrier(b))) => {
                         if let Some(other) = self.blocked.iter().flatten().next() {
@@ -122,6 +131,7 @@ mod tests {
                         chunk.to_string().trim().trim_start_matches("+ ")
                     )
                 }
+                Event::Watermark { input, watermark } => format!("w{}@{input}", watermark.value),
                 Event::Barrier(b) => format!("|{}", b.epoch),
             });
         }

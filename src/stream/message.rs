@@ -1,4 +1,4 @@
-//! What flows on the channels between actors: chunks of changes and barriers.
+//! What flows on the channels between actors: chunks of changes, watermarks and barriers.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -15,6 +15,16 @@ pub type ActorId = u32;
 pub enum Message {
     Chunk(StreamChunk),
     Barrier(Barrier),
+    Watermark(Watermark),
+}
+
+/// No row arriving after this on the channel has a value below `value` in column `column`
+/// (event time, in microseconds since the Unix epoch). Changes to rows below it may still come
+/// (a table accepts any statement); operators that emit on window close ignore them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watermark {
+    pub column: usize,
+    pub value: i64,
 }
 
 /// Ends epoch `epoch` on the channel it travels: every chunk sent before it belongs to that

@@ -1,6 +1,7 @@
 //! The operator trait: what every incremental operator implements. The actor owns the loop.
 
 use super::chunk::StreamChunk;
+use super::message::Watermark;
 use crate::error::Result;
 use crate::state::EpochWrites;
 
@@ -16,6 +17,18 @@ pub trait Operator: Send {
         chunk: StreamChunk,
         out: &mut Vec<StreamChunk>,
     ) -> Result<()>;
+
+    /// A watermark arrived on input `input`. Returns the watermarks to pass downstream (on
+    /// the operator's own output columns); the default passes none. An operator that closes
+    /// windows appends their final rows to `out`.
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        _watermark: Watermark,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
+        Ok(Vec::new())
+    }
 
     /// Called once when epoch `epoch` ends on every input: emit the changes the operator held
     /// back for the epoch (if any) and move its dirty state into `writes`. Stateless

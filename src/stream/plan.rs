@@ -40,6 +40,8 @@ pub enum PlanNode {
     Project {
         input: Box<PlanNode>,
         exprs: Vec<Arc<dyn PhysicalExpr>>,
+        /// What the expressions read: to carry watermarks through them.
+        input_schema: SchemaRef,
         schema: SchemaRef,
     },
     Filter {
@@ -52,6 +54,8 @@ pub enum PlanNode {
         group_types: Vec<DataType>,
         calls: Vec<AggCall>,
         schema: SchemaRef,
+        /// EMIT ON WINDOW CLOSE on this grouping column (a window bound with a watermark).
+        close_on: Option<usize>,
     },
     Join {
         left: Box<PlanNode>,
@@ -126,6 +130,7 @@ pub fn build_actor(
         events: ctx.events.clone(),
         chunk_rows_max: ctx.chunk_rows_max,
         outputs: Vec::new(),
+        watermarks: Vec::new(),
     })
 }
 
@@ -140,9 +145,10 @@ fn build_node(
         PlanNode::Project {
             input,
             exprs,
+            input_schema,
             schema,
         } => OpNode::unary(
-            Box::new(Project::new(exprs, schema, errors.clone())),
+            Box::new(Project::new(exprs, input_schema, schema, errors.clone())),
             build_node(ctx, *input, tables, errors)?,
         ),
         PlanNode::Filter { input, predicate } => OpNode::unary(
@@ -155,6 +161,7 @@ fn build_node(
             group_types,
             calls,
             schema,
+            close_on,
         } => {
             let groups = next_table(tables);
             let extremes = next_table(tables);
@@ -166,6 +173,7 @@ fn build_node(
                 group_types,
                 calls,
                 schema,
+                close_on,
                 errors.clone(),
             )?;
             OpNode::unary(Box::new(agg), build_node(ctx, *input, tables, errors)?)

@@ -12,16 +12,17 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::TimestampMicrosecondType;
 use tokio::sync::mpsc;
 
 use crate::catalog::TableDef;
 use crate::changelog::ChangeLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::chunk::{Op, StreamChunk};
-use crate::stream::message::Message;
+use crate::stream::message::{Message, Watermark};
 use crate::stream::rows::RowCodec;
 use crate::types::SqlType;
 
@@ -31,6 +32,9 @@ pub struct TableWriter {
     log: ChangeLog,
     feed: mpsc::Sender<Message>,
     latest: LatestRows,
+    /// The table's watermark so far (with `WATERMARK FOR`): the greatest time inserted, less
+    /// the delay.
+    watermark: Option<i64>,
 }
 
 /// The rows of a table after every acknowledged statement.
@@ -79,6 +83,7 @@ impl TableWriter {
                 log,
                 feed,
                 latest,
+                watermark: None,
             },
             history,
         ))
@@ -125,10 +130,38 @@ impl TableWriter {
             .filter(|o| **o == Op::Insert)
             .count()
             .max(chunk.ops.iter().filter(|o| **o == Op::Delete).count());
-        self.feed.send(Message::Chunk(chunk)).await.map_err(|_| {
-            Error::unavailable(format!("table \"{}\" is being dropped", self.def.name))
-        })?;
+        let watermark = self.advance_watermark(&chunk);
+        let gone = |_| Error::unavailable(format!("table \"{}\" is being dropped", self.def.name));
+        self.feed.send(Message::Chunk(chunk)).await.map_err(gone)?;
+        if let Some(w) = watermark {
+            self.feed.send(Message::Watermark(w)).await.map_err(gone)?;
+        }
         Ok(affected)
+    }
+
+    /// Moves the watermark past the rows `chunk` inserts; returns it if it advanced.
+    pub fn advance_watermark(&mut self, chunk: &StreamChunk) -> Option<Watermark> {
+        let def = self.def.watermark?;
+        let times = chunk
+            .data
+            .column(def.column)
+            .as_primitive_opt::<TimestampMicrosecondType>()?;
+        let newest = chunk
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(i, op)| **op == Op::Insert && times.is_valid(*i))
+            .map(|(i, _)| times.value(i))
+            .max()?;
+        let candidate = newest.saturating_sub(def.delay_us);
+        if self.watermark.is_some_and(|w| w >= candidate) {
+            return None;
+        }
+        self.watermark = Some(candidate);
+        Some(Watermark {
+            column: def.column,
+            value: candidate,
+        })
     }
 
     /// NOT NULL and varchar(n) limits.

@@ -7,6 +7,7 @@ use datafusion::physical_plan::PhysicalExpr;
 use crate::error::Result;
 use crate::stream::chunk::StreamChunk;
 use crate::stream::expr::{eval_predicate, ErrorSink};
+use crate::stream::message::Watermark;
 use crate::stream::operator::Operator;
 
 pub struct Filter {
@@ -33,6 +34,16 @@ impl Operator for Filter {
             out.push(kept);
         }
         Ok(())
+    }
+
+    /// A filter keeps columns as they are, so their watermarks hold.
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        watermark: Watermark,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
+        Ok(vec![watermark])
     }
 }
 

@@ -10,22 +10,31 @@
 //! epoch touched: the group's previous output row is retracted and its new one inserted.
 //! Without GROUP BY there is exactly one group, which exists even when empty, so the view
 //! holds one row (COUNT = 0, SUM = NULL) over an empty input, as in PostgreSQL.
+//!
+//! With EMIT ON WINDOW CLOSE, one grouping column is a window bound that carries a watermark.
+//! Group keys are stored with that column first, so the closed windows are the front of the
+//! key space. A group emits nothing while its window is open; when the watermark passes it,
+//! its one final row is emitted and its state deleted, so state holds open windows only.
+//! Changes that arrive for a closed window are late and ignored.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+use datafusion::arrow::array::AsArray;
 use datafusion::arrow::array::{
     Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimestampMicrosecondType};
 use datafusion::common::ScalarValue;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
+use crate::stream::message::Watermark;
 use crate::stream::operator::Operator;
 use crate::stream::rows::RowCodec;
 
@@ -113,6 +122,15 @@ pub struct HashAgg {
     global: bool,
     /// Whether the single group of a global aggregate has been emitted yet.
     global_emitted: bool,
+    /// The order group columns are stored in: the window column first with EMIT ON WINDOW
+    /// CLOSE, else as given.
+    key_order: Vec<usize>,
+    /// With EMIT ON WINDOW CLOSE: the window column's position among the group columns, its
+    /// codec alone, and the watermark up to which windows are closed.
+    close_on: Option<(usize, RowCodec)>,
+    closed_below: Option<i64>,
+    /// Changes that arrived for windows already closed.
+    late_rows: u64,
     errors: ErrorSink,
 }
 
@@ -126,6 +144,7 @@ impl HashAgg {
         group_types: Vec<DataType>,
         calls: Vec<AggCall>,
         schema: SchemaRef,
+        close_on: Option<usize>,
         errors: ErrorSink,
     ) -> Result<HashAgg> {
         let value_codecs = calls
@@ -137,8 +156,22 @@ impl HashAgg {
             })
             .collect::<Result<_>>()?;
         let global = group_exprs.is_empty();
+        let mut key_order: Vec<usize> = (0..group_types.len()).collect();
+        if let Some(w) = close_on {
+            key_order.retain(|i| *i != w);
+            key_order.insert(0, w);
+        }
+        let close_on = match close_on {
+            Some(w) => Some((w, RowCodec::new(vec![group_types[w].clone()])?)),
+            None => None,
+        };
+        let stored_types = key_order.iter().map(|i| group_types[*i].clone()).collect();
         Ok(HashAgg {
-            group_codec: RowCodec::new(group_types)?,
+            group_codec: RowCodec::new(stored_types)?,
+            key_order,
+            close_on,
+            closed_below: None,
+            late_rows: 0,
             output_codec: RowCodec::for_schema(&schema)?,
             value_codecs,
             groups: StateTable::new(store.clone(), groups_table),
@@ -181,6 +214,54 @@ impl HashAgg {
             self.cache.insert(key.to_vec(), state);
         }
         Ok(self.cache.get_mut(key).expect("just inserted"))
+    }
+
+    /// Decodes stored group keys into the group columns, in the query's order.
+    fn decode_keys<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
+        let stored = self.group_codec.decode(keys)?;
+        let mut columns: Vec<Option<ArrayRef>> = vec![None; stored.len()];
+        for (array, position) in stored.into_iter().zip(&self.key_order) {
+            columns[*position] = Some(array);
+        }
+        Ok(columns.into_iter().flatten().collect())
+    }
+
+    /// The output rows of the given (cached) groups, and each row's encoding.
+    fn output_rows(&self, keys: &[&[u8]]) -> Result<Option<(RecordBatch, Vec<Vec<u8>>)>> {
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let mut agg_values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.calls.len()];
+        for key in keys {
+            for (idx, acc) in self.cache[*key].accs.iter().enumerate() {
+                let v = match self.output_value(key, idx, acc) {
+                    Ok(v) => v,
+                    Err(e) if e.kind == ErrorKind::NumericOutOfRange => {
+                        self.errors.errors.record(&self.errors.view, &e);
+                        ScalarValue::try_from(&self.calls[idx].output_type)?
+                    }
+                    Err(e) => return Err(e),
+                };
+                agg_values[idx].push(v);
+            }
+        }
+        let mut columns = if self.global {
+            Vec::new()
+        } else {
+            self.decode_keys(keys.iter().copied())?
+        };
+        for (idx, vals) in agg_values.into_iter().enumerate() {
+            let array = ScalarValue::iter_to_array(vals)?;
+            let array = if array.data_type() != &self.calls[idx].output_type {
+                cast(&array, &self.calls[idx].output_type)?
+            } else {
+                array
+            };
+            columns.push(array);
+        }
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let encoded = self.output_codec.encode(batch.columns())?;
+        Ok(Some((batch, encoded)))
     }
 
     /// Changes the count of one value of a MIN/MAX or DISTINCT call; returns it before and
@@ -318,7 +399,25 @@ impl Operator for HashAgg {
         let keys = if self.global {
             vec![Vec::new(); batch.num_rows()]
         } else {
-            self.group_codec.encode(&group_columns)?
+            let stored: Vec<ArrayRef> = self
+                .key_order
+                .iter()
+                .map(|i| group_columns[*i].clone())
+                .collect();
+            self.group_codec.encode(&stored)?
+        };
+        // With EMIT ON WINDOW CLOSE, rows of closed windows are late: they change nothing.
+        let late: Vec<bool> = match (&self.close_on, self.closed_below) {
+            (Some((w, _)), Some(closed)) => {
+                let window = &group_columns[*w];
+                let window = window
+                    .as_primitive_opt::<TimestampMicrosecondType>()
+                    .ok_or_else(|| Error::internal("window column is not a timestamp"))?;
+                (0..batch.num_rows())
+                    .map(|i| window.is_null(i) || window.value(i) < closed)
+                    .collect()
+            }
+            _ => vec![false; batch.num_rows()],
         };
         let args: Vec<ArrayRef> = eval_columns(
             &self.calls.iter().map(|c| c.arg.clone()).collect::<Vec<_>>(),
@@ -344,6 +443,10 @@ impl Operator for HashAgg {
             values.push(self.read_values(call, array, self.value_codecs[i].as_ref())?);
         }
         for (row, (key, op)) in keys.iter().zip(&chunk.ops).enumerate() {
+            if late[row] {
+                self.late_rows += 1;
+                continue;
+            }
             let w = op.weight();
             // What each call adds for this row: `w`, or nothing when its FILTER drops the row
             // or, for DISTINCT, when the value was already there (or still is).
@@ -424,12 +527,98 @@ impl Operator for HashAgg {
         Ok(())
     }
 
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        watermark: Watermark,
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
+        let Some((window, codec)) = &self.close_on else {
+            return Ok(Vec::new());
+        };
+        let window = *window;
+        let is_window = self.group_exprs[window]
+            .downcast_ref::<Column>()
+            .is_some_and(|c| c.index() == watermark.column);
+        if !is_window || self.closed_below.is_some_and(|c| c >= watermark.value) {
+            return Ok(Vec::new());
+        }
+        self.closed_below = Some(watermark.value);
+        // Keys below this are the windows that closed.
+        let bound = codec
+            .encode(&[ScalarValue::TimestampMicrosecond(Some(watermark.value), None).to_array()?])?
+            .remove(0);
+        let mut closing: BTreeSet<Vec<u8>> = BTreeSet::new();
+        self.groups.scan(&[], false, &mut |k, _| {
+            if k < bound.as_slice() {
+                closing.insert(k.to_vec());
+                true
+            } else {
+                false
+            }
+        })?;
+        closing.extend(
+            self.cache
+                .keys()
+                .filter(|k| k.as_slice() < bound.as_slice())
+                .cloned(),
+        );
+        let closing: Vec<Vec<u8>> = closing.into_iter().collect();
+        for key in &closing {
+            self.load(key)?;
+        }
+        let live: Vec<&[u8]> = closing
+            .iter()
+            .filter(|k| self.cache[*k].rows > 0)
+            .map(Vec::as_slice)
+            .collect();
+        if let Some((batch, _)) = self.output_rows(&live)? {
+            out.push(StreamChunk::inserts(batch));
+        }
+        for key in closing {
+            self.cache.remove(&key);
+            self.dirty.remove(&key);
+            self.groups.delete(key.clone());
+            let mut values = Vec::new();
+            self.values.scan(&key, false, &mut |k, _| {
+                values.push(k.to_vec());
+                true
+            })?;
+            for v in values {
+                self.values.delete(v);
+            }
+        }
+        // The window column keeps its position in the output.
+        Ok(vec![Watermark {
+            column: window,
+            value: watermark.value,
+        }])
+    }
+
     fn on_barrier(
         &mut self,
         _epoch: u64,
         out: &mut Vec<StreamChunk>,
         writes: &mut EpochWrites,
     ) -> Result<()> {
+        if self.close_on.is_some() {
+            // Open windows emit nothing; their state is saved.
+            for key in self.dirty.drain() {
+                let state = &self.cache[&key];
+                if state.rows == 0 {
+                    self.groups.delete(key.clone());
+                    self.cache.remove(&key);
+                } else {
+                    self.groups.put(key.clone(), encode_state(state));
+                }
+            }
+            if self.cache.len() > CACHED_GROUPS_MAX {
+                self.cache.clear();
+            }
+            self.groups.take_writes(writes);
+            self.values.take_writes(writes);
+            return Ok(());
+        }
         if self.global && !self.global_emitted {
             self.load(&[])?;
             self.dirty.insert(Vec::new());
@@ -465,7 +654,7 @@ impl Operator for HashAgg {
             let mut columns: Vec<ArrayRef> = if self.global {
                 Vec::new()
             } else {
-                self.group_codec.decode(live_keys.iter().copied())?
+                self.decode_keys(live_keys.iter().copied())?
             };
             for (idx, vals) in agg_values.into_iter().enumerate() {
                 let array = ScalarValue::iter_to_array(vals)?;
@@ -736,6 +925,7 @@ mod tests {
             group_types,
             calls,
             schema(&cols),
+            None,
             ErrorSink::new("v"),
         )
         .unwrap();
@@ -816,6 +1006,109 @@ mod tests {
             h.epoch("- 1 2\n- 1 4").await,
             "+ 0 0 NULL NULL NULL NULL\n- 2 2 6 2 4 3.0"
         );
+    }
+
+    /// `SELECT w, count(*), min(v) FROM t GROUP BY w EMIT ON WINDOW CLOSE` over an endless
+    /// stream of windows, each with a late row for a window already closed.
+    #[tokio::test]
+    async fn closed_windows_leave_no_state_behind() {
+        use datafusion::arrow::array::TimestampMicrosecondArray;
+        use datafusion::arrow::datatypes::TimeUnit;
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let input = schema(&[("w", ts.clone()), ("v", DataType::Int64)]);
+        let call = |kind, arg| AggCall {
+            kind,
+            arg,
+            arg_type: DataType::Int64,
+            output_type: DataType::Int64,
+            distinct: false,
+            filter: None,
+        };
+        let mut agg = HashAgg::new(
+            store.clone(),
+            1,
+            2,
+            vec![col("w", &input).unwrap()],
+            vec![ts.clone()],
+            vec![
+                call(AggKind::Count, lit(1i64)),
+                call(AggKind::Min, col("v", &input).unwrap()),
+            ],
+            schema(&[("w", ts), ("c", DataType::Int64), ("lo", DataType::Int64)]),
+            Some(0),
+            ErrorSink::new("v"),
+        )
+        .unwrap();
+        let entries = |table| {
+            let mut n = 0;
+            StateTable::new(store.clone(), table)
+                .scan(&[], false, &mut |_, _| {
+                    n += 1;
+                    true
+                })
+                .unwrap();
+            n
+        };
+        let mut emitted = Vec::new();
+        for i in 0..1000i64 {
+            // From the third window on, a row for the window before last, closed already.
+            let late = if i >= 2 { 1 } else { 0 };
+            let windows = TimestampMicrosecondArray::from(
+                [i * 10, i * 10, (i - 2) * 10][..2 + late].to_vec(),
+            );
+            let values = Int64Array::from([i, i + 1, -1][..2 + late].to_vec());
+            let batch =
+                RecordBatch::try_new(input.clone(), vec![Arc::new(windows), Arc::new(values)])
+                    .unwrap();
+            let mut out = vec![];
+            agg.on_chunk(0, StreamChunk::inserts(batch), &mut out)
+                .unwrap();
+            let passed = agg
+                .on_watermark(
+                    0,
+                    Watermark {
+                        column: 0,
+                        value: i * 10,
+                    },
+                    &mut out,
+                )
+                .unwrap();
+            assert_eq!(
+                passed,
+                [Watermark {
+                    column: 0,
+                    value: i * 10
+                }]
+            );
+            let mut writes = EpochWrites::default();
+            agg.on_barrier(i as u64 + 1, &mut out, &mut writes).unwrap();
+            store.commit(i as u64 + 1, writes).await.unwrap();
+            store.seal(i as u64 + 1);
+            emitted.extend(out.iter().flat_map(|c| {
+                c.to_string()
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            }));
+            // Only the open window is kept: one group, its two values.
+            assert!(
+                entries(1) <= 1 && entries(2) <= 2,
+                "state grows at window {i}"
+            );
+        }
+        assert_eq!(emitted.len(), 999);
+        assert!(
+            emitted[0].starts_with("+ 1970-01-01T00:00:00 2 0"),
+            "{}",
+            emitted[0]
+        );
+        assert!(
+            emitted.iter().all(|r| r.contains(" 2 ")),
+            "late rows counted"
+        );
+        assert!(agg.late_rows > 0);
     }
 
     #[test]

@@ -1,30 +1,87 @@
 //! Project: computes the output columns of each changed row; the ops pass through unchanged.
+//!
+//! A watermark on an input column passes to every output column that is a non-decreasing
+//! function of it alone: the column itself, `date_bin` or `date_trunc` of it, and those plus or
+//! minus a constant (window bounds). The new watermark is the expression's value at the old.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Operator as BinaryOp;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_plan::PhysicalExpr;
 
 use crate::error::Result;
 use crate::stream::chunk::StreamChunk;
 use crate::stream::expr::{eval_columns, ErrorSink};
+use crate::stream::message::Watermark;
 use crate::stream::operator::Operator;
 
 pub struct Project {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
+    input_schema: SchemaRef,
     schema: SchemaRef,
+    /// For each output column, the input column it is a non-decreasing function of, if any.
+    monotonic: Vec<Option<usize>>,
     errors: ErrorSink,
 }
 
 impl Project {
-    pub fn new(exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef, errors: ErrorSink) -> Project {
+    pub fn new(
+        exprs: Vec<Arc<dyn PhysicalExpr>>,
+        input_schema: SchemaRef,
+        schema: SchemaRef,
+        errors: ErrorSink,
+    ) -> Project {
+        let timestamp = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let monotonic = exprs
+            .iter()
+            .zip(schema.fields())
+            .map(|(e, f)| {
+                monotonic_in(e).filter(|c| {
+                    *f.data_type() == timestamp
+                        && input_schema.fields().get(*c).map(|f| f.data_type()) == Some(&timestamp)
+                })
+            })
+            .collect();
         Project {
             exprs,
+            input_schema,
             schema,
+            monotonic,
             errors,
         }
     }
+}
+
+/// The input column `e` is a non-decreasing function of, alone.
+pub fn monotonic_in(e: &Arc<dyn PhysicalExpr>) -> Option<usize> {
+    if let Some(c) = e.downcast_ref::<Column>() {
+        return Some(c.index());
+    }
+    let is_literal = |e: &Arc<dyn PhysicalExpr>| e.is::<Literal>();
+    if let Some(b) = e.downcast_ref::<BinaryExpr>() {
+        return match b.op() {
+            BinaryOp::Plus | BinaryOp::Minus if is_literal(b.right()) => monotonic_in(b.left()),
+            BinaryOp::Plus if is_literal(b.left()) => monotonic_in(b.right()),
+            _ => None,
+        };
+    }
+    if let Some(f) = e.downcast_ref::<ScalarFunctionExpr>() {
+        let args = f.args();
+        return match (f.name(), args) {
+            ("date_bin", [stride, source, origin]) if is_literal(stride) && is_literal(origin) => {
+                monotonic_in(source)
+            }
+            ("date_bin", [stride, source]) if is_literal(stride) => monotonic_in(source),
+            ("date_trunc", [unit, source]) if is_literal(unit) => monotonic_in(source),
+            _ => None,
+        };
+    }
+    None
 }
 
 impl Operator for Project {
@@ -41,6 +98,55 @@ impl Operator for Project {
         out.push(StreamChunk::new(chunk.ops, data));
         Ok(())
     }
+
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        watermark: Watermark,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
+        let mut passed = Vec::new();
+        if !self.monotonic.contains(&Some(watermark.column)) {
+            return Ok(passed);
+        }
+        // One row: the watermark in its column, NULL elsewhere.
+        let columns: Vec<ArrayRef> = self
+            .input_schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                if i == watermark.column {
+                    ScalarValue::TimestampMicrosecond(Some(watermark.value), None).to_array()
+                } else {
+                    Ok(new_null_array(f.data_type(), 1))
+                }
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        // NULL in every other column, so every column must be nullable here.
+        let fields: Vec<Field> = self
+            .input_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let row = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+        for (out_column, source) in self.monotonic.iter().enumerate() {
+            if *source != Some(watermark.column) {
+                continue;
+            }
+            let value = self.exprs[out_column].evaluate(&row)?.into_array(1)?;
+            if let ScalarValue::TimestampMicrosecond(Some(v), _) =
+                ScalarValue::try_from_array(&value, 0)?
+            {
+                passed.push(Watermark {
+                    column: out_column,
+                    value: v,
+                });
+            }
+        }
+        Ok(passed)
+    }
 }
 
 #[cfg(test)]
@@ -49,7 +155,7 @@ mod tests {
     use crate::stream::chunk::test_util::{chunk, schema};
     use datafusion::arrow::datatypes::DataType;
     use datafusion::logical_expr::Operator as BinOp;
-    use datafusion::physical_expr::expressions::{col, BinaryExpr};
+    use datafusion::physical_expr::expressions::{col, lit};
 
     #[test]
     fn division_by_zero_gives_null_and_is_counted() {
@@ -63,6 +169,7 @@ mod tests {
         let sink = ErrorSink::new("v");
         let mut p = Project::new(
             vec![col("a", &input).unwrap(), quotient],
+            input.clone(),
             output,
             sink.clone(),
         );
@@ -71,5 +178,59 @@ mod tests {
             .unwrap();
         assert_eq!(out[0].to_string(), "+ 6 2\n+ 1 NULL\n- 8 4\n");
         assert_eq!(sink.errors.count(), 1);
+    }
+
+    #[test]
+    fn watermarks_pass_to_columns_that_grow_with_them() {
+        let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let input = schema(&[("id", DataType::Int64), ("at", ts.clone())]);
+        let at = col("at", &input).unwrap();
+        let hour = ScalarValue::IntervalMonthDayNano(Some(
+            datafusion::arrow::datatypes::IntervalMonthDayNano::new(0, 0, 3_600_000_000_000),
+        ));
+        let later: Arc<dyn PhysicalExpr> =
+            Arc::new(BinaryExpr::new(at.clone(), BinOp::Plus, lit(hour)));
+        let negated: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+            lit(ScalarValue::Int64(Some(0))),
+            BinOp::Minus,
+            col("id", &input).unwrap(),
+        ));
+        let output = schema(&[("at", ts.clone()), ("later", ts), ("neg", DataType::Int64)]);
+        let mut p = Project::new(vec![at, later, negated], input, output, ErrorSink::new("v"));
+        let passed = p
+            .on_watermark(
+                0,
+                Watermark {
+                    column: 1,
+                    value: 10,
+                },
+                &mut vec![],
+            )
+            .unwrap();
+        assert_eq!(
+            passed,
+            [
+                Watermark {
+                    column: 0,
+                    value: 10
+                },
+                Watermark {
+                    column: 1,
+                    value: 3_600_000_010
+                }
+            ]
+        );
+        // A watermark on another column passes nowhere.
+        assert!(p
+            .on_watermark(
+                0,
+                Watermark {
+                    column: 0,
+                    value: 1
+                },
+                &mut vec![]
+            )
+            .unwrap()
+            .is_empty());
     }
 }
