@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind, Result};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -27,6 +29,13 @@ pub struct Config {
     pub channel_messages_max: usize,
     /// Distinct rows per chunk when a relation's contents are sent to a new view.
     pub chunk_rows_max: usize,
+    /// The time barriers carry (what `now()` is in a view's temporal filter); tests inject one.
+    #[serde(skip, default = "system_clock")]
+    pub clock: Arc<dyn Clock>,
+}
+
+fn system_clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock)
 }
 
 impl Default for Config {
@@ -40,6 +49,7 @@ impl Default for Config {
             barrier_interval_ms: 1000,
             channel_messages_max: 16,
             chunk_rows_max: 4096,
+            clock: system_clock(),
         }
     }
 }

@@ -87,6 +87,7 @@ impl Database {
         let (barriers, events) = Coordinator::start(
             store.clone(),
             Duration::from_millis(config.barrier_interval_ms.max(1)),
+            config.clock.clone(),
         );
         let objects: Vec<Object> = catalog.objects().to_vec();
         let db = Arc::new(Database {
@@ -222,8 +223,10 @@ impl Database {
         let crate::sql::parser::Statement::Sql(stmt) = &p.statement else {
             return Err(Error::syntax("a view is defined by a SELECT query"));
         };
+        let mut stmt = stmt.clone();
+        crate::sql::stream_plan::mark_view_now(&mut stmt);
         let plan = state
-            .statement_to_plan(DFStatement::Statement(stmt.clone()))
+            .statement_to_plan(DFStatement::Statement(stmt))
             .await?;
         check_deterministic(&plan)?;
         let optimized = state.optimize(&plan)?;

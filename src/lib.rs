@@ -11,11 +11,12 @@
 //! - [`changelog`]: the durable, checksummed change log behind each table.
 //! - [`stream`]: actors, barriers, alignment, operators.
 //! - [`state`]: operator state in RocksDB, one write batch per epoch (the only user of `rocksdb`).
-//! - [`types`], [`error`], [`config`]: shared vocabulary; [`rng`]: the seeded generator of tests
-//!   and tools.
+//! - [`types`], [`error`], [`config`]: shared vocabulary; [`clock`]: the dataflow's injectable
+//!   clock; [`rng`]: the seeded generator of tests and tools.
 
 pub mod catalog;
 pub mod changelog;
+pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;

@@ -190,3 +190,58 @@ async fn concurrent_writers_and_a_view_created_mid_stream_agree_with_the_table()
     let total: Vec<String> = rows(&admin, "SELECT count(*) FROM w").await;
     assert_eq!(total, [(4 * 60 * 2 - 4 * 6).to_string()]);
 }
+
+/// Temporal filters follow the dataflow's clock: a row leaves `now() - 1 hour` windows when
+/// the clock passes its time plus an hour, and `<=` conditions let rows in as time passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temporal_filters_follow_the_clock() {
+    let hour: i64 = 3_600_000_000;
+    // 2024-01-01 12:00:00 UTC.
+    let noon: i64 = 1_704_110_400_000_000;
+    let clock = weir::clock::ManualClock::new(noon);
+    let injected = clock.clone();
+    let server = TestServer::start_with(move |c| c.clock = std::sync::Arc::new(injected)).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE events (id int, at timestamp);
+             CREATE MATERIALIZED VIEW recent AS SELECT id FROM events WHERE at > now() - INTERVAL '1 hour';
+             CREATE MATERIALIZED VIEW recent_count AS SELECT count(*) AS n FROM events WHERE now() - INTERVAL '1 hour' < at AND id > 0;
+             CREATE MATERIALIZED VIEW settled AS SELECT id FROM events WHERE at <= now() - INTERVAL '30 minutes';
+             INSERT INTO events VALUES (1, '2024-01-01 11:30:00'), (2, '2024-01-01 10:00:00'), (3, '2024-01-01 12:10:00'), (4, NULL);
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows(&client, "SELECT * FROM recent").await, ["1", "3"]);
+    assert_eq!(rows(&client, "SELECT * FROM recent_count").await, ["2"]);
+    assert_eq!(rows(&client, "SELECT * FROM settled").await, ["1", "2"]);
+    clock.set(noon + hour * 3 / 4);
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(rows(&client, "SELECT * FROM recent").await, ["3"]);
+    assert_eq!(rows(&client, "SELECT * FROM recent_count").await, ["1"]);
+    assert_eq!(
+        rows(&client, "SELECT * FROM settled").await,
+        ["1", "2", "3"]
+    );
+    // A view created now reads the table at the current time; a deleted row leaves every view.
+    client
+        .batch_execute(
+            "CREATE MATERIALIZED VIEW late_recent AS SELECT id FROM events WHERE at > now() - INTERVAL '1 hour';
+             DELETE FROM events WHERE id = 3;
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    assert!(rows(&client, "SELECT * FROM late_recent").await.is_empty());
+    assert!(rows(&client, "SELECT * FROM recent").await.is_empty());
+    assert_eq!(rows(&client, "SELECT * FROM recent_count").await, ["0"]);
+    assert_eq!(rows(&client, "SELECT * FROM settled").await, ["1", "2"]);
+    // now() elsewhere than such a condition is refused.
+    let err = client
+        .batch_execute("CREATE MATERIALIZED VIEW stamped AS SELECT id, now() AS t FROM events")
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "0A000");
+    server.stop().await;
+}

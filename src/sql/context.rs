@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, StringArray};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::TableProvider;
 use datafusion::error::DataFusionError;
@@ -89,6 +89,27 @@ pub fn query_context(
     Ok(ctx)
 }
 
+/// The name `now()` and `current_timestamp` take in a view's query: volatile, so that the
+/// optimizer leaves it in the plan (it folds `now()` into a constant), where the view compiler
+/// finds it and builds a temporal filter. Evaluated, it is the current time.
+pub const VIEW_NOW: &str = "weir_now";
+
+fn weir_now() -> datafusion::logical_expr::ScalarUDF {
+    create_udf(
+        VIEW_NOW,
+        vec![],
+        DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+        Volatility::Volatile,
+        Arc::new(|_| {
+            let now = crate::clock::Clock::now_us(&crate::clock::SystemClock);
+            Ok(ColumnarValue::Scalar(ScalarValue::TimestampMicrosecond(
+                Some(now),
+                Some("+00:00".into()),
+            )))
+        }),
+    )
+}
+
 fn register_functions(ctx: &SessionContext, settings: &HashMap<String, String>) {
     let constant = |name: &str, value: String| {
         create_udf(
@@ -103,6 +124,7 @@ fn register_functions(ctx: &SessionContext, settings: &HashMap<String, String>) 
             }),
         )
     };
+    ctx.register_udf(weir_now());
     ctx.register_udf(constant("version", version_string()));
     ctx.register_udf(constant("current_schema", "public".into()));
     ctx.register_udf(constant("current_database", crate::DATABASE_NAME.into()));

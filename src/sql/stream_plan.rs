@@ -21,25 +21,56 @@ use datafusion::physical_plan::PhysicalExpr;
 
 use crate::catalog::{Catalog, Object, ObjectId};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sql::context::VIEW_NOW;
 use crate::stream::operators::hash_agg::{AggCall, AggKind};
 use crate::stream::operators::join::{JoinKind, JoinSpec};
 use crate::stream::operators::project::monotonic_in;
+use crate::stream::operators::temporal_filter::{TemporalSpec, Visible};
 use crate::stream::operators::top_n::{RankKind, TopNSpec};
 use crate::stream::plan::{PlanNode, StreamPlan};
+use datafusion::sql::sqlparser::ast;
 
 /// At most this many aggregates per view: state keys number them with one byte.
 const AGGREGATES_MAX: usize = 255;
 
+/// Renames `now()` and `current_timestamp` in a view's query to `weir_now()`, which the
+/// optimizer does not fold into a constant, so that the compiler can find it (see
+/// `context::VIEW_NOW`).
+pub fn mark_view_now(stmt: &mut ast::Statement) {
+    let _ = ast::visit_expressions_mut(stmt, |e| {
+        if let ast::Expr::Function(f) = e {
+            let name = f.name.to_string().to_lowercase();
+            let no_args = match &f.args {
+                ast::FunctionArguments::None => true,
+                ast::FunctionArguments::List(l) => l.args.is_empty(),
+                ast::FunctionArguments::Subquery(_) => false,
+            };
+            if (name == "now" || name == "current_timestamp") && no_args {
+                f.name = ast::ObjectName::from(vec![ast::Ident::new(VIEW_NOW)]);
+                f.args = ast::FunctionArguments::List(ast::FunctionArgumentList {
+                    duplicate_treatment: None,
+                    args: vec![],
+                    clauses: vec![],
+                });
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
 /// Refuses expressions whose value is not a function of the row alone: volatile functions
 /// (random()) would make a deletion retract something other than what the insertion added,
-/// and time functions (now()) change the result as time passes.
+/// and other time functions change the result as time passes. `now()` (as `weir_now()`) is
+/// left to the compiler, which accepts it only in a temporal filter.
 pub fn check_deterministic(plan: &LogicalPlan) -> Result<()> {
     let mut found: Option<String> = None;
     plan.apply_with_subqueries(|node| {
         for e in node.expressions() {
             e.apply(|e| {
                 if let Expr::ScalarFunction(f) = e {
-                    if f.func.signature().volatility != Volatility::Immutable {
+                    if f.func.signature().volatility != Volatility::Immutable
+                        && f.func.name() != VIEW_NOW
+                    {
                         found = Some(f.func.name().to_string());
                         return Ok(TreeNodeRecursion::Stop);
                     }
@@ -103,7 +134,74 @@ impl Planner<'_> {
     }
 
     fn physical(&self, e: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+        if uses_now(e) {
+            return Err(Error::not_supported(
+                "now() can only be used in a materialized view's WHERE, compared with a time",
+            )
+            .with_hint("For example: WHERE ts > now() - INTERVAL '1 hour'."));
+        }
         Ok(self.state.create_physical_expr(e.clone(), schema)?)
+    }
+
+    /// A filter: conditions on `now()` become temporal filters, the rest one plain filter.
+    fn filter(&self, input: PlanNode, predicate: &Expr, schema: &DFSchema) -> Result<PlanNode> {
+        let (temporal, plain): (Vec<&Expr>, Vec<&Expr>) = split_conjunction(predicate)
+            .into_iter()
+            .partition(|c| uses_now(c));
+        let mut node = input;
+        if let Some(rest) = plain.into_iter().cloned().reduce(Expr::and) {
+            node = PlanNode::Filter {
+                input: Box::new(node),
+                predicate: self.physical(&rest, schema)?,
+            };
+        }
+        for condition in temporal {
+            node = PlanNode::TemporalFilter {
+                input: Box::new(node),
+                spec: self.temporal(condition, schema)?,
+            };
+        }
+        Ok(node)
+    }
+
+    /// Reads `row_time <op> now() [+|- interval]` (either way round).
+    fn temporal(&self, condition: &Expr, schema: &DFSchema) -> Result<TemporalSpec> {
+        let unsupported = || {
+            Error::not_supported(format!(
+                "the condition {condition} cannot be maintained as time passes"
+            ))
+            .with_hint(
+                "Compare a time with now() plus or minus a fixed interval: WHERE ts > now() - INTERVAL '1 hour'.",
+            )
+        };
+        let Expr::BinaryExpr(b) = condition else {
+            return Err(unsupported());
+        };
+        let (row, op, now) = if uses_now(&b.right) && !uses_now(&b.left) {
+            (b.left.as_ref(), b.op, b.right.as_ref())
+        } else if uses_now(&b.left) && !uses_now(&b.right) {
+            (
+                b.right.as_ref(),
+                b.op.swap().ok_or_else(unsupported)?,
+                b.left.as_ref(),
+            )
+        } else {
+            return Err(unsupported());
+        };
+        let offset_us = now_offset(now).ok_or_else(unsupported)?;
+        let visible = match op {
+            Operator::Gt => Visible::Before,
+            Operator::GtEq => Visible::UntilAfter,
+            Operator::Lt => Visible::After,
+            Operator::LtEq => Visible::From,
+            _ => return Err(unsupported()),
+        };
+        Ok(TemporalSpec {
+            row_time: self.physical(row, schema)?,
+            offset_us,
+            visible,
+            schema: Arc::new(schema.as_arrow().clone()),
+        })
     }
 
     fn node(&self, plan: &LogicalPlan, build: &mut Build) -> Result<PlanNode> {
@@ -132,10 +230,7 @@ impl Planner<'_> {
                         .cloned()
                         .reduce(Expr::and)
                         .expect("non-empty");
-                    node = PlanNode::Filter {
-                        input: Box::new(node),
-                        predicate: self.physical(&conj, &df)?,
-                    };
+                    node = self.filter(node, &conj, &df)?;
                 }
                 if let Some(projection) = &scan.projection {
                     let exprs = projection
@@ -180,10 +275,7 @@ impl Planner<'_> {
                     return Err(unsupported("this subquery", "more forms of subqueries"));
                 }
                 let input = self.node(&f.input, build)?;
-                Ok(PlanNode::Filter {
-                    input: Box::new(input),
-                    predicate: self.physical(&f.predicate, f.input.schema())?,
-                })
+                self.filter(input, &f.predicate, f.input.schema())
             }
             LogicalPlan::SubqueryAlias(a) => self.node(&a.input, build),
             LogicalPlan::Aggregate(agg) => {
@@ -625,6 +717,49 @@ fn rank_bound(e: &Expr, rank: &Column) -> Option<u64> {
         _ => return None,
     };
     u64::try_from(keep).ok()
+}
+
+fn uses_now(e: &Expr) -> bool {
+    let mut found = false;
+    let _ = e.apply(|e| {
+        if matches!(e, Expr::ScalarFunction(f) if f.func.name() == VIEW_NOW) {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// `now()`, `now() + interval` or `now() - interval` (through casts): the interval in
+/// microseconds, which must be of fixed length.
+fn now_offset(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::ScalarFunction(f) if f.func.name() == VIEW_NOW => Some(0),
+        Expr::Cast(c) => now_offset(&c.expr),
+        Expr::TryCast(c) => now_offset(&c.expr),
+        Expr::BinaryExpr(b) if matches!(b.op, Operator::Plus | Operator::Minus) => {
+            let base = now_offset(&b.left)?;
+            let Expr::Literal(v, _) = b.right.as_ref() else {
+                return None;
+            };
+            let us = match v {
+                ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
+                    i.days as i64 * 86_400_000_000 + i.nanoseconds / 1000
+                }
+                ScalarValue::IntervalDayTime(Some(i)) => {
+                    i.days as i64 * 86_400_000_000 + i.milliseconds as i64 * 1000
+                }
+                _ => return None,
+            };
+            Some(if b.op == Operator::Plus {
+                base + us
+            } else {
+                base - us
+            })
+        }
+        _ => None,
+    }
 }
 
 fn no_window_to_close() -> Error {

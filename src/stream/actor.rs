@@ -110,7 +110,7 @@ impl Actor {
         let epoch = barrier.epoch;
         let stopping = barrier.stops(self.id);
         let mut writes = EpochWrites::default();
-        let chunks = self.root.on_barrier(epoch, &mut writes)?;
+        let chunks = self.root.on_barrier(epoch, barrier.time_us, &mut writes)?;
         self.emit(chunks).await?;
         self.materialize.flush(&mut writes)?;
         if stopping {
@@ -238,16 +238,22 @@ impl OpNode {
 
     /// Ends the epoch bottom-up: each operator first receives what its inputs emitted at the
     /// barrier, then runs its own barrier hook.
-    fn on_barrier(&mut self, epoch: u64, writes: &mut EpochWrites) -> Result<Vec<StreamChunk>> {
+    fn on_barrier(
+        &mut self,
+        epoch: u64,
+        now_us: i64,
+        writes: &mut EpochWrites,
+    ) -> Result<Vec<StreamChunk>> {
         match self {
             OpNode::Input(_) => Ok(Vec::new()),
             OpNode::Op { op, inputs } => {
                 let mut out = Vec::new();
                 for (k, child) in inputs.iter_mut().enumerate() {
-                    for c in child.on_barrier(epoch, writes)? {
+                    for c in child.on_barrier(epoch, now_us, writes)? {
                         op.on_chunk(k, c, &mut out)?;
                     }
                 }
+                op.on_tick(now_us);
                 op.on_barrier(epoch, &mut out, writes)?;
                 Ok(out)
             }

@@ -99,6 +99,7 @@ mod tests {
     fn barrier(epoch: u64) -> Message {
         Message::Barrier(Barrier {
             epoch,
+            time_us: 0,
             kind: BarrierKind::Regular,
             mutation: None,
         })

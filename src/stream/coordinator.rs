@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::message::{ActorId, Barrier, BarrierKind, Message, Mutation};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::state::StateStore;
 
@@ -97,6 +98,8 @@ pub struct Coordinator {
     in_flight: BTreeMap<u64, HashSet<ActorId>>,
     last_epoch: u64,
     barrier_interval: Duration,
+    clock: Arc<dyn Clock>,
+    last_time_us: i64,
     failed: FailedActors,
 }
 
@@ -105,6 +108,7 @@ impl Coordinator {
     pub fn start(
         store: Arc<StateStore>,
         barrier_interval: Duration,
+        clock: Arc<dyn Clock>,
     ) -> (BarrierClient, mpsc::UnboundedSender<ActorEvent>) {
         let (req_tx, req_rx) = mpsc::channel(64);
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
@@ -119,6 +123,8 @@ impl Coordinator {
             in_flight: BTreeMap::new(),
             last_epoch,
             barrier_interval,
+            clock,
+            last_time_us: i64::MIN,
             failed: failed.clone(),
         };
         tokio::spawn(coordinator.run());
@@ -173,8 +179,11 @@ impl Coordinator {
             self.sources.insert(id, tx);
         }
         self.actors.extend(add_actors);
+        // Barrier time never goes back, even if the clock does.
+        self.last_time_us = self.last_time_us.max(self.clock.now_us());
         let barrier = Barrier {
             epoch,
+            time_us: self.last_time_us,
             kind: BarrierKind::Regular,
             mutation: mutation.clone(),
         };
@@ -243,7 +252,11 @@ mod tests {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open_fresh(dir.path()).unwrap();
-        let (client, events) = Coordinator::start(store.clone(), Duration::from_secs(3600));
+        let (client, events) = Coordinator::start(
+            store.clone(),
+            Duration::from_secs(3600),
+            Arc::new(crate::clock::ManualClock::new(0)),
+        );
         (dir, store, client, events)
     }
 

@@ -32,6 +32,9 @@ pub struct Watermark {
 #[derive(Debug, Clone)]
 pub struct Barrier {
     pub epoch: u64,
+    /// The coordinator's clock when it injected the barrier (microseconds since the Unix
+    /// epoch): `now()` for the rows of this epoch.
+    pub time_us: i64,
     pub kind: BarrierKind,
     /// A change to the dataflow that takes effect at this barrier, everywhere at once.
     pub mutation: Option<Arc<Mutation>>,

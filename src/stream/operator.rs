@@ -30,6 +30,9 @@ pub trait Operator: Send {
         Ok(Vec::new())
     }
 
+    /// The barrier ending the epoch carries this time; called just before `on_barrier`.
+    fn on_tick(&mut self, _now_us: i64) {}
+
     /// Called once when epoch `epoch` ends on every input: emit the changes the operator held
     /// back for the epoch (if any) and move its dirty state into `writes`. Stateless
     /// operators have nothing to do.

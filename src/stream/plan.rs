@@ -21,6 +21,7 @@ use super::operators::hash_agg::{AggCall, HashAgg};
 use super::operators::join::{HashJoin, JoinSpec};
 use super::operators::materialize::Materialize;
 use super::operators::project::Project;
+use super::operators::temporal_filter::{TemporalFilter, TemporalSpec};
 use super::operators::top_n::{TopN, TopNSpec};
 use super::operators::union::Union;
 use crate::error::Result;
@@ -71,6 +72,11 @@ pub enum PlanNode {
         input: Box<PlanNode>,
         spec: TopNSpec,
     },
+    /// A condition comparing rows with `now()`, maintained as time passes.
+    TemporalFilter {
+        input: Box<PlanNode>,
+        spec: TemporalSpec,
+    },
 }
 
 impl PlanNode {
@@ -81,6 +87,7 @@ impl PlanNode {
             PlanNode::Project { input, .. } | PlanNode::Filter { input, .. } => {
                 input.state_tables_needed()
             }
+            PlanNode::TemporalFilter { input, .. } => 1 + input.state_tables_needed(),
             PlanNode::Aggregate { input, .. } | PlanNode::TopN { input, .. } => {
                 2 + input.state_tables_needed()
             }
@@ -192,6 +199,11 @@ fn build_node(
             let own = [next_table(tables), next_table(tables)];
             let top_n = TopN::new(ctx.store.clone(), own, spec, errors.clone())?;
             OpNode::unary(Box::new(top_n), build_node(ctx, *input, tables, errors)?)
+        }
+        PlanNode::TemporalFilter { input, spec } => {
+            let table = next_table(tables);
+            let filter = TemporalFilter::new(ctx.store.clone(), table, spec, errors.clone())?;
+            OpNode::unary(Box::new(filter), build_node(ctx, *input, tables, errors)?)
         }
         PlanNode::Union { inputs, schema } => OpNode::Op {
             op: Box::new(Union::new(schema)),

@@ -5,5 +5,6 @@ pub mod hash_agg;
 pub mod join;
 pub mod materialize;
 pub mod project;
+pub mod temporal_filter;
 pub mod top_n;
 pub mod union;
