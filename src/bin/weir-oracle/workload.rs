@@ -37,6 +37,11 @@ pub enum Family {
     /// TUMBLE and HOP windows under GROUP BY; PostgreSQL runs the same windows written with
     /// date_bin and generate_series.
     Window,
+    /// Conditions on now(). The generated times are on 2024-01-01 and the bounds years away
+    /// from them, so both servers agree whenever the test runs: the family checks that rows
+    /// pass through temporal filters under every kind of change, not the passing of time
+    /// (tests/server.rs moves a manual clock for that).
+    Temporal,
 }
 
 /// A SELECT in parts, so that the shrinker can drop clauses.
@@ -295,7 +300,7 @@ impl Generator<'_> {
     }
 
     fn view(&mut self) -> (Query, Family) {
-        match self.rng.below(20) {
+        match self.rng.below(21) {
             0 | 1 => {
                 let mut select = vec!["k".to_string(), "g".to_string()];
                 let count = 2 + self.rng.below(6) as usize;
@@ -321,6 +326,7 @@ impl Generator<'_> {
             13 | 14 => (self.set_operation(), Family::SetOperation),
             15 | 16 => (self.top_n(), Family::TopN),
             17 | 18 => (self.window(), Family::Window),
+            19 => (self.temporal(), Family::Temporal),
             _ => (self.distinct(), Family::Distinct),
         }
     }
@@ -604,6 +610,33 @@ impl Generator<'_> {
             group_by: keys.iter().map(|k| k.to_string()).collect(),
             postgres_from: Some(postgres_from),
             ..Query::simple(select, from, self.filter())
+        }
+    }
+
+    fn temporal(&mut self) -> Query {
+        let condition = *self.rng.pick(&[
+            "ts > now() - INTERVAL '20000 days'",
+            "now() - INTERVAL '20000 days' <= ts",
+            "ts < now() + INTERVAL '1 hour'",
+            "ts > now() - INTERVAL '1 day'",
+            "ts <= current_timestamp - INTERVAL '10 minutes'",
+        ]);
+        let table = self.table();
+        let filter = Some(match self.filter() {
+            Some(f) => format!("{condition} AND {f}"),
+            None => condition.to_string(),
+        });
+        if self.rng.chance(50) {
+            Query::simple(vec!["k".into(), "g".into(), "ts".into()], table, filter)
+        } else {
+            Query {
+                group_by: vec!["g".into()],
+                ..Query::simple(
+                    vec!["g".into(), "count(*) AS c".into(), "sum(v) AS sv".into()],
+                    table,
+                    filter,
+                )
+            }
         }
     }
 
