@@ -1,13 +1,17 @@
-//! The dataflow runtime: actors joined by bounded channels, carrying chunks and barriers.
+//! The dataflow runtime: actors joined by bounded channels, carrying chunks, watermarks and
+//! barriers.
 //!
 //! Each table and each materialized view runs as one actor. A table's actor reads the table's
-//! change feed; a view's actor reads the changes of the relation it is defined on. Every actor
-//! ends in a `Materialize` that keeps the relation's rows and feeds the views built on it.
+//! change feed; a view's actor reads the changes of every relation its query reads. Every
+//! actor ends in a `Materialize` that keeps the relation's rows and feeds the views built on
+//! it. `dispatch` holds the hash partitioning that parallel fragments will use
+//! (`docs/design/0002-parallel-dataflow.md`).
 
 pub mod actor;
 pub mod align;
 pub mod chunk;
 pub mod coordinator;
+pub mod dispatch;
 pub mod expr;
 pub mod message;
 pub mod operator;

@@ -1,0 +1,374 @@
+//! Hash partitioning for exchanges between parallel actors (see
+//! `docs/design/0002-parallel-dataflow.md`): a row's key is hashed to one of `VNODE_COUNT`
+//! virtual nodes, each owned by one actor, and a chunk is split into one chunk per actor with
+//! Arrow's `take`.
+//!
+//! The hash is Weir's own and must never change: state keys start with their vnode, so a key's
+//! state is found where its vnode's owner left it, across restarts and versions. It is FNV-1a
+//! over a canonical encoding of each value (integers widened to 64 bits, floats with -0.0 and
+//! NaN normalised), finished with murmur3's 64-bit mixer.
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::datatypes::{
+    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
+    Int64Type, Int8Type, IntervalMonthDayNanoType, TimeUnit, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
+    UInt64Type, UInt8Type,
+};
+
+use super::chunk::StreamChunk;
+use crate::error::{Error, Result};
+
+/// Virtual nodes per fragment: the unit in which keys move between actors.
+pub const VNODE_COUNT: usize = 256;
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+/// murmur3's finaliser: spreads FNV's weak low bits over the whole word.
+fn mix(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^= k >> 33;
+    k
+}
+
+/// Value tags, so that values of different kinds never encode alike.
+mod tag {
+    pub const NULL: u8 = 0;
+    pub const INTEGER: u8 = 1;
+    pub const LARGE_UNSIGNED: u8 = 2;
+    pub const FLOAT: u8 = 3;
+    pub const DECIMAL: u8 = 4;
+    pub const TEXT: u8 = 5;
+    pub const BOOLEAN: u8 = 6;
+    pub const DATE: u8 = 7;
+    pub const TIMESTAMP: u8 = 8;
+    pub const INTERVAL: u8 = 9;
+    pub const BINARY: u8 = 10;
+}
+
+fn feed(hashes: &mut [u64], column: &ArrayRef) -> Result<()> {
+    let n = column.len();
+    let mut each = |f: &mut dyn FnMut(usize, &mut Vec<u8>)| {
+        let mut buf = Vec::with_capacity(32);
+        for (i, h) in hashes.iter_mut().enumerate().take(n) {
+            buf.clear();
+            if column.is_null(i) {
+                buf.push(tag::NULL);
+            } else {
+                f(i, &mut buf);
+            }
+            *h = fnv(*h, &buf);
+        }
+    };
+    let integer = |buf: &mut Vec<u8>, v: i64| {
+        buf.push(tag::INTEGER);
+        buf.extend_from_slice(&v.to_le_bytes());
+    };
+    let float = |buf: &mut Vec<u8>, v: f64| {
+        let v = if v == 0.0 { 0.0 } else { v };
+        let bits = if v.is_nan() {
+            f64::NAN.to_bits()
+        } else {
+            v.to_bits()
+        };
+        buf.push(tag::FLOAT);
+        buf.extend_from_slice(&bits.to_le_bytes());
+    };
+    let timestamp = |buf: &mut Vec<u8>, v: i64, unit: u8| {
+        buf.push(tag::TIMESTAMP);
+        buf.push(unit);
+        buf.extend_from_slice(&v.to_le_bytes());
+    };
+    match column.data_type() {
+        DataType::Int8 => {
+            let a = column.as_primitive::<Int8Type>();
+            each(&mut |i, b| integer(b, a.value(i) as i64));
+        }
+        DataType::Int16 => {
+            let a = column.as_primitive::<Int16Type>();
+            each(&mut |i, b| integer(b, a.value(i) as i64));
+        }
+        DataType::Int32 => {
+            let a = column.as_primitive::<Int32Type>();
+            each(&mut |i, b| integer(b, a.value(i) as i64));
+        }
+        DataType::Int64 => {
+            let a = column.as_primitive::<Int64Type>();
+            each(&mut |i, b| integer(b, a.value(i)));
+        }
+        DataType::UInt8 => {
+            let a = column.as_primitive::<UInt8Type>();
+            each(&mut |i, b| integer(b, a.value(i) as i64));
+        }
+        DataType::UInt16 => {
+            let a = column.as_primitive::<UInt16Type>();
+            each(&mut |i, b| integer(b, a.value(i) as i64));
+        }
+        DataType::UInt32 => {
+            let a = column.as_primitive::<UInt32Type>();
+            each(&mut |i, b| integer(b, a.value(i) as i64));
+        }
+        DataType::UInt64 => {
+            let a = column.as_primitive::<UInt64Type>();
+            each(&mut |i, b| match i64::try_from(a.value(i)) {
+                Ok(v) => integer(b, v),
+                Err(_) => {
+                    b.push(tag::LARGE_UNSIGNED);
+                    b.extend_from_slice(&a.value(i).to_le_bytes());
+                }
+            });
+        }
+        DataType::Float32 => {
+            let a = column.as_primitive::<Float32Type>();
+            each(&mut |i, b| float(b, a.value(i) as f64));
+        }
+        DataType::Float64 => {
+            let a = column.as_primitive::<Float64Type>();
+            each(&mut |i, b| float(b, a.value(i)));
+        }
+        DataType::Decimal128(_, scale) => {
+            let a = column.as_primitive::<Decimal128Type>();
+            let scale = *scale as u8;
+            each(&mut |i, b| {
+                b.push(tag::DECIMAL);
+                b.push(scale);
+                b.extend_from_slice(&a.value(i).to_le_bytes());
+            });
+        }
+        DataType::Utf8 => {
+            let a = column.as_string::<i32>();
+            each(&mut |i, b| text(b, a.value(i).as_bytes(), tag::TEXT));
+        }
+        DataType::LargeUtf8 => {
+            let a = column.as_string::<i64>();
+            each(&mut |i, b| text(b, a.value(i).as_bytes(), tag::TEXT));
+        }
+        DataType::Utf8View => {
+            let a = column.as_string_view();
+            each(&mut |i, b| text(b, a.value(i).as_bytes(), tag::TEXT));
+        }
+        DataType::Binary => {
+            let a = column.as_binary::<i32>();
+            each(&mut |i, b| text(b, a.value(i), tag::BINARY));
+        }
+        DataType::Boolean => {
+            let a = column.as_boolean();
+            each(&mut |i, b| {
+                b.push(tag::BOOLEAN);
+                b.push(a.value(i) as u8);
+            });
+        }
+        DataType::Date32 => {
+            let a = column.as_primitive::<Date32Type>();
+            each(&mut |i, b| {
+                b.push(tag::DATE);
+                b.extend_from_slice(&(a.value(i) as i64).to_le_bytes());
+            });
+        }
+        DataType::Timestamp(unit, _) => match unit {
+            TimeUnit::Second => {
+                let a = column.as_primitive::<TimestampSecondType>();
+                each(&mut |i, b| timestamp(b, a.value(i), 0));
+            }
+            TimeUnit::Millisecond => {
+                let a = column.as_primitive::<TimestampMillisecondType>();
+                each(&mut |i, b| timestamp(b, a.value(i), 1));
+            }
+            TimeUnit::Microsecond => {
+                let a = column.as_primitive::<TimestampMicrosecondType>();
+                each(&mut |i, b| timestamp(b, a.value(i), 2));
+            }
+            TimeUnit::Nanosecond => {
+                let a = column.as_primitive::<TimestampNanosecondType>();
+                each(&mut |i, b| timestamp(b, a.value(i), 3));
+            }
+        },
+        DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano) => {
+            let a = column.as_primitive::<IntervalMonthDayNanoType>();
+            each(&mut |i, b| {
+                let v = a.value(i);
+                b.push(tag::INTERVAL);
+                b.extend_from_slice(&v.months.to_le_bytes());
+                b.extend_from_slice(&v.days.to_le_bytes());
+                b.extend_from_slice(&v.nanoseconds.to_le_bytes());
+            });
+        }
+        other => {
+            return Err(Error::not_supported(format!(
+                "partitioning by a {other} column is not supported"
+            )))
+        }
+    }
+    Ok(())
+}
+
+fn text(buf: &mut Vec<u8>, bytes: &[u8], t: u8) {
+    buf.push(t);
+    buf.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    buf.extend_from_slice(bytes);
+}
+
+/// The virtual node of every row, from its key columns (all of one length).
+pub fn vnodes(keys: &[ArrayRef]) -> Result<Vec<u16>> {
+    let rows = keys.first().map_or(0, |k| k.len());
+    let mut hashes = vec![FNV_OFFSET; rows];
+    for column in keys {
+        feed(&mut hashes, column)?;
+    }
+    Ok(hashes
+        .into_iter()
+        .map(|h| (mix(h) % VNODE_COUNT as u64) as u16)
+        .collect())
+}
+
+/// Which of a fragment's actors owns each virtual node: contiguous, nearly equal ranges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VnodeMapping {
+    owners: Vec<u16>,
+    actors: usize,
+}
+
+impl VnodeMapping {
+    pub fn new(actors: usize) -> VnodeMapping {
+        assert!(
+            (1..=VNODE_COUNT).contains(&actors),
+            "a fragment has between 1 and {VNODE_COUNT} actors"
+        );
+        let owners = (0..VNODE_COUNT)
+            .map(|v| (v * actors / VNODE_COUNT) as u16)
+            .collect();
+        VnodeMapping { owners, actors }
+    }
+
+    pub fn actors(&self) -> usize {
+        self.actors
+    }
+
+    pub fn owner(&self, vnode: u16) -> usize {
+        self.owners[vnode as usize] as usize
+    }
+}
+
+/// Splits a chunk by the owners of its rows' keys: one chunk per actor, `None` for an actor
+/// that gets no rows. Rows keep their order within each part.
+pub fn split(
+    chunk: &StreamChunk,
+    keys: &[ArrayRef],
+    mapping: &VnodeMapping,
+) -> Result<Vec<Option<StreamChunk>>> {
+    let mut rows: Vec<Vec<u32>> = vec![Vec::new(); mapping.actors()];
+    for (i, vnode) in vnodes(keys)?.into_iter().enumerate() {
+        rows[mapping.owner(vnode)].push(i as u32);
+    }
+    rows.into_iter()
+        .map(|r| {
+            if r.is_empty() {
+                Ok(None)
+            } else if r.len() == chunk.len() {
+                Ok(Some(chunk.clone()))
+            } else {
+                chunk.take(&r).map(Some)
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Float64Array, Int32Array, Int64Array, StringArray};
+
+    use super::*;
+    use crate::stream::chunk::test_util::{chunk, schema};
+
+    fn ints64(values: &[Option<i64>]) -> ArrayRef {
+        Arc::new(Int64Array::from(values.to_vec()))
+    }
+
+    #[test]
+    fn the_hash_never_changes() {
+        // State keys start with these vnodes: a change here moves every key's state. (The
+        // values were computed independently of this code, from the definition above.)
+        let keys = [
+            ints64(&[Some(0), Some(1), Some(5), None]),
+            Arc::new(StringArray::from(vec![
+                Some("a"),
+                Some(""),
+                Some("weir"),
+                None,
+            ])) as ArrayRef,
+        ];
+        assert_eq!(vnodes(&keys).unwrap(), [146, 158, 4, 109]);
+    }
+
+    #[test]
+    fn equal_values_of_different_types_share_a_vnode() {
+        let small: ArrayRef = Arc::new(Int32Array::from(vec![5, -7]));
+        let big = ints64(&[Some(5), Some(-7)]);
+        assert_eq!(vnodes(&[small]).unwrap(), vnodes(&[big]).unwrap());
+        let zeros: ArrayRef = Arc::new(Float64Array::from(vec![0.0, -0.0]));
+        let v = vnodes(&[zeros]).unwrap();
+        assert_eq!(v[0], v[1]);
+        // NULL is not zero, and the order of key columns matters.
+        let v = vnodes(&[ints64(&[None, Some(0)])]).unwrap();
+        assert_ne!(v[0], v[1]);
+        let (a, b) = (ints64(&[Some(1)]), ints64(&[Some(2)]));
+        assert_ne!(
+            vnodes(&[a.clone(), b.clone()]).unwrap(),
+            vnodes(&[b, a]).unwrap()
+        );
+    }
+
+    #[test]
+    fn vnodes_are_owned_in_contiguous_balanced_ranges() {
+        assert!((0..256).all(|v| VnodeMapping::new(1).owner(v) == 0));
+        let m = VnodeMapping::new(3);
+        let counts: Vec<usize> = (0..3)
+            .map(|a| (0..256u16).filter(|v| m.owner(*v) == a).count())
+            .collect();
+        assert_eq!(counts.iter().sum::<usize>(), 256);
+        assert!(counts.iter().all(|c| (85..=86).contains(c)), "{counts:?}");
+        assert!((1..256u16).all(|v| m.owner(v) >= m.owner(v - 1)));
+    }
+
+    #[test]
+    fn split_sends_each_key_to_one_actor_and_keeps_every_row() {
+        let s = schema(&[("k", DataType::Int64), ("v", DataType::Utf8)]);
+        let text: String = (0..1000)
+            .map(|i| format!("{} {} x{i}\n", if i % 3 == 0 { "-" } else { "+" }, i % 97))
+            .collect();
+        let c = chunk(&s, &text);
+        let mapping = VnodeMapping::new(4);
+        let parts = split(&c, &[c.data.column(0).clone()], &mapping).unwrap();
+        let mut total = 0;
+        let mut owner_of_key = std::collections::HashMap::new();
+        for (actor, part) in parts.iter().enumerate() {
+            let part = part.as_ref().expect("every actor gets some of 97 keys");
+            total += part.len();
+            // A fair share: 97 keys over 4 actors.
+            assert!(
+                (150..=350).contains(&part.len()),
+                "actor {actor}: {}",
+                part.len()
+            );
+            let keys = part.data.column(0).as_primitive::<Int64Type>();
+            for k in keys.values() {
+                assert_eq!(*owner_of_key.entry(*k).or_insert(actor), actor);
+            }
+        }
+        assert_eq!(total, 1000);
+    }
+}
