@@ -152,15 +152,16 @@ impl StateStore {
         self.db.get(key).map_err(storage_error)
     }
 
-    /// Visits the latest committed entries under `prefix` in key order (or reverse), until the
-    /// visitor returns false.
+    /// Visits the latest committed entries under `prefix` in key order (or reverse), from
+    /// `start` on when given (forward only), until the visitor returns false.
     fn scan_latest(
         &self,
         prefix: &[u8],
+        start: Option<&[u8]>,
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        scan_db(&self.db, None, prefix, reverse, visit)
+        scan_db(&self.db, None, prefix, start, reverse, visit)
     }
 }
 
@@ -190,9 +191,14 @@ impl Snapshot {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         let prefix = table.to_be_bytes();
-        scan_db(&self.db, Some(&self.inner), &prefix, false, &mut |k, v| {
-            visit(&k[prefix.len()..], v)
-        })
+        scan_db(
+            &self.db,
+            Some(&self.inner),
+            &prefix,
+            None,
+            false,
+            &mut |k, v| visit(&k[prefix.len()..], v),
+        )
     }
 }
 
@@ -200,9 +206,14 @@ fn scan_db(
     db: &DB,
     snapshot: Option<&rocksdb::Snapshot<'static>>,
     prefix: &[u8],
+    start: Option<&[u8]>,
     reverse: bool,
     visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<()> {
+    assert!(
+        start.is_none() || !reverse,
+        "a scan from a start key runs forward"
+    );
     let mut opts = ReadOptions::default();
     if let Some(s) = snapshot {
         opts.set_snapshot(s);
@@ -211,11 +222,15 @@ fn scan_db(
     if let Some(upper) = &upper {
         opts.set_iterate_upper_bound(upper.clone());
     }
-    opts.set_iterate_lower_bound(prefix.to_vec());
+    let lower = match start {
+        Some(s) if s > prefix => s,
+        _ => prefix,
+    };
+    opts.set_iterate_lower_bound(lower.to_vec());
     let mode = if reverse {
         IteratorMode::End
     } else {
-        IteratorMode::From(prefix, Direction::Forward)
+        IteratorMode::From(lower, Direction::Forward)
     };
     for item in db.iterator_opt(mode, opts) {
         let (k, v) = item.map_err(storage_error)?;

@@ -63,14 +63,38 @@ impl StateTable {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
+        self.scan_range(prefix, None, reverse, visit)
+    }
+
+    /// Like `scan`, forward, skipping the keys below `start`.
+    pub fn scan_from(
+        &self,
+        prefix: &[u8],
+        start: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.scan_range(prefix, Some(start), false, visit)
+    }
+
+    fn scan_range(
+        &self,
+        prefix: &[u8],
+        start: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
         // Committed entries, merged with the pending overlay, which wins on equal keys.
         let upper = match prefix_successor(prefix) {
             Some(u) => Bound::Excluded(u),
             None => Bound::Unbounded,
         };
+        let lower = match start {
+            Some(s) if s > prefix => s,
+            _ => prefix,
+        };
         let range = self
             .pending
-            .range::<Vec<u8>, _>((Bound::Included(prefix.to_vec()), upper));
+            .range::<Vec<u8>, _>((Bound::Included(lower.to_vec()), upper));
         let mut overlay: Box<dyn Iterator<Item = PendingEntry<'_>>> = if reverse {
             Box::new(range.rev())
         } else {
@@ -80,8 +104,12 @@ impl StateTable {
         let mut stopped = false;
         let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
         let full_prefix = self.full_key(prefix);
-        self.store
-            .scan_latest(&full_prefix, reverse, &mut |full_key, value| {
+        let full_start = start.map(|s| self.full_key(s));
+        self.store.scan_latest(
+            &full_prefix,
+            full_start.as_deref(),
+            reverse,
+            &mut |full_key, value| {
                 let key = &full_key[4..];
                 // Emit overlay entries that come before this committed key.
                 while let Some((ok, ov)) = next_overlay {
@@ -114,7 +142,8 @@ impl StateTable {
                     return false;
                 }
                 true
-            })?;
+            },
+        )?;
         if stopped {
             return Ok(());
         }
@@ -197,5 +226,28 @@ mod tests {
         })
         .unwrap();
         assert_eq!(first.as_deref(), Some(&b"a9"[..]));
+    }
+
+    #[tokio::test]
+    async fn scan_from_skips_keys_below_the_start() {
+        let (_d, mut t) = table_with(&[("a1", "x"), ("a3", "x"), ("a5", "x"), ("b1", "x")]).await;
+        t.put(b"a4".to_vec(), b"new".to_vec());
+        t.delete(b"a5".to_vec());
+        t.put(b"a2".to_vec(), b"new".to_vec());
+        let mut seen = vec![];
+        t.scan_from(b"a", b"a3", &mut |k, _| {
+            seen.push(String::from_utf8_lossy(k).to_string());
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, ["a3", "a4"]);
+        // A start below the prefix scans the whole prefix.
+        let mut all = 0;
+        t.scan_from(b"a", b"", &mut |_, _| {
+            all += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(all, 4);
     }
 }

@@ -6,7 +6,7 @@
 //! 1 hour` above) and a comparison of `now` with it: rows are visible while `now < b` (or
 //! `<=`), and then expire, or visible once `now > b` (or `>=`). Rows wait in the state table
 //! ordered by `b`, so each barrier reads only the rows whose visibility the passing time
-//! changed. Expired rows are deleted from state: they can never come back, as time only moves
+//! changed (and, to find where they end, the first row it did not change). Expired rows are deleted from state: they can never come back, as time only moves
 //! forward.
 
 use std::sync::Arc;
@@ -160,11 +160,22 @@ impl Operator for TemporalFilter {
         let now = self.next_now.max(self.now.unwrap_or(i64::MIN));
         let visible = self.spec.visible;
         let mut emit: Vec<(Vec<u8>, Op)> = Vec::new();
-        // Rows whose visibility the time that passed has changed, in bound order.
+        // Rows whose visibility the time that passed has changed, in bound order: for an
+        // expiring condition the front of the state (expired rows are gone), for an appearing
+        // one the rows from the first bound that was not visible yet.
         if let Some(before) = self.now {
             let mut changed: Vec<(Vec<u8>, i64)> = Vec::new();
             let mut failed = None;
-            self.table.scan(&[], false, &mut |key, value| {
+            let first_hidden = match visible {
+                Visible::After => before,
+                _ => before.saturating_add(1),
+            };
+            let start = if visible.expires() {
+                Vec::new()
+            } else {
+                bound_key(first_hidden, &[])
+            };
+            self.table.scan_from(&[], &start, &mut |key, value| {
                 let parsed = split_bound_key(key).and_then(|(b, _)| Ok((b, decode_count(value)?)));
                 let (b, count) = match parsed {
                     Ok(p) => p,
