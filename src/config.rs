@@ -29,6 +29,9 @@ pub struct Config {
     pub channel_messages_max: usize,
     /// Distinct rows per chunk when a relation's contents are sent to a new view.
     pub chunk_rows_max: usize,
+    /// Parallel actors per view (for views that can be split by key); a session's `SET
+    /// streaming_parallelism` overrides it for the views it creates. Default: the cores.
+    pub streaming_parallelism: usize,
     /// The time barriers carry (what `now()` is in a view's temporal filter); tests inject one.
     #[serde(skip, default = "system_clock")]
     pub clock: Arc<dyn Clock>,
@@ -49,6 +52,9 @@ impl Default for Config {
             barrier_interval_ms: 1000,
             channel_messages_max: 16,
             chunk_rows_max: 4096,
+            streaming_parallelism: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             clock: system_clock(),
         }
     }

@@ -1,7 +1,7 @@
 //! The database: catalog, state store, tables' write paths and the dataflow, and the
 //! execution of every kind of statement on behalf of sessions.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -28,7 +28,7 @@ use crate::sql::stream_plan::{check_deterministic, Planner};
 use crate::state::StateStore;
 use crate::stream::coordinator::{BarrierClient, Coordinator};
 use crate::stream::expr::ErrorSink;
-use crate::stream::message::{Message, Mutation, NewOutput};
+use crate::stream::message::{ActorId, Message, Mutation, NewOutput};
 use crate::stream::plan::{build_actor, ActorContext, PlanNode, StreamPlan};
 use crate::table::TableWriter;
 
@@ -109,11 +109,8 @@ impl Database {
             match object {
                 Object::Table(t) => db.start_table(t).await?,
                 Object::View(v) => {
-                    let settings = HashMap::new();
-                    let (plan, _) = db
-                        .plan_view(&v.query, &settings, v.emit_on_window_close)
-                        .await?;
-                    db.start_view(&v, plan).await?;
+                    let plans = db.worker_plans(&v).await?;
+                    db.start_view(&v, plans).await?;
                 }
             }
         }
@@ -163,7 +160,7 @@ impl Database {
             &self.actors,
             def.id,
             PlanNode::Input(0),
-            schema,
+            Some(schema),
             &[def.id],
             vec![feed_rx],
             ErrorSink::new(&def.name),
@@ -241,70 +238,116 @@ impl Database {
         Ok((stream_plan, deps))
     }
 
-    async fn start_view(&self, def: &ViewDef, plan: StreamPlan) -> Result<()> {
-        let StreamPlan {
-            inputs,
-            root,
-            schema,
-        } = plan;
-        // The view's rows carry the view's column names; the top operator produced the same
-        // columns under the plan's names.
-        let root = match root {
-            PlanNode::Project {
-                input,
-                exprs,
-                input_schema,
-                ..
-            } => PlanNode::Project {
-                input,
-                exprs,
-                input_schema,
-                schema: schema.clone(),
-            },
-            other => PlanNode::Project {
-                input: Box::new(other),
-                exprs: identity_exprs(&schema),
-                input_schema: schema.clone(),
-                schema: schema.clone(),
-            },
-        };
+    /// The plans of a view's actors: one, or one per parallel worker (each owning its share of
+    /// the keys).
+    async fn worker_plans(&self, def: &ViewDef) -> Result<Vec<StreamPlan>> {
+        let settings = HashMap::new();
+        let n = def.workers.len();
+        let mut plans = Vec::new();
+        for w in 0..n.max(1) {
+            let (plan, _) = self
+                .plan_view(&def.query, &settings, def.emit_on_window_close)
+                .await?;
+            plans.push(if n == 0 { plan } else { plan.for_actor(w, n) });
+        }
+        Ok(plans)
+    }
+
+    /// Starts a view's actors: its own (which keeps its rows), fed either directly by the
+    /// relations it reads or by its parallel workers, each fed by those relations.
+    async fn start_view(&self, def: &ViewDef, plans: Vec<StreamPlan>) -> Result<()> {
+        let schema = plans
+            .first()
+            .map(|p| p.schema.clone())
+            .ok_or_else(|| Error::internal("a view without a plan"))?;
         let sink = ErrorSink::new(&def.name);
         self.view_errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(def.id, sink.clone());
-        let mut tables = vec![def.id];
-        tables.extend(&def.state_tables);
-        // One channel per input; a relation read twice (a self-join) feeds two.
         let mut mutation = Mutation::default();
-        let mut receivers = Vec::new();
-        for input in inputs {
-            let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
-            receivers.push(rx);
-            mutation
-                .add_outputs
-                .entry(input)
-                .or_default()
-                .push(NewOutput {
+        let mut actors = vec![def.id];
+        // One channel per input; a relation read twice (a self-join) feeds two.
+        let subscribe = |mutation: &mut Mutation, actor: ActorId, inputs: &[ActorId]| {
+            let mut receivers = Vec::new();
+            for input in inputs {
+                let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
+                receivers.push(rx);
+                mutation
+                    .add_outputs
+                    .entry(*input)
+                    .or_default()
+                    .push(NewOutput {
+                        downstream: actor,
+                        sender: tx,
+                    });
+            }
+            receivers
+        };
+        let mut spawned = Vec::new();
+        if def.workers.is_empty() {
+            let plan = plans.into_iter().next().expect("one plan");
+            let receivers = subscribe(&mut mutation, def.id, &plan.inputs);
+            let mut tables = vec![def.id];
+            tables.extend(&def.state_tables);
+            let root = named(plan.root, &schema);
+            spawned.push(build_actor(
+                &self.actors,
+                def.id,
+                root,
+                Some(schema.clone()),
+                &tables,
+                receivers,
+                sink,
+            )?);
+        } else {
+            let n = def.workers.len();
+            let per_worker = def.state_tables.len() / n;
+            let mut to_view = Vec::new();
+            let mut from_workers = Vec::new();
+            for _ in 0..n {
+                let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
+                to_view.push(tx);
+                from_workers.push(rx);
+            }
+            for (w, (plan, to_view)) in plans.into_iter().zip(to_view).enumerate() {
+                let id = def.workers[w];
+                let receivers = subscribe(&mut mutation, id, &plan.inputs);
+                let mut worker = build_actor(
+                    &self.actors,
+                    id,
+                    named(plan.root, &schema),
+                    None,
+                    &def.state_tables[w * per_worker..(w + 1) * per_worker],
+                    receivers,
+                    sink.clone(),
+                )?;
+                worker.outputs.push(NewOutput {
                     downstream: def.id,
-                    sender: tx,
+                    sender: to_view,
                 });
+                spawned.push(worker);
+                actors.push(id);
+            }
+            let merge = PlanNode::Union {
+                inputs: (0..n).map(PlanNode::Input).collect(),
+                schema: schema.clone(),
+            };
+            spawned.push(build_actor(
+                &self.actors,
+                def.id,
+                merge,
+                Some(schema.clone()),
+                &[def.id],
+                from_workers,
+                sink,
+            )?);
         }
-        let actor = build_actor(
-            &self.actors,
-            def.id,
-            root,
-            schema.clone(),
-            &tables,
-            receivers,
-            sink,
-        )?;
         self.catalog_mut().set_schema(def.id, schema);
-        actor.spawn();
-        let epoch = self
-            .barriers
-            .inject(Some(mutation), vec![def.id], vec![])
-            .await?;
+        for actor in spawned {
+            actor.spawn();
+        }
+        let epoch = self.barriers.inject(Some(mutation), actors, vec![]).await?;
         self.barriers.wait_sealed(epoch).await?;
         Ok(())
     }
@@ -341,9 +384,17 @@ impl Database {
             plan.schema = rename_columns(&plan.schema, &cv.columns)?;
         }
         check_unique_names(&plan.schema)?;
-        let ids = self
-            .catalog_mut()
-            .allocate_ids(1 + plan.state_tables_needed());
+        let parallelism = match settings.get("streaming_parallelism") {
+            Some(v) => parse_parallelism(v)?,
+            None => self.config.streaming_parallelism.max(1),
+        };
+        let workers = if parallelism > 1 && plan.partitionable() {
+            parallelism
+        } else {
+            0
+        };
+        let needed = plan.state_tables_needed() * workers.max(1);
+        let ids = self.catalog_mut().allocate_ids(1 + needed + workers);
         let def = ViewDef {
             id: ids[0],
             name,
@@ -354,10 +405,16 @@ impl Database {
                 format!("SELECT * FROM ({query}) AS v ({})", cols.join(", "))
             },
             depends_on: deps,
-            state_tables: ids[1..].to_vec(),
+            state_tables: ids[1..1 + needed].to_vec(),
             emit_on_window_close,
+            workers: ids[1 + needed..].to_vec(),
         };
-        self.start_view(&def, plan).await?;
+        let plans = if workers == 0 {
+            vec![plan]
+        } else {
+            self.worker_plans(&def).await?
+        };
+        self.start_view(&def, plans).await?;
         self.catalog_mut().add(Object::View(def))?;
         Ok(Output::command("CREATE MATERIALIZED VIEW"))
     }
@@ -468,8 +525,18 @@ impl Database {
         if to_stop.is_empty() {
             return Ok(Output::command(tag));
         }
+        // A view's parallel workers stop with it.
+        let mut actors: HashSet<ObjectId> = to_stop.iter().copied().collect();
+        {
+            let catalog = self.catalog();
+            for id in &to_stop {
+                if let Some(Object::View(v)) = catalog.by_id(*id) {
+                    actors.extend(&v.workers);
+                }
+            }
+        }
         let mutation = Mutation {
-            stop: to_stop.iter().copied().collect(),
+            stop: actors,
             ..Default::default()
         };
         let epoch = self.barriers.inject(Some(mutation), vec![], vec![]).await?;
@@ -516,19 +583,23 @@ impl Database {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
-        let mut rows: Vec<(String, String, i64, Option<String>)> = catalog
+        let mut rows: Vec<(String, String, i64, i64, Option<String>)> = catalog
             .objects()
             .iter()
             .filter_map(|o| match o {
                 Object::View(v) => {
                     let sink = errors.get(&v.id);
-                    let status = match failed.get(&v.id) {
+                    let failure = std::iter::once(&v.id)
+                        .chain(&v.workers)
+                        .find_map(|id| failed.get(id));
+                    let status = match failure {
                         Some(e) => format!("failed: {e}"),
                         None => "running".to_string(),
                     };
                     Some((
                         v.name.clone(),
                         status,
+                        v.workers.len().max(1) as i64,
                         sink.map(|s| s.errors.count() as i64).unwrap_or(0),
                         sink.and_then(|s| s.errors.last()),
                     ))
@@ -540,6 +611,7 @@ impl Database {
         let schema = Arc::new(Schema::new(vec![
             Field::new("name", DataType::Utf8, false),
             Field::new("status", DataType::Utf8, false),
+            Field::new("parallelism", DataType::Int64, false),
             Field::new("row_errors", DataType::Int64, false),
             Field::new("last_error", DataType::Utf8, true),
         ]));
@@ -555,7 +627,10 @@ impl Database {
                 Arc::new(datafusion::arrow::array::Int64Array::from_iter_values(
                     rows.iter().map(|r| r.2),
                 )),
-                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.3.as_deref()))),
+                Arc::new(datafusion::arrow::array::Int64Array::from_iter_values(
+                    rows.iter().map(|r| r.3),
+                )),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.4.as_deref()))),
             ],
         )?;
         Ok(Output::Rows {
@@ -947,6 +1022,45 @@ fn check_unique_names(schema: &SchemaRef) -> Result<()> {
 }
 
 /// Rows of text under the given column names (the answers of SHOW statements).
+/// The view's column names on the plan's top operator: a projection's output schema is
+/// replaced, anything else gets an identity projection.
+fn named(root: PlanNode, schema: &SchemaRef) -> PlanNode {
+    match root {
+        PlanNode::Project {
+            input,
+            exprs,
+            input_schema,
+            ..
+        } => PlanNode::Project {
+            input,
+            exprs,
+            input_schema,
+            schema: schema.clone(),
+        },
+        other => PlanNode::Project {
+            input: Box::new(other),
+            exprs: identity_exprs(schema),
+            input_schema: schema.clone(),
+            schema: schema.clone(),
+        },
+    }
+}
+
+/// `streaming_parallelism`: a whole number of actors, 1 to the number of virtual nodes.
+pub fn parse_parallelism(value: &str) -> Result<usize> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if (1..=crate::stream::dispatch::VNODE_COUNT).contains(&n) => Ok(n),
+        _ => Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!("invalid value for parameter \"streaming_parallelism\": \"{value}\""),
+        )
+        .with_hint(format!(
+            "Give a whole number from 1 to {}.",
+            crate::stream::dispatch::VNODE_COUNT
+        ))),
+    }
+}
+
 /// A view's `WITH (...)` options: only `emit_on_window_close` (what `EMIT ON WINDOW CLOSE`
 /// is read as).
 fn view_options(options: &ast::CreateTableOptions) -> Result<bool> {

@@ -42,6 +42,9 @@ struct ServeArgs {
     /// Admit clients from other hosts without authentication (loopback only otherwise).
     #[arg(long)]
     trust_remote_clients: bool,
+    /// Parallel actors per view that can be split by key (default: the number of cores).
+    #[arg(long)]
+    streaming_parallelism: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -87,6 +90,10 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
     if let Some(d) = args.data_dir {
         config.data_dir = d;
     }
+    if let Some(n) = args.streaming_parallelism {
+        config.streaming_parallelism = n;
+    }
+    weir::db::parse_parallelism(&config.streaming_parallelism.to_string())?;
     if args.trust_remote_clients {
         config.trust_remote_clients = true;
         tracing::warn!("trusting every client without authentication, from any host");

@@ -75,6 +75,10 @@ pub struct Session {
 impl Session {
     pub fn new(db: Arc<Database>, startup: &HashMap<String, String>) -> Session {
         let mut settings = default_settings();
+        settings.insert(
+            "streaming_parallelism".into(),
+            db.config.streaming_parallelism.max(1).to_string(),
+        );
         if let Some(app) = startup.get("application_name") {
             settings.insert("application_name".into(), app.clone());
         }
@@ -196,6 +200,11 @@ impl Session {
 
     fn assign(&mut self, name: &str, value: String) -> Result<()> {
         let value = if value.eq_ignore_ascii_case("default") {
+            if name == "streaming_parallelism" {
+                let n = self.db.config.streaming_parallelism.max(1);
+                self.settings.insert(name.to_string(), n.to_string());
+                return Ok(());
+            }
             match default_settings().get(name) {
                 Some(v) => v.clone(),
                 None => return Ok(()),
@@ -215,6 +224,9 @@ impl Session {
                 )));
             }
             return Ok(());
+        }
+        if name == "streaming_parallelism" {
+            crate::db::parse_parallelism(&value)?;
         }
         // Unknown settings are kept (and shown back) like PostgreSQL's custom settings;
         // read-only ones are refused.

@@ -245,3 +245,99 @@ async fn temporal_filters_follow_the_clock() {
     assert_eq!(err.as_db_error().unwrap().code().code(), "0A000");
     server.stop().await;
 }
+
+/// Views that can be split by key run as parallel actors, each owning part of the keys; their
+/// results are those of one actor, through changes, a restart and a drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_views_agree_with_one_actor_and_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(dir.path()).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "SET streaming_parallelism = 4;
+             CREATE TABLE s (id int PRIMARY KEY, g int, v int);
+             CREATE TABLE u (g int, name text);
+             CREATE MATERIALIZED VIEW by_g AS SELECT g, count(*) AS n, sum(v) AS total, max(v) AS top FROM s GROUP BY g;
+             CREATE MATERIALIZED VIEW named AS SELECT u.name, s.v FROM s LEFT JOIN u ON s.g = u.g;
+             SET streaming_parallelism = 1;
+             CREATE MATERIALIZED VIEW by_g_one AS SELECT g, count(*) AS n, sum(v) AS total, max(v) AS top FROM s GROUP BY g;
+             SET streaming_parallelism = 3;
+             CREATE MATERIALIZED VIEW overall AS SELECT count(*) AS n FROM s;",
+        )
+        .await
+        .unwrap();
+    let mut values = Vec::new();
+    for i in 0..300 {
+        values.push(format!("({i}, {}, {})", i % 17, i * 7 % 101));
+    }
+    client
+        .batch_execute(&format!(
+            "INSERT INTO s VALUES {};
+             INSERT INTO u VALUES (1, 'one'), (2, 'two'), (2, 'deux'), (NULL, 'none');
+             UPDATE s SET g = g + 1 WHERE id % 5 = 0;
+             DELETE FROM s WHERE id % 7 = 0;
+             DELETE FROM u WHERE name = 'deux';
+             FLUSH;",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+    let check = |client: tokio_postgres::Client| async move {
+        let parallel = rows(&client, "SELECT * FROM by_g").await;
+        assert_eq!(parallel.len(), 18);
+        assert_eq!(parallel, rows(&client, "SELECT * FROM by_g_one").await);
+        assert_eq!(
+            parallel,
+            rows(
+                &client,
+                "SELECT g, count(*), sum(v), max(v) FROM s GROUP BY g"
+            )
+            .await
+        );
+        assert_eq!(
+            rows(&client, "SELECT * FROM named").await,
+            rows(
+                &client,
+                "SELECT u.name, s.v FROM s LEFT JOIN u ON s.g = u.g"
+            )
+            .await
+        );
+        assert_eq!(rows(&client, "SELECT * FROM overall").await, ["257"]);
+        let shown: Vec<String> = rows(&client, "SHOW MATERIALIZED VIEWS")
+            .await
+            .into_iter()
+            .map(|r| r.split(' ').take(3).collect::<Vec<_>>().join(" "))
+            .collect();
+        // A global aggregate has nothing to split by: it runs as one actor.
+        assert_eq!(
+            shown,
+            [
+                "by_g running 4",
+                "by_g_one running 1",
+                "named running 4",
+                "overall running 1"
+            ]
+        );
+        client
+    };
+    let client = check(client).await;
+    drop(client);
+    assert!(server.stop(15).await.success());
+    // Views keep the parallelism they were created with.
+    let server = ChildServer::start(dir.path()).await;
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.unwrap();
+    let client = check(client).await;
+    client
+        .batch_execute("DROP MATERIALIZED VIEW by_g; DROP TABLE s CASCADE; FLUSH;")
+        .await
+        .unwrap();
+    assert!(rows(&client, "SHOW MATERIALIZED VIEWS").await.is_empty());
+    let err = client
+        .batch_execute("SET streaming_parallelism = 0")
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "22023");
+    assert!(server.stop(15).await.success());
+}

@@ -104,8 +104,27 @@ async fn sql_logic_tests() {
     assert!(!files.is_empty(), "no slt files found");
     let mut failures = Vec::new();
     let mut records = 0usize;
-    for file in &files {
-        let server = TestServer::start_with(|c| c.barrier_interval_ms = 200).await;
+    // Every file runs with views on one actor and on parallel actors (WEIR_SLT_PARALLELISM
+    // picks other degrees, such as "1,2,4").
+    let degrees: Vec<usize> = std::env::var("WEIR_SLT_PARALLELISM")
+        .unwrap_or_else(|_| "1,2".into())
+        .split(',')
+        .map(|d| d.trim().parse().expect("WEIR_SLT_PARALLELISM: numbers"))
+        .collect();
+    let runs: Vec<(usize, &PathBuf)> = if complete {
+        files.iter().map(|f| (1, f)).collect()
+    } else {
+        degrees
+            .iter()
+            .flat_map(|d| files.iter().map(move |f| (*d, f)))
+            .collect()
+    };
+    for (parallelism, file) in runs {
+        let server = TestServer::start_with(|c| {
+            c.barrier_interval_ms = 200;
+            c.streaming_parallelism = parallelism;
+        })
+        .await;
         let conn_str = server.conn_str();
         let mut runner = sqllogictest::Runner::new(move || {
             let conn_str = conn_str.clone();
@@ -119,19 +138,24 @@ async fn sql_logic_tests() {
             }
         });
         runner.add_label("weir");
-        records += sqllogictest::parse_file::<DefaultColumnType>(file)
-            .map(|rs| {
-                rs.iter()
-                    .filter(|r| {
-                        matches!(
-                            r,
-                            sqllogictest::Record::Statement { .. }
-                                | sqllogictest::Record::Query { .. }
-                        )
-                    })
-                    .count()
-            })
-            .unwrap_or(0);
+        // Each record once, however many degrees of parallelism run it.
+        records += if parallelism != degrees[0] && !complete {
+            0
+        } else {
+            sqllogictest::parse_file::<DefaultColumnType>(file)
+                .map(|rs| {
+                    rs.iter()
+                        .filter(|r| {
+                            matches!(
+                                r,
+                                sqllogictest::Record::Statement { .. }
+                                    | sqllogictest::Record::Query { .. }
+                            )
+                        })
+                        .count()
+                })
+                .unwrap_or(0)
+        };
         if complete {
             if let Err(e) = runner
                 .update_test_file(
@@ -146,12 +170,16 @@ async fn sql_logic_tests() {
                 failures.push(format!("{}: {e}", file.display()));
             }
         } else if let Err(e) = runner.run_file_async(file).await {
-            failures.push(format!("{}:\n{}", file.display(), e.display(false)));
+            failures.push(format!(
+                "{} (parallelism {parallelism}):\n{}",
+                file.display(),
+                e.display(false)
+            ));
         }
         server.stop().await;
     }
     println!(
-        "slt: {} files, {records} records, {} failed files",
+        "slt: {} files, {records} records, parallelism {degrees:?}, {} failed runs",
         files.len(),
         failures.len()
     );

@@ -69,6 +69,11 @@ pub struct ViewDef {
     /// EMIT ON WINDOW CLOSE: each window's rows appear once, when the watermark passes it.
     #[serde(default)]
     pub emit_on_window_close: bool,
+    /// The parallel actors that compute the view, each owning part of its keys (empty: the
+    /// view's own actor computes it). Worker `w` of `n` uses the `w`-th of `n` equal slices
+    /// of `state_tables`.
+    #[serde(default)]
+    pub workers: Vec<ObjectId>,
 }
 
 impl ViewDef {
@@ -285,6 +290,7 @@ mod tests {
             depends_on: deps.to_vec(),
             state_tables: vec![],
             emit_on_window_close: false,
+            workers: vec![],
         })
     }
 

@@ -22,7 +22,9 @@ pub struct Actor {
     pub id: ActorId,
     pub inputs: AlignedInputs,
     pub root: OpNode,
-    pub materialize: Materialize,
+    /// The relation's rows; `None` for a parallel worker of a view, whose output goes to the
+    /// view's own actor.
+    pub materialize: Option<Materialize>,
     /// Every state table this actor writes, dropped when the actor is stopped.
     pub state_tables: Vec<TableId>,
     pub store: Arc<StateStore>,
@@ -99,7 +101,9 @@ impl Actor {
             if c.is_empty() {
                 continue;
             }
-            self.materialize.apply(&c)?;
+            if let Some(m) = &mut self.materialize {
+                m.apply(&c)?;
+            }
             self.send(Message::Chunk(c)).await;
         }
         Ok(())
@@ -112,7 +116,9 @@ impl Actor {
         let mut writes = EpochWrites::default();
         let chunks = self.root.on_barrier(epoch, barrier.time_us, &mut writes)?;
         self.emit(chunks).await?;
-        self.materialize.flush(&mut writes)?;
+        if let Some(m) = &mut self.materialize {
+            m.flush(&mut writes)?;
+        }
         if stopping {
             writes = EpochWrites::default();
             for t in &self.state_tables {
@@ -121,7 +127,11 @@ impl Actor {
         }
         self.store.commit(epoch, writes).await?;
         for output in barrier.new_outputs(self.id).to_vec() {
-            for c in self.materialize.contents(self.chunk_rows_max)? {
+            let contents = match &self.materialize {
+                Some(m) => m.contents(self.chunk_rows_max)?,
+                None => Vec::new(),
+            };
+            for c in contents {
                 if output.sender.send(Message::Chunk(c)).await.is_err() {
                     break;
                 }

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use super::actor::{Actor, OpNode};
 use super::align::AlignedInputs;
 use super::coordinator::ActorEvent;
+use super::dispatch::VnodeMapping;
 use super::expr::ErrorSink;
 use super::message::{ActorId, Message};
 use super::operators::filter::Filter;
@@ -24,6 +25,7 @@ use super::operators::project::Project;
 use super::operators::temporal_filter::{TemporalFilter, TemporalSpec};
 use super::operators::top_n::{TopN, TopNSpec};
 use super::operators::union::Union;
+use super::operators::vnode_filter::VnodeFilter;
 use crate::error::Result;
 use crate::state::{StateStore, TableId};
 
@@ -77,6 +79,14 @@ pub enum PlanNode {
         input: Box<PlanNode>,
         spec: TemporalSpec,
     },
+    /// One parallel actor's share of a hash exchange: the rows whose key it owns.
+    VnodeFilter {
+        input: Box<PlanNode>,
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        key_types: Vec<DataType>,
+        owner: usize,
+        actors: usize,
+    },
 }
 
 impl PlanNode {
@@ -84,9 +94,9 @@ impl PlanNode {
     pub fn state_tables_needed(&self) -> usize {
         match self {
             PlanNode::Input(_) => 0,
-            PlanNode::Project { input, .. } | PlanNode::Filter { input, .. } => {
-                input.state_tables_needed()
-            }
+            PlanNode::Project { input, .. }
+            | PlanNode::Filter { input, .. }
+            | PlanNode::VnodeFilter { input, .. } => input.state_tables_needed(),
             PlanNode::TemporalFilter { input, .. } => 1 + input.state_tables_needed(),
             PlanNode::Aggregate { input, .. } | PlanNode::TopN { input, .. } => {
                 2 + input.state_tables_needed()
@@ -104,6 +114,106 @@ impl StreamPlan {
     pub fn state_tables_needed(&self) -> usize {
         self.root.state_tables_needed()
     }
+
+    /// Whether the plan can run as parallel actors that each own part of the keys: it has
+    /// exactly one stateful operator, partitioned by a key (a grouped aggregate, a join, a
+    /// Top-N per partition), and only row-by-row operators besides.
+    pub fn partitionable(&self) -> bool {
+        fn count(node: &PlanNode) -> Option<usize> {
+            let below =
+                |inputs: &[&PlanNode]| -> Option<usize> { inputs.iter().map(|n| count(n)).sum() };
+            match node {
+                PlanNode::Input(_) => Some(0),
+                PlanNode::Project { input, .. }
+                | PlanNode::Filter { input, .. }
+                | PlanNode::TemporalFilter { input, .. }
+                | PlanNode::VnodeFilter { input, .. } => count(input),
+                PlanNode::Union { inputs, .. } => below(&inputs.iter().collect::<Vec<_>>()),
+                PlanNode::Aggregate {
+                    input, group_exprs, ..
+                } if !group_exprs.is_empty() => Some(1 + count(input)?),
+                PlanNode::Join { left, right, spec } if !spec.left_keys.is_empty() => {
+                    Some(1 + below(&[left, right])?)
+                }
+                PlanNode::TopN { input, spec } if !spec.partition.is_empty() => {
+                    Some(1 + count(input)?)
+                }
+                _ => None,
+            }
+        }
+        count(&self.root) == Some(1)
+    }
+
+    /// The plan of parallel actor `owner` of `actors`: the keyed operator reads only the rows
+    /// whose keys it owns. Call only on a `partitionable` plan.
+    pub fn for_actor(mut self, owner: usize, actors: usize) -> StreamPlan {
+        fn split(node: PlanNode, owner: usize, actors: usize) -> PlanNode {
+            let share = |input: PlanNode, keys: Vec<Arc<dyn PhysicalExpr>>, key_types| {
+                Box::new(PlanNode::VnodeFilter {
+                    input: Box::new(input),
+                    keys,
+                    key_types,
+                    owner,
+                    actors,
+                })
+            };
+            match node {
+                PlanNode::Aggregate {
+                    input,
+                    group_exprs,
+                    group_types,
+                    calls,
+                    schema,
+                    close_on,
+                } => PlanNode::Aggregate {
+                    input: share(*input, group_exprs.clone(), group_types.clone()),
+                    group_exprs,
+                    group_types,
+                    calls,
+                    schema,
+                    close_on,
+                },
+                PlanNode::Join { left, right, spec } => PlanNode::Join {
+                    left: share(*left, spec.left_keys.clone(), spec.key_types.clone()),
+                    right: share(*right, spec.right_keys.clone(), spec.key_types.clone()),
+                    spec,
+                },
+                PlanNode::TopN { input, spec } => PlanNode::TopN {
+                    input: share(*input, spec.partition.clone(), spec.partition_types.clone()),
+                    spec,
+                },
+                PlanNode::Project {
+                    input,
+                    exprs,
+                    input_schema,
+                    schema,
+                } => PlanNode::Project {
+                    input: Box::new(split(*input, owner, actors)),
+                    exprs,
+                    input_schema,
+                    schema,
+                },
+                PlanNode::Filter { input, predicate } => PlanNode::Filter {
+                    input: Box::new(split(*input, owner, actors)),
+                    predicate,
+                },
+                PlanNode::TemporalFilter { input, spec } => PlanNode::TemporalFilter {
+                    input: Box::new(split(*input, owner, actors)),
+                    spec,
+                },
+                PlanNode::Union { inputs, schema } => PlanNode::Union {
+                    inputs: inputs
+                        .into_iter()
+                        .map(|i| split(i, owner, actors))
+                        .collect(),
+                    schema,
+                },
+                other => other,
+            }
+        }
+        self.root = split(self.root, owner, actors);
+        self
+    }
 }
 
 /// Everything an actor needs from the server to run.
@@ -115,23 +225,33 @@ pub struct ActorContext {
 
 /// Builds the actor of a relation: the operators of `root` (just `Input(0)` for a table) in
 /// front of the relation's Materialize. `state_tables[0]` is the Materialize's table; the
-/// operators take the rest in pre-order.
+/// operators take the rest in pre-order. A parallel worker (`schema` `None`) has no
+/// Materialize, and its operators take every table.
 pub fn build_actor(
     ctx: &ActorContext,
     id: ActorId,
     root: PlanNode,
-    schema: SchemaRef,
+    schema: Option<SchemaRef>,
     state_tables: &[TableId],
     inputs: Vec<mpsc::Receiver<Message>>,
     errors: ErrorSink,
 ) -> Result<Actor> {
-    let mut tables = state_tables[1..].iter().copied();
+    let operators_from = if schema.is_some() { 1 } else { 0 };
+    let mut tables = state_tables[operators_from..].iter().copied();
     let root = build_node(ctx, root, &mut tables, &errors)?;
+    let materialize = match schema {
+        Some(schema) => Some(Materialize::new(
+            ctx.store.clone(),
+            state_tables[0],
+            schema,
+        )?),
+        None => None,
+    };
     Ok(Actor {
         id,
         inputs: AlignedInputs::new(inputs),
         root,
-        materialize: Materialize::new(ctx.store.clone(), state_tables[0], schema)?,
+        materialize,
         state_tables: state_tables.to_vec(),
         store: ctx.store.clone(),
         events: ctx.events.clone(),
@@ -205,6 +325,22 @@ fn build_node(
             let filter = TemporalFilter::new(ctx.store.clone(), table, spec, errors.clone())?;
             OpNode::unary(Box::new(filter), build_node(ctx, *input, tables, errors)?)
         }
+        PlanNode::VnodeFilter {
+            input,
+            keys,
+            key_types,
+            owner,
+            actors,
+        } => OpNode::unary(
+            Box::new(VnodeFilter::new(
+                keys,
+                key_types,
+                VnodeMapping::new(actors),
+                owner,
+                errors.clone(),
+            )),
+            build_node(ctx, *input, tables, errors)?,
+        ),
         PlanNode::Union { inputs, schema } => OpNode::Op {
             op: Box::new(Union::new(schema)),
             inputs: inputs

@@ -8,7 +8,7 @@
 //! 1e-9. A failure is shrunk (`shrink`) and written as an slt file (`report`).
 //!
 //! Usage: `weir-oracle [--pg "host=... port=... user=..."] [--seeds N] [--first-seed S]
-//! [--minutes M] [--batches B] [--failures DIR]`. Without `--pg` (or `PG_CONN`) it starts a
+//! [--minutes M] [--batches B] [--failures DIR] [--parallelism N]`. Without `--pg` (or `PG_CONN`) it starts a
 //! throwaway PostgreSQL (`postgres`). Prints `oracle: N passed, M failed` and exits non-zero
 //! on any failure.
 
@@ -36,6 +36,8 @@ struct Args {
     minutes: Option<f64>,
     batches: usize,
     failures: PathBuf,
+    /// Parallel actors per view (the server's `streaming_parallelism`).
+    parallelism: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -46,6 +48,7 @@ fn parse_args() -> Result<Args, String> {
         minutes: None,
         batches: 12,
         failures: PathBuf::from("oracle-failures"),
+        parallelism: 1,
     };
     let mut seeds_given = false;
     let mut it = std::env::args().skip(1);
@@ -67,6 +70,10 @@ fn parse_args() -> Result<Args, String> {
                 args.batches = value()?.parse().map_err(|e| format!("--batches: {e}"))?
             }
             "--failures" => args.failures = PathBuf::from(value()?),
+            "--parallelism" => {
+                args.parallelism = weir::db::parse_parallelism(&value()?)
+                    .map_err(|e| format!("--parallelism: {}", e.message))?
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -95,7 +102,7 @@ async fn run_seed(args: &Args, conn: &str, seed: u64, totals: &mut Totals) -> Re
     let pg = connect(&format!("{conn} dbname={db_name}")).await?;
 
     let steps = workload::generate(seed, args.batches);
-    let run = replay(&pg, &steps, Checks::All).await?;
+    let run = replay(&pg, &steps, Checks::All, args.parallelism).await?;
     for family in run.passed {
         totals.passed += 1;
         *totals.per_family.entry(family).or_default() += 1;
@@ -114,8 +121,15 @@ async fn run_seed(args: &Args, conn: &str, seed: u64, totals: &mut Totals) -> Re
             replays: 400,
             time: Duration::from_secs(180),
         };
-        let shrunk = shrink(&pg, steps[..=at].to_vec(), failure, budget).await?;
-        let path = report::write(&args.failures, seed, at + 1, &shrunk)?;
+        let shrunk = shrink(
+            &pg,
+            steps[..=at].to_vec(),
+            failure,
+            budget,
+            args.parallelism,
+        )
+        .await?;
+        let path = report::write(&args.failures, seed, args.parallelism, at + 1, &shrunk)?;
         eprintln!(
             "oracle: seed {seed}: reproduction in {} ({} steps)",
             path.display(),

@@ -77,14 +77,19 @@ impl Checks<'_> {
 }
 
 /// Runs `steps` on a new Weir server and on PostgreSQL's `public` schema, emptied first.
-pub async fn replay(pg: &Client, steps: &[Step], checks: Checks<'_>) -> Result<Run, String> {
+pub async fn replay(
+    pg: &Client,
+    steps: &[Step],
+    checks: Checks<'_>,
+    parallelism: usize,
+) -> Result<Run, String> {
     exec(
         pg,
         "DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public",
     )
     .await
     .map_err(|e| format!("postgres: resetting the schema: {e}"))?;
-    let weir = WeirServer::start().await?;
+    let weir = WeirServer::start(parallelism).await?;
     let result = run_steps(&weir.client, pg, steps, checks).await;
     weir.stop().await;
     result
@@ -176,12 +181,13 @@ struct WeirServer {
 }
 
 impl WeirServer {
-    async fn start() -> Result<WeirServer, String> {
+    async fn start(parallelism: usize) -> Result<WeirServer, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let config = Config {
             listen: ([127, 0, 0, 1], 0).into(),
             data_dir: dir.path().to_path_buf(),
             barrier_interval_ms: 50,
+            streaming_parallelism: parallelism,
             ..Config::default()
         };
         let listener = tokio::net::TcpListener::bind(config.listen)

@@ -12,19 +12,22 @@ use crate::workload::Step;
 pub fn write(
     dir: &Path,
     seed: u64,
+    parallelism: usize,
     original_steps: usize,
     shrunk: &Shrunk,
 ) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join(format!("seed-{seed}.slt"));
-    std::fs::write(&path, render(seed, original_steps, shrunk))
+    std::fs::write(&path, render(seed, parallelism, original_steps, shrunk))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }
 
-fn render(seed: u64, original_steps: usize, shrunk: &Shrunk) -> String {
-    let mut out =
-        format!("# weir-oracle seed {seed} (rerun: weir-oracle --first-seed {seed} --seeds 1)\n");
+fn render(seed: u64, parallelism: usize, original_steps: usize, shrunk: &Shrunk) -> String {
+    let mut out = format!(
+        "# weir-oracle seed {seed} (rerun: weir-oracle --first-seed {seed} --seeds 1 \
+         --parallelism {parallelism})\n"
+    );
     out += &match &shrunk.failure {
         Failure::Mismatch { view, family, .. } => {
             format!("# view {view} ({family:?}) differs from PostgreSQL's answer.\n")
@@ -183,7 +186,7 @@ mod tests {
             replays: 9,
             reproduced: true,
         };
-        let text = render(7, 20, &shrunk);
+        let text = render(7, 1, 20, &shrunk);
         assert!(text.contains("shrunk from 20 steps to 5 in 9 replays"));
         assert!(text.contains(
             "statement ok\nCREATE MATERIALIZED VIEW v0 AS SELECT min(v) AS lo FROM t0\n"

@@ -28,6 +28,7 @@ struct Shrinker<'a> {
     pg: &'a Client,
     target: Failure,
     budget: Budget,
+    parallelism: usize,
     started: Instant,
     replays: usize,
     best: Shrunk,
@@ -39,11 +40,13 @@ pub async fn shrink(
     steps: Vec<Step>,
     failure: Failure,
     budget: Budget,
+    parallelism: usize,
 ) -> Result<Shrunk, String> {
     let mut s = Shrinker {
         pg,
         target: failure.clone(),
         budget,
+        parallelism,
         started: Instant::now(),
         replays: 0,
         best: Shrunk {
@@ -90,7 +93,7 @@ impl Shrinker<'_> {
             Failure::Mismatch { view, .. } => Checks::Only(view),
             Failure::Disagree { .. } => Checks::Skip,
         };
-        let run = replay(self.pg, &candidate, checks).await?;
+        let run = replay(self.pg, &candidate, checks, self.parallelism).await?;
         match run.failure {
             Some((at, failure)) if failure.same_kind(&self.target) => {
                 let mut steps = candidate;
