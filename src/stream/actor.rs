@@ -126,20 +126,28 @@ impl Actor {
             }
         }
         self.store.commit(epoch, writes).await?;
-        for output in barrier.new_outputs(self.id).to_vec() {
+        // New downstreams get the relation's contents first, chunk by chunk to each in turn,
+        // so that several (a view's parallel workers) backfill at the same time.
+        let new_outputs = barrier.new_outputs(self.id).to_vec();
+        if !new_outputs.is_empty() {
             let contents = match &self.materialize {
                 Some(m) => m.contents(self.chunk_rows_max)?,
                 None => Vec::new(),
             };
+            let mut open = vec![true; new_outputs.len()];
             for c in contents {
-                if output.sender.send(Message::Chunk(c)).await.is_err() {
-                    break;
+                for (output, open) in new_outputs.iter().zip(open.iter_mut()) {
+                    if *open && output.sender.send(Message::Chunk(c.clone())).await.is_err() {
+                        *open = false;
+                    }
                 }
             }
-            for w in &self.watermarks {
-                let _ = output.sender.send(Message::Watermark(*w)).await;
+            for output in &new_outputs {
+                for w in &self.watermarks {
+                    let _ = output.sender.send(Message::Watermark(*w)).await;
+                }
             }
-            self.outputs.push(output);
+            self.outputs.extend(new_outputs);
         }
         self.send(Message::Barrier(barrier.clone())).await;
         self.outputs.retain(|o| !barrier.stops(o.downstream));
