@@ -341,3 +341,71 @@ async fn parallel_views_agree_with_one_actor_and_survive_a_restart() {
     assert_eq!(err.as_db_error().unwrap().code().code(), "22023");
     assert!(server.stop(15).await.success());
 }
+
+/// Every query reads one sealed epoch: while rows stream in, each snapshot of a parallel view,
+/// a single-actor view and their table holds the same prefix of the input, never half an
+/// epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_see_each_view_at_the_same_prefix_of_the_input() {
+    let server = TestServer::start_with(|c| {
+        c.barrier_interval_ms = 5;
+        c.streaming_parallelism = 2;
+    })
+    .await;
+    let setup = server.connect().await;
+    setup
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g int);
+             CREATE MATERIALIZED VIEW by_g AS SELECT g, count(*) AS n, max(id) AS top FROM t GROUP BY g;
+             CREATE MATERIALIZED VIEW total AS SELECT count(*) AS n, max(id) AS top FROM t;",
+        )
+        .await
+        .unwrap();
+    let writer = server.connect().await;
+    let rows_written: i64 = 600;
+    let write = tokio::spawn(async move {
+        // Ids go up one statement at a time, so every prefix is "ids below some n".
+        for i in 0..rows_written {
+            writer
+                .batch_execute(&format!("INSERT INTO t VALUES ({i}, {})", i % 7))
+                .await
+                .unwrap();
+        }
+    });
+    let reader = server.connect().await;
+    let mut snapshots = 0;
+    let mut distinct_prefixes = std::collections::BTreeSet::new();
+    loop {
+        let done = write.is_finished();
+        let row = rows(
+            &reader,
+            "SELECT (SELECT count(*) FROM t), (SELECT coalesce(sum(n), 0) FROM by_g), \
+             (SELECT n FROM total), (SELECT coalesce(max(top), -1) FROM by_g), \
+             (SELECT coalesce(top, -1) FROM total)",
+        )
+        .await;
+        let v: Vec<i64> = row[0].split(' ').map(|x| x.parse().unwrap()).collect();
+        // The table, both views and their largest id all describe the same prefix.
+        assert_eq!(v[0], v[1], "parallel view and table disagree: {v:?}");
+        assert_eq!(v[0], v[2], "view and table disagree: {v:?}");
+        assert_eq!(v[3], v[0] - 1, "not a prefix: {v:?}");
+        assert_eq!(v[4], v[0] - 1, "not a prefix: {v:?}");
+        distinct_prefixes.insert(v[0]);
+        snapshots += 1;
+        if done {
+            break;
+        }
+    }
+    write.await.unwrap();
+    reader.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        rows(&reader, "SELECT n FROM total").await,
+        [rows_written.to_string()]
+    );
+    // The readers saw the input grow, not just its start and end.
+    assert!(
+        distinct_prefixes.len() > 3,
+        "{snapshots} snapshots, {distinct_prefixes:?}"
+    );
+    server.stop().await;
+}
