@@ -11,9 +11,12 @@
 //! Without GROUP BY there is exactly one group, which exists even when empty, so the view
 //! holds one row (COUNT = 0, SUM = NULL) over an empty input, as in PostgreSQL.
 //!
+//! Group keys start with their virtual node (`stream::dispatch`), so that the groups of one of
+//! a view's parallel actors are its vnodes' ranges.
+//!
 //! With EMIT ON WINDOW CLOSE, one grouping column is a window bound that carries a watermark.
-//! Group keys are stored with that column first, so the closed windows are the front of the
-//! key space. A group emits nothing while its window is open; when the watermark passes it,
+//! Group keys are stored with that column first, so the closed windows are the front of each
+//! vnode's key range. A group emits nothing while its window is open; when the watermark passes it,
 //! its one final row is emitted and its state deleted, so state holds open windows only.
 //! Changes that arrive for a closed window are late and ignored.
 
@@ -33,10 +36,14 @@ use datafusion::physical_plan::PhysicalExpr;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
+use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
 use crate::stream::message::Watermark;
 use crate::stream::operator::Operator;
 use crate::stream::rows::RowCodec;
+
+/// Group keys start with a 2-byte virtual node.
+const VNODE_BYTES: usize = 2;
 
 /// Past this many cached groups, the cache is emptied at the next barrier (state stays in
 /// RocksDB; the cache only saves reads).
@@ -218,7 +225,9 @@ impl HashAgg {
 
     /// Decodes stored group keys into the group columns, in the query's order.
     fn decode_keys<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
-        let stored = self.group_codec.decode(keys)?;
+        let stored = self
+            .group_codec
+            .decode(keys.into_iter().map(|k| &k[VNODE_BYTES..]))?;
         let mut columns: Vec<Option<ArrayRef>> = vec![None; stored.len()];
         for (array, position) in stored.into_iter().zip(&self.key_order) {
             columns[*position] = Some(array);
@@ -404,7 +413,19 @@ impl Operator for HashAgg {
                 .iter()
                 .map(|i| group_columns[*i].clone())
                 .collect();
-            self.group_codec.encode(&stored)?
+            // Each group's key starts with its virtual node: a parallel actor's groups are its
+            // vnodes' ranges.
+            self.group_codec
+                .encode(&stored)?
+                .into_iter()
+                .zip(vnodes(&group_columns)?)
+                .map(|(key, vnode)| {
+                    let mut k = Vec::with_capacity(VNODE_BYTES + key.len());
+                    k.extend_from_slice(&vnode.to_be_bytes());
+                    k.extend_from_slice(&key);
+                    k
+                })
+                .collect()
         };
         // With EMIT ON WINDOW CLOSE, rows of closed windows are late: they change nothing.
         let late: Vec<bool> = match (&self.close_on, self.closed_below) {
@@ -544,25 +565,20 @@ impl Operator for HashAgg {
             return Ok(Vec::new());
         }
         self.closed_below = Some(watermark.value);
-        // Keys below this are the windows that closed.
+        // Within each virtual node, keys below this are the windows that closed. State holds
+        // open windows only, so reading all of it stays cheap.
         let bound = codec
             .encode(&[ScalarValue::TimestampMicrosecond(Some(watermark.value), None).to_array()?])?
             .remove(0);
+        let closed = |k: &[u8]| k.get(VNODE_BYTES..).is_some_and(|k| k < bound.as_slice());
         let mut closing: BTreeSet<Vec<u8>> = BTreeSet::new();
         self.groups.scan(&[], false, &mut |k, _| {
-            if k < bound.as_slice() {
+            if closed(k) {
                 closing.insert(k.to_vec());
-                true
-            } else {
-                false
             }
+            true
         })?;
-        closing.extend(
-            self.cache
-                .keys()
-                .filter(|k| k.as_slice() < bound.as_slice())
-                .cloned(),
-        );
+        closing.extend(self.cache.keys().filter(|k| closed(k)).cloned());
         let closing: Vec<Vec<u8>> = closing.into_iter().collect();
         for key in &closing {
             self.load(key)?;

@@ -23,6 +23,7 @@ use datafusion::physical_plan::PhysicalExpr;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
+use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
 use crate::stream::operator::Operator;
 use crate::stream::rows::RowCodec;
@@ -161,11 +162,12 @@ impl HashJoin {
         })
     }
 
-    /// Each row's join key as bytes, or `None` for a key that matches nothing (a NULL in it).
+    /// Each row's join key as the prefix of its state key (see `key_prefix`), or `None` for a
+    /// key that matches nothing (a NULL in it).
     fn keys_of(&self, side: usize, data: &RecordBatch) -> Result<Vec<Option<Vec<u8>>>> {
         let Some(codec) = &self.keys else {
             // A join without equal keys (a cross join with a condition): one key for all rows.
-            return Ok(vec![Some(Vec::new()); data.num_rows()]);
+            return Ok(vec![Some(key_prefix(0, &[])); data.num_rows()]);
         };
         let mut columns = eval_columns(&self.sides[side].keys, data, &self.errors)?;
         for (c, t) in columns.iter_mut().zip(&self.key_types) {
@@ -174,12 +176,14 @@ impl HashJoin {
             }
         }
         let encoded = codec.encode(&columns)?;
+        let vnodes = vnodes(&columns)?;
         Ok(encoded
             .into_iter()
+            .zip(vnodes)
             .enumerate()
-            .map(|(row, key)| {
+            .map(|(row, (key, vnode))| {
                 let null = columns.iter().any(|c| c.is_null(row));
-                (self.nulls_equal || !null).then_some(key)
+                (self.nulls_equal || !null).then(|| key_prefix(vnode, &key))
             })
             .collect())
     }
@@ -226,10 +230,12 @@ fn take_all(columns: &[ArrayRef], indices: &[u32]) -> Result<Vec<ArrayRef>> {
         .collect()
 }
 
-/// A row's state key: its join key, length-prefixed so that one key's rows form one range,
-/// then the row.
-fn key_prefix(key: &[u8]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(4 + key.len());
+/// The start of a row's state key: the key's virtual node (so that a parallel actor's state is
+/// its vnodes' ranges), then the join key, length-prefixed so that one key's rows form one
+/// range; the row follows.
+fn key_prefix(vnode: u16, key: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(6 + key.len());
+    p.extend_from_slice(&vnode.to_be_bytes());
     p.extend_from_slice(&(key.len() as u32).to_be_bytes());
     p.extend_from_slice(key);
     p
@@ -277,7 +283,7 @@ impl Operator for HashJoin {
             if by_key.contains_key(key.as_slice()) {
                 continue;
             }
-            let prefix = key_prefix(key);
+            let prefix = key.clone();
             let mut found = Vec::new();
             let mut failed = None;
             self.sides[other]
@@ -400,7 +406,7 @@ impl Operator for HashJoin {
             if alone {
                 output.own.push((row as u32, *op));
             }
-            let mut state_key = key_prefix(key);
+            let mut state_key = key.clone();
             state_key.extend_from_slice(&rows[row]);
             let table = &mut self.sides[own].table;
             let count = match table.get(&state_key)? {

@@ -12,6 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_plan::PhysicalExpr;
@@ -19,6 +20,7 @@ use datafusion::physical_plan::PhysicalExpr;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
+use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, ErrorSink};
 use crate::stream::operator::Operator;
 use crate::stream::rows::RowCodec;
@@ -60,10 +62,13 @@ pub struct TopN {
     errors: ErrorSink,
 }
 
-fn length_prefixed(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + bytes.len());
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(bytes);
+/// A partition's key prefix: its virtual node (so that a parallel actor's state is its vnodes'
+/// ranges), then the partition key, length-prefixed so that one partition is one range.
+fn partition_prefix(vnode: u16, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(6 + key.len());
+    out.extend_from_slice(&vnode.to_be_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
     out
 }
 
@@ -181,12 +186,23 @@ impl Operator for TopN {
         _out: &mut Vec<StreamChunk>,
     ) -> Result<()> {
         let n = chunk.len();
-        let partitions = match &self.partitions {
+        // A partition's rows start with its virtual node, then the partition key.
+        let partitions: Vec<Vec<u8>> = match &self.partitions {
             Some(codec) => {
-                let columns = eval_columns(&self.spec.partition, &chunk.data, &self.errors)?;
-                codec.encode(&columns)?
+                let mut columns = eval_columns(&self.spec.partition, &chunk.data, &self.errors)?;
+                for (c, t) in columns.iter_mut().zip(&self.spec.partition_types) {
+                    if c.data_type() != t {
+                        *c = cast(c, t)?;
+                    }
+                }
+                codec
+                    .encode(&columns)?
+                    .into_iter()
+                    .zip(vnodes(&columns)?)
+                    .map(|(key, vnode)| partition_prefix(vnode, &key))
+                    .collect()
             }
-            None => vec![Vec::new(); n],
+            None => vec![partition_prefix(0, &[]); n],
         };
         let orders: Vec<Vec<u8>> = match &self.order {
             Some(converter) => {
@@ -198,7 +214,7 @@ impl Operator for TopN {
         };
         let rows = self.input_rows.encode(chunk.data.columns())?;
         for i in 0..n {
-            let partition = length_prefixed(&partitions[i]);
+            let partition = partitions[i].clone();
             let mut key = partition.clone();
             key.extend_from_slice(&order_key(&orders[i], &rows[i]));
             let count = match self.rows.get(&key)? {
