@@ -342,7 +342,7 @@ fn build_node(
             build_node(ctx, *input, tables, errors)?,
         ),
         PlanNode::Union { inputs, schema } => OpNode::Op {
-            op: Box::new(Union::new(schema)),
+            op: Box::new(Union::new(schema, inputs.len())),
             inputs: inputs
                 .into_iter()
                 .map(|i| build_node(ctx, i, tables, errors))
