@@ -352,6 +352,58 @@ impl Database {
         Ok(())
     }
 
+    /// How many parallel workers a view gets: the session's (or server's) degree, if the plan
+    /// splits by key and the degree is above 1; else none.
+    fn workers_for(&self, plan: &StreamPlan, settings: &HashMap<String, String>) -> Result<usize> {
+        let parallelism = match settings.get("streaming_parallelism") {
+            Some(v) => parse_parallelism(v)?,
+            None => self.config.streaming_parallelism.max(1),
+        };
+        Ok(if parallelism > 1 && plan.partitionable() {
+            parallelism
+        } else {
+            0
+        })
+    }
+
+    /// EXPLAIN CREATE MATERIALIZED VIEW: the actors and operators the view would run.
+    pub async fn explain_view(
+        &self,
+        cv: &ast::CreateView,
+        settings: &HashMap<String, String>,
+    ) -> Result<Output> {
+        let query = cv.query.to_string();
+        let (plan, _) = self
+            .plan_view(&query, settings, view_options(&cv.options)?)
+            .await?;
+        let workers = self.workers_for(&plan, settings)?;
+        let names: Vec<String> = {
+            let catalog = self.catalog();
+            plan.inputs
+                .iter()
+                .map(|id| {
+                    catalog
+                        .by_id(*id)
+                        .map(|o| o.name().to_string())
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
+        let mut lines = vec![match workers {
+            0 => "Materialized view: 1 actor".to_string(),
+            n => format!(
+                "Materialized view: {n} parallel actors, gathered by the view's own actor; actor 1:"
+            ),
+        }];
+        let plan = if workers > 0 {
+            plan.for_actor(0, workers)
+        } else {
+            plan
+        };
+        plan.root.explain(1, &names, &mut lines);
+        text_rows(&["plan"], lines.into_iter().map(|l| vec![l]).collect())
+    }
+
     pub async fn create_view(
         &self,
         cv: &ast::CreateView,
@@ -384,15 +436,7 @@ impl Database {
             plan.schema = rename_columns(&plan.schema, &cv.columns)?;
         }
         check_unique_names(&plan.schema)?;
-        let parallelism = match settings.get("streaming_parallelism") {
-            Some(v) => parse_parallelism(v)?,
-            None => self.config.streaming_parallelism.max(1),
-        };
-        let workers = if parallelism > 1 && plan.partitionable() {
-            parallelism
-        } else {
-            0
-        };
+        let workers = self.workers_for(&plan, settings)?;
         let needed = plan.state_tables_needed() * workers.max(1);
         let ids = self.catalog_mut().allocate_ids(1 + needed + workers);
         let def = ViewDef {

@@ -156,7 +156,10 @@ impl Session {
                 db.dml(&table, stmt, params, &self.settings).await
             }
             Ast::Query(_) => db.query(stmt, params, &self.settings).await,
-            Ast::Explain { .. } => db.query(stmt, params, &self.settings).await,
+            Ast::Explain { statement, .. } => match statement.as_ref() {
+                Ast::CreateView(cv) if cv.materialized => db.explain_view(cv, &self.settings).await,
+                _ => db.query(stmt, params, &self.settings).await,
+            },
             Ast::StartTransaction { .. } => Ok(Output::TransactionStart),
             Ast::Commit { .. } => Ok(Output::TransactionEnd {
                 tag: "COMMIT".into(),
@@ -301,6 +304,13 @@ impl Session {
             }
         };
         crate::sql::parser::check_supported(stmt)?;
+        if let Ast::Explain { statement, .. } = stmt.as_ref() {
+            if let Ast::CreateView(cv) = statement.as_ref() {
+                return Ok(none(rows_schema(
+                    self.db.explain_view(cv, &self.settings).await?,
+                )));
+            }
+        }
         match stmt.as_ref() {
             Ast::Query(_) | Ast::Explain { .. } => {
                 let (_, plan) = self.db.plan_query(stmt, &self.settings).await?;

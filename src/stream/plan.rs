@@ -109,6 +109,117 @@ impl PlanNode {
     }
 }
 
+impl PlanNode {
+    /// The operator tree as indented lines, for EXPLAIN; `inputs` names the relations read.
+    pub fn explain(&self, depth: usize, inputs: &[String], out: &mut Vec<String>) {
+        let list = |exprs: &[Arc<dyn PhysicalExpr>]| {
+            exprs
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let line = match self {
+            PlanNode::Input(i) => format!(
+                "Input: {}",
+                inputs.get(*i).map(String::as_str).unwrap_or("?")
+            ),
+            PlanNode::Project { exprs, .. } => format!("Project: {}", list(exprs)),
+            PlanNode::Filter { predicate, .. } => format!("Filter: {predicate}"),
+            PlanNode::Aggregate {
+                group_exprs,
+                calls,
+                close_on,
+                ..
+            } => {
+                let calls: Vec<String> = calls
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "{:?}({}{})",
+                            c.kind,
+                            if c.distinct { "DISTINCT " } else { "" },
+                            c.arg
+                        )
+                    })
+                    .collect();
+                format!(
+                    "HashAgg: group by [{}], aggregates [{}]{}",
+                    list(group_exprs),
+                    calls.join(", "),
+                    if close_on.is_some() {
+                        ", emit on window close"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            PlanNode::Join { spec, .. } => {
+                let on: Vec<String> = spec
+                    .left_keys
+                    .iter()
+                    .zip(&spec.right_keys)
+                    .map(|(l, r)| format!("{l} = {r}"))
+                    .collect();
+                let condition = spec
+                    .condition
+                    .as_ref()
+                    .map(|c| format!(", condition {c}"))
+                    .unwrap_or_default();
+                format!(
+                    "HashJoin {:?}: on [{}]{condition}",
+                    spec.kind,
+                    on.join(", ")
+                )
+            }
+            PlanNode::Union { inputs, .. } => format!("Union: {} inputs", inputs.len()),
+            PlanNode::TopN { spec, .. } => format!(
+                "TopN: partition by [{}], order by [{}], offset {}, limit {}{}",
+                list(&spec.partition),
+                list(&spec.order),
+                spec.offset,
+                spec.limit.map_or("none".to_string(), |l| l.to_string()),
+                spec.rank.map(|r| format!(", {r:?}")).unwrap_or_default()
+            ),
+            PlanNode::TemporalFilter { spec, .. } => format!(
+                "TemporalFilter: visible {:?} now() vs {} - {} us",
+                spec.visible, spec.row_time, spec.offset_us
+            ),
+            PlanNode::VnodeFilter {
+                keys,
+                owner,
+                actors,
+                ..
+            } => format!(
+                "VnodeFilter: keys [{}], this actor's share ({} of {actors})",
+                list(keys),
+                owner + 1
+            ),
+        };
+        out.push(format!("{}{line}", "  ".repeat(depth)));
+        match self {
+            PlanNode::Input(_) => {}
+            PlanNode::Project { input, .. }
+            | PlanNode::Filter { input, .. }
+            | PlanNode::Aggregate { input, .. }
+            | PlanNode::TopN { input, .. }
+            | PlanNode::TemporalFilter { input, .. }
+            | PlanNode::VnodeFilter { input, .. } => input.explain(depth + 1, inputs, out),
+            PlanNode::Join { left, right, .. } => {
+                left.explain(depth + 1, inputs, out);
+                right.explain(depth + 1, inputs, out);
+            }
+            PlanNode::Union {
+                inputs: children, ..
+            } => {
+                for c in children {
+                    c.explain(depth + 1, inputs, out);
+                }
+            }
+        }
+    }
+}
+
 impl StreamPlan {
     /// How many state tables the plan's operators need besides the view's own Materialize.
     pub fn state_tables_needed(&self) -> usize {
