@@ -98,7 +98,7 @@ pub fn rewrite_streaming_clauses(tokens: &[TokenWithSpan]) -> Option<String> {
         .map(|(i, t)| (i, t.token.to_string().to_uppercase()))
         .collect();
     let text = |range: std::ops::Range<usize>| -> String {
-        tokens[range].iter().map(|t| t.token.to_string()).collect()
+        tokens[range].iter().map(|t| token_text(&t.token)).collect()
     };
     let upper: Vec<&str> = words.iter().map(|(_, w)| w.as_str()).collect();
     if upper.len() > 3 && upper[..2] == ["CREATE", "TABLE"] {
@@ -138,6 +138,24 @@ pub fn rewrite_streaming_clauses(tokens: &[TokenWithSpan]) -> Option<String> {
         return Some(format!("{head} WITH (emit_on_window_close = true) {body}"));
     }
     None
+}
+
+/// A token as SQL text again. Tokens print quoted strings and identifiers without escaping
+/// the quotes inside them, so those are written here.
+fn token_text(token: &Token) -> String {
+    match token {
+        Token::SingleQuotedString(s) => format!("'{}'", s.replace('\'', "''")),
+        Token::DoubleQuotedString(s) => format!("\"{}\"", s.replace('"', "\"\"")),
+        Token::Word(Word {
+            value,
+            quote_style: Some(q),
+            ..
+        }) => {
+            let doubled: String = [*q, *q].iter().collect();
+            format!("{q}{}{q}", value.replace(*q, &doubled))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Replaces every `TUMBLE(...)` and `HOP(...)` in `FROM` with its derived table.
@@ -304,4 +322,46 @@ pub fn interval_nanos(e: &ast::Expr, function: &str) -> Result<i128> {
 
 fn invalid(message: String) -> Error {
     Error::new(ErrorKind::InvalidParameter, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sql::parser::{parse, Statement};
+
+    fn sql_of(text: &str) -> String {
+        match &parse(text).unwrap()[0].statement {
+            Statement::Sql(s) => s.to_string(),
+            _ => panic!("not SQL"),
+        }
+    }
+
+    #[test]
+    fn streaming_clauses_become_options_and_keep_quotes() {
+        let view = sql_of(
+            r#"CREATE MATERIALIZED VIEW v AS SELECT 'it''s' AS s, "we""ird" FROM t EMIT ON WINDOW CLOSE"#,
+        );
+        assert!(
+            view.contains("WITH (emit_on_window_close = true)"),
+            "{view}"
+        );
+        assert!(view.contains("'it''s'"), "{view}");
+        assert!(view.contains(r#""we""ird""#), "{view}");
+        let table = sql_of(
+            "CREATE TABLE t (ts timestamp, s text, WATERMARK FOR ts AS ts - INTERVAL '5 seconds')",
+        );
+        assert!(
+            table.ends_with("WITH (watermark = 'ts - INTERVAL ''5 seconds''')"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn flink_window_syntax_reads_as_the_function() {
+        let flink = sql_of(
+            "SELECT * FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '2' MINUTE))",
+        );
+        let plain = sql_of("SELECT * FROM HOP(t, ts, INTERVAL '1' MINUTE, INTERVAL '2' MINUTE)");
+        assert_eq!(flink, plain);
+        assert!(plain.contains("UNION ALL"), "{plain}");
+    }
 }
