@@ -644,45 +644,16 @@ impl Operator for HashAgg {
         dirty.sort();
         // New output rows for the groups that still exist.
         let mut live_keys: Vec<&[u8]> = Vec::new();
-        let mut agg_values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.calls.len()];
         for key in &dirty {
             let state = &self.cache[key];
             assert!(state.rows >= 0, "group retracted more rows than it had");
-            if state.rows == 0 && !self.global {
-                continue;
+            if state.rows > 0 || self.global {
+                live_keys.push(key);
             }
-            for (idx, acc) in state.accs.iter().enumerate() {
-                let v = match self.output_value(key, idx, acc) {
-                    Ok(v) => v,
-                    Err(e) if e.kind == ErrorKind::NumericOutOfRange => {
-                        self.errors.errors.record(&self.errors.view, &e);
-                        ScalarValue::try_from(&self.calls[idx].output_type)?
-                    }
-                    Err(e) => return Err(e),
-                };
-                agg_values[idx].push(v);
-            }
-            live_keys.push(key);
         }
         let mut new_rows: HashMap<&[u8], Vec<u8>> = HashMap::new();
         let mut inserted: Option<RecordBatch> = None;
-        if !live_keys.is_empty() {
-            let mut columns: Vec<ArrayRef> = if self.global {
-                Vec::new()
-            } else {
-                self.decode_keys(live_keys.iter().copied())?
-            };
-            for (idx, vals) in agg_values.into_iter().enumerate() {
-                let array = ScalarValue::iter_to_array(vals)?;
-                let array = if array.data_type() != &self.calls[idx].output_type {
-                    cast(&array, &self.calls[idx].output_type)?
-                } else {
-                    array
-                };
-                columns.push(array);
-            }
-            let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
-            let encoded = self.output_codec.encode(batch.columns())?;
+        if let Some((batch, encoded)) = self.output_rows(&live_keys)? {
             for (key, row) in live_keys.iter().zip(encoded) {
                 new_rows.insert(key, row);
             }
