@@ -8,6 +8,9 @@ use std::sync::Arc;
 use super::{prefix_successor, EpochWrites, StateStore, TableId};
 use crate::error::Result;
 
+/// A scan's visitor that can fail: `Ok(false)` ends the scan, an error ends it and is returned.
+pub type TryVisit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
+
 /// A pending write: a key and its new value, or `None` for a deletion.
 type PendingEntry<'a> = (&'a Vec<u8>, &'a Option<Vec<u8>>);
 
@@ -66,14 +69,23 @@ impl StateTable {
         self.scan_range(prefix, None, reverse, visit)
     }
 
-    /// Like `scan`, forward, skipping the keys below `start`.
-    pub fn scan_from(
+    /// Like `scan`, forward, from `start` when given, for a visitor that can fail (decoding
+    /// what it reads): its first error ends the scan and is returned.
+    pub fn try_scan(
         &self,
         prefix: &[u8],
-        start: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+        start: Option<&[u8]>,
+        visit: &mut TryVisit<'_>,
     ) -> Result<()> {
-        self.scan_range(prefix, Some(start), false, visit)
+        let mut failed = None;
+        self.scan_range(prefix, start, false, &mut |k, v| match visit(k, v) {
+            Ok(more) => more,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        })?;
+        failed.map_or(Ok(()), Err)
     }
 
     fn scan_range(
@@ -235,19 +247,28 @@ mod tests {
         t.delete(b"a5".to_vec());
         t.put(b"a2".to_vec(), b"new".to_vec());
         let mut seen = vec![];
-        t.scan_from(b"a", b"a3", &mut |k, _| {
+        t.try_scan(b"a", Some(b"a3"), &mut |k, _| {
             seen.push(String::from_utf8_lossy(k).to_string());
-            true
+            Ok(true)
         })
         .unwrap();
         assert_eq!(seen, ["a3", "a4"]);
         // A start below the prefix scans the whole prefix.
         let mut all = 0;
-        t.scan_from(b"a", b"", &mut |_, _| {
+        t.try_scan(b"a", Some(b""), &mut |_, _| {
             all += 1;
-            true
+            Ok(true)
         })
         .unwrap();
         assert_eq!(all, 4);
+        // A visitor's error ends the scan and comes back.
+        let mut visited = 0;
+        let err = t
+            .try_scan(b"a", None, &mut |_, _| {
+                visited += 1;
+                Err(crate::error::Error::internal("bad entry"))
+            })
+            .unwrap_err();
+        assert_eq!((visited, err.message.as_str()), (1, "bad entry"));
     }
 }

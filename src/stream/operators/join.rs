@@ -285,29 +285,20 @@ impl Operator for HashJoin {
             }
             let prefix = key.clone();
             let mut found = Vec::new();
-            let mut failed = None;
             self.sides[other]
                 .table
-                .scan(&prefix, false, &mut |k, v| match decode_entry(v) {
-                    Ok((count, matches)) => {
-                        found.push(partners.len() as u32);
-                        partners.push(Partner {
-                            state_key: k.to_vec(),
-                            row: k[prefix.len()..].to_vec(),
-                            count,
-                            matches,
-                            changed: false,
-                        });
-                        true
-                    }
-                    Err(e) => {
-                        failed = Some(e);
-                        false
-                    }
+                .try_scan(&prefix, None, &mut |k, v| {
+                    let (count, matches) = decode_entry(v)?;
+                    found.push(partners.len() as u32);
+                    partners.push(Partner {
+                        state_key: k.to_vec(),
+                        row: k[prefix.len()..].to_vec(),
+                        count,
+                        matches,
+                        changed: false,
+                    });
+                    Ok(true)
                 })?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
             by_key.insert(key, found);
         }
         let partner_columns = if partners.is_empty() {

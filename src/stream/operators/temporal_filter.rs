@@ -165,7 +165,6 @@ impl Operator for TemporalFilter {
         // one the rows from the first bound that was not visible yet.
         if let Some(before) = self.now {
             let mut changed: Vec<(Vec<u8>, i64)> = Vec::new();
-            let mut failed = None;
             let first_hidden = match visible {
                 Visible::After => before,
                 _ => before.saturating_add(1),
@@ -175,33 +174,24 @@ impl Operator for TemporalFilter {
             } else {
                 bound_key(first_hidden, &[])
             };
-            self.table.scan_from(&[], &start, &mut |key, value| {
-                let parsed = split_bound_key(key).and_then(|(b, _)| Ok((b, decode_count(value)?)));
-                let (b, count) = match parsed {
-                    Ok(p) => p,
-                    Err(e) => {
-                        failed = Some(e);
-                        return false;
-                    }
-                };
+            self.table.try_scan(&[], Some(&start), &mut |key, value| {
+                let (b, _) = split_bound_key(key)?;
+                let count = decode_count(value)?;
                 let (was, is) = (visible.at(b, before), visible.at(b, now));
                 if visible.expires() {
                     // Stored rows were visible; the first still visible ends the scan.
                     if is {
-                        return false;
+                        return Ok(false);
                     }
                 } else if !is {
                     // Rows that are not visible yet come after every visible one.
-                    return false;
+                    return Ok(false);
                 }
                 if was != is {
                     changed.push((key.to_vec(), count));
                 }
-                true
+                Ok(true)
             })?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
             for (key, count) in changed {
                 let (_, row) = split_bound_key(&key)?;
                 let op = if visible.expires() {

@@ -138,17 +138,9 @@ impl TopN {
         let mut rank = 0u64;
         let mut dense = 0u64;
         let mut previous_key: Option<Vec<u8>> = None;
-        let mut failed = None;
-        self.rows.scan(partition, false, &mut |key, value| {
-            let parsed = split_order_key(&key[partition.len()..])
-                .and_then(|(order, row)| Ok((order, row, decode_count(value)?)));
-            let (order, row, count) = match parsed {
-                Ok(p) => p,
-                Err(e) => {
-                    failed = Some(e);
-                    return false;
-                }
-            };
+        self.rows.try_scan(partition, None, &mut |key, value| {
+            let (order, row) = split_order_key(&key[partition.len()..])?;
+            let count = decode_count(value)?;
             if previous_key.as_deref() != Some(order) {
                 rank = position + 1;
                 dense += 1;
@@ -163,17 +155,14 @@ impl TopN {
                 };
                 position += 1;
                 if last.is_some_and(|l| place >= l) {
-                    return false;
+                    return Ok(false);
                 }
                 if place >= first {
                     out.push((row.to_vec(), place + 1));
                 }
             }
-            true
+            Ok(true)
         })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
         Ok(out)
     }
 }
@@ -261,24 +250,10 @@ impl Operator for TopN {
                 }
             }
             let mut before: HashMap<Vec<u8>, i64> = HashMap::new();
-            let mut failed = None;
-            self.emitted.scan(
-                &partition,
-                false,
-                &mut |key, value| match decode_count(value) {
-                    Ok(c) => {
-                        before.insert(key[partition.len()..].to_vec(), c);
-                        true
-                    }
-                    Err(e) => {
-                        failed = Some(e);
-                        false
-                    }
-                },
-            )?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
+            self.emitted.try_scan(&partition, None, &mut |key, value| {
+                before.insert(key[partition.len()..].to_vec(), decode_count(value)?);
+                Ok(true)
+            })?;
             for (row, &old) in &before {
                 let new = now.get(row).copied().unwrap_or(0);
                 for _ in new..old {
