@@ -210,11 +210,7 @@ impl OpNode {
         match self {
             OpNode::Input(_) => Ok(vec![chunk]),
             OpNode::Op { op, inputs } => {
-                let (k, child) = inputs
-                    .iter_mut()
-                    .enumerate()
-                    .find(|(_, c)| c.reads(input))
-                    .expect("every actor input is a leaf of its operator tree");
+                let (k, child) = child_reading(inputs, input);
                 let mut out = Vec::new();
                 for c in child.on_chunk(input, chunk)? {
                     op.on_chunk(k, c, &mut out)?;
@@ -235,11 +231,7 @@ impl OpNode {
         match self {
             OpNode::Input(_) => Ok(vec![watermark]),
             OpNode::Op { op, inputs } => {
-                let (k, child) = inputs
-                    .iter_mut()
-                    .enumerate()
-                    .find(|(_, c)| c.reads(input))
-                    .expect("every actor input is a leaf of its operator tree");
+                let (k, child) = child_reading(inputs, input);
                 let mut below = Vec::new();
                 let forwarded = child.on_watermark(input, watermark, &mut below)?;
                 for c in below {
@@ -277,4 +269,13 @@ impl OpNode {
             }
         }
     }
+}
+
+/// The child of an operator whose subtree reads actor input `input`, and its position.
+fn child_reading(children: &mut [OpNode], input: usize) -> (usize, &mut OpNode) {
+    children
+        .iter_mut()
+        .enumerate()
+        .find(|(_, c)| c.reads(input))
+        .expect("every actor input is a leaf of its operator tree")
 }
