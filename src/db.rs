@@ -26,10 +26,14 @@ use crate::sql::ddl::{self, relation_name};
 use crate::sql::provider::{RelationTable, Rows};
 use crate::sql::stream_plan::{check_deterministic, Planner};
 use crate::state::StateStore;
+use crate::state::TableId;
 use crate::stream::coordinator::{BarrierClient, Coordinator};
+use crate::stream::dispatch::Partitioner;
 use crate::stream::expr::ErrorSink;
-use crate::stream::message::{ActorId, Message, Mutation, NewOutput};
-use crate::stream::plan::{build_actor, ActorContext, PlanNode, StreamPlan};
+use crate::stream::message::{ActorId, Message, Mutation, NewOutput, Target};
+use crate::stream::plan::{
+    build_actor, ActorContext, Fragment, Keys, PlanNode, Source, StreamPlan,
+};
 use crate::table::TableWriter;
 
 /// What a statement returns to the client.
@@ -109,8 +113,10 @@ impl Database {
             match object {
                 Object::Table(t) => db.start_table(t).await?,
                 Object::View(v) => {
-                    let plans = db.worker_plans(&v).await?;
-                    db.start_view(&v, plans).await?;
+                    let (plan, _) = db
+                        .plan_view(&v.query, &HashMap::new(), v.emit_on_window_close)
+                        .await?;
+                    db.start_view(&v, plan).await?;
                 }
             }
         }
@@ -238,132 +244,132 @@ impl Database {
         Ok((stream_plan, deps))
     }
 
-    /// The plans of a view's actors: one, or one per parallel worker (each owning its share of
-    /// the keys).
-    async fn worker_plans(&self, def: &ViewDef) -> Result<Vec<StreamPlan>> {
-        let settings = HashMap::new();
-        let n = def.workers.len();
-        let mut plans = Vec::new();
-        for w in 0..n.max(1) {
-            let (plan, _) = self
-                .plan_view(&def.query, &settings, def.emit_on_window_close)
-                .await?;
-            plans.push(if n == 0 { plan } else { plan.for_actor(w, n) });
-        }
-        Ok(plans)
-    }
-
-    /// Starts a view's actors: its own (which keeps its rows), fed either directly by the
-    /// relations it reads or by its parallel workers, each fed by those relations.
-    async fn start_view(&self, def: &ViewDef, plans: Vec<StreamPlan>) -> Result<()> {
-        let schema = plans
-            .first()
-            .map(|p| p.schema.clone())
-            .ok_or_else(|| Error::internal("a view without a plan"))?;
+    /// Starts a view's actors, fragment by fragment (`StreamPlan::fragments`): its own actor,
+    /// which keeps its rows, and the parallel actors that compute them, connected by channels
+    /// and hash exchanges. The relations the view reads start feeding it at the barrier that
+    /// adds it, with their current contents first.
+    async fn start_view(&self, def: &ViewDef, plan: StreamPlan) -> Result<()> {
+        let schema = plan.schema.clone();
+        let relations = plan.inputs.clone();
+        let fragments = cut(plan, def.parallelism())?;
         let sink = ErrorSink::new(&def.name);
         self.view_errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(def.id, sink.clone());
-        let mut mutation = Mutation::default();
-        let mut actors = vec![def.id];
-        // One channel per input; a relation read twice (a self-join) feeds two.
-        let subscribe = |mutation: &mut Mutation, actor: ActorId, inputs: &[ActorId]| {
-            let mut receivers = Vec::new();
-            for input in inputs {
-                let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
-                receivers.push(rx);
-                mutation
-                    .add_outputs
-                    .entry(*input)
-                    .or_default()
-                    .push(NewOutput {
-                        downstream: actor,
-                        sender: tx,
-                    });
-            }
-            receivers
+        let mismatch = || {
+            Error::internal(format!(
+                "view \"{}\": its catalog entry does not fit its plan",
+                def.name
+            ))
         };
-        let mut spawned = Vec::new();
-        if def.workers.is_empty() {
-            let plan = plans.into_iter().next().expect("one plan");
-            let receivers = subscribe(&mut mutation, def.id, &plan.inputs);
-            let mut tables = vec![def.id];
-            tables.extend(&def.state_tables);
-            let root = named(plan.root, &schema);
-            spawned.push(build_actor(
-                &self.actors,
-                def.id,
-                root,
-                Some(schema.clone()),
-                &tables,
-                receivers,
-                sink,
-            )?);
-        } else {
-            let n = def.workers.len();
-            let per_worker = def.state_tables.len() / n;
-            let mut to_view = Vec::new();
-            let mut from_workers = Vec::new();
-            for _ in 0..n {
-                let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
-                to_view.push(tx);
-                from_workers.push(rx);
+        // Actor ids and state tables, fragment by fragment and actor by actor: fragment 0 is
+        // the view's own actor, whose first table holds the view's rows.
+        let mut ids = def.workers.iter().copied();
+        let mut tables = def.state_tables.iter().copied();
+        let mut actors: Vec<Vec<(ActorId, Vec<TableId>)>> = Vec::new();
+        for (f, fragment) in fragments.iter().enumerate() {
+            let needed = fragment.root.state_tables_needed();
+            let mut these = Vec::new();
+            for _ in 0..fragment.actors {
+                let (id, mut own) = match f {
+                    0 => (def.id, vec![def.id]),
+                    _ => (ids.next().ok_or_else(mismatch)?, Vec::new()),
+                };
+                for _ in 0..needed {
+                    own.push(tables.next().ok_or_else(mismatch)?);
+                }
+                these.push((id, own));
             }
-            for (w, (plan, to_view)) in plans.into_iter().zip(to_view).enumerate() {
-                let id = def.workers[w];
-                let receivers = subscribe(&mut mutation, id, &plan.inputs);
-                let mut worker = build_actor(
+            actors.push(these);
+        }
+        if ids.next().is_some() || tables.next().is_some() {
+            return Err(mismatch());
+        }
+        // One channel per actor and source. A relation feeds each of its sources in a fragment
+        // through one output, split among the fragment's actors; each actor of a producing
+        // fragment has one output to the fragment that reads it.
+        let mut mutation = Mutation::default();
+        let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Message>>>> = Vec::new();
+        let mut outputs: Vec<Vec<Vec<Target>>> = fragments
+            .iter()
+            .map(|f| vec![Vec::new(); f.actors])
+            .collect();
+        for (f, fragment) in fragments.iter().enumerate() {
+            let mut per_actor: Vec<Vec<mpsc::Receiver<Message>>> =
+                (0..fragment.actors).map(|_| Vec::new()).collect();
+            for source in &fragment.sources {
+                let mut targets = Vec::new();
+                for (a, (id, _)) in actors[f].iter().enumerate() {
+                    let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
+                    per_actor[a].push(rx);
+                    match source {
+                        Source::Relation { .. } => targets.push((*id, tx)),
+                        Source::Fragment { fragment, actor } => outputs
+                            .get_mut(*fragment)
+                            .and_then(|o| o.get_mut(*actor))
+                            .ok_or_else(mismatch)?
+                            .push((*id, tx)),
+                    }
+                }
+                if let Source::Relation { input, keys } = source {
+                    let relation = *relations.get(*input).ok_or_else(mismatch)?;
+                    mutation
+                        .add_outputs
+                        .entry(relation)
+                        .or_default()
+                        .push(NewOutput {
+                            targets,
+                            partitioner: partitioner(keys.as_ref(), fragment.actors),
+                        });
+                }
+            }
+            receivers.push(per_actor);
+        }
+        let mut spawned = Vec::new();
+        for (f, fragment) in fragments.into_iter().enumerate() {
+            let schema = (f == 0).then(|| schema.clone());
+            for (a, ((id, tables), inputs)) in actors[f]
+                .iter()
+                .zip(std::mem::take(&mut receivers[f]))
+                .enumerate()
+            {
+                let mut actor = build_actor(
                     &self.actors,
-                    id,
-                    named(plan.root, &schema),
-                    None,
-                    &def.state_tables[w * per_worker..(w + 1) * per_worker],
-                    receivers,
+                    *id,
+                    fragment.root.clone(),
+                    schema.clone(),
+                    tables,
+                    inputs,
                     sink.clone(),
                 )?;
-                worker.outputs.push(NewOutput {
-                    downstream: def.id,
-                    sender: to_view,
-                });
-                spawned.push(worker);
-                actors.push(id);
+                let targets = std::mem::take(&mut outputs[f][a]);
+                if !targets.is_empty() {
+                    let partitioner = partitioner(fragment.output.as_ref(), targets.len());
+                    actor.outputs.push(NewOutput {
+                        targets,
+                        partitioner,
+                    });
+                }
+                spawned.push(actor);
             }
-            let merge = PlanNode::Union {
-                inputs: (0..n).map(PlanNode::Input).collect(),
-                schema: schema.clone(),
-            };
-            spawned.push(build_actor(
-                &self.actors,
-                def.id,
-                merge,
-                Some(schema.clone()),
-                &[def.id],
-                from_workers,
-                sink,
-            )?);
         }
         self.catalog_mut().set_schema(def.id, schema);
+        let ids: Vec<ActorId> = spawned.iter().map(|a| a.id).collect();
         for actor in spawned {
             actor.spawn();
         }
-        let epoch = self.barriers.inject(Some(mutation), actors, vec![]).await?;
+        let epoch = self.barriers.inject(Some(mutation), ids, vec![]).await?;
         self.barriers.wait_sealed(epoch).await?;
         Ok(())
     }
 
-    /// How many parallel workers a view gets: the session's (or server's) degree, if the plan
-    /// splits by key and the degree is above 1; else none.
-    fn workers_for(&self, plan: &StreamPlan, settings: &HashMap<String, String>) -> Result<usize> {
-        let parallelism = match settings.get("streaming_parallelism") {
-            Some(v) => parse_parallelism(v)?,
-            None => self.config.streaming_parallelism.max(1),
-        };
-        Ok(if parallelism > 1 && plan.partitionable() {
-            parallelism
-        } else {
-            0
-        })
+    /// The degree of parallelism for the session's next view: its own setting or the server's.
+    fn parallelism_for(&self, settings: &HashMap<String, String>) -> Result<usize> {
+        match settings.get("streaming_parallelism") {
+            Some(v) => parse_parallelism(v),
+            None => Ok(self.config.streaming_parallelism.max(1)),
+        }
     }
 
     /// EXPLAIN CREATE MATERIALIZED VIEW: the actors and operators the view would run.
@@ -376,7 +382,7 @@ impl Database {
         let (plan, _) = self
             .plan_view(&query, settings, view_options(&cv.options)?)
             .await?;
-        let workers = self.workers_for(&plan, settings)?;
+        let fragments = cut(plan.clone(), self.parallelism_for(settings)?)?;
         let names: Vec<String> = {
             let catalog = self.catalog();
             plan.inputs
@@ -389,18 +395,7 @@ impl Database {
                 })
                 .collect()
         };
-        let mut lines = vec![match workers {
-            0 => "Materialized view: 1 actor".to_string(),
-            n => format!(
-                "Materialized view: {n} parallel actors, gathered by the view's own actor; actor 1:"
-            ),
-        }];
-        let plan = if workers > 0 {
-            plan.for_actor(0, workers)
-        } else {
-            plan
-        };
-        plan.root.explain(1, &names, &mut lines);
+        let lines = Fragment::explain(&fragments, &names);
         text_rows(&["plan"], lines.into_iter().map(|l| vec![l]).collect())
     }
 
@@ -436,9 +431,16 @@ impl Database {
             plan.schema = rename_columns(&plan.schema, &cv.columns)?;
         }
         check_unique_names(&plan.schema)?;
-        let workers = self.workers_for(&plan, settings)?;
-        let needed = plan.state_tables_needed() * workers.max(1);
-        let ids = self.catalog_mut().allocate_ids(1 + needed + workers);
+        // A view with nothing to partition by runs as one actor, whatever the setting.
+        let requested = self.parallelism_for(settings)?;
+        let fragments = cut(plan.clone(), requested)?;
+        let parallelism = if fragments.len() > 1 { requested } else { 1 };
+        let needed: usize = fragments
+            .iter()
+            .map(|f| f.root.state_tables_needed() * f.actors)
+            .sum();
+        let others = fragments.iter().map(|f| f.actors).sum::<usize>() - 1;
+        let ids = self.catalog_mut().allocate_ids(1 + needed + others);
         let def = ViewDef {
             id: ids[0],
             name,
@@ -452,13 +454,9 @@ impl Database {
             state_tables: ids[1..1 + needed].to_vec(),
             emit_on_window_close,
             workers: ids[1 + needed..].to_vec(),
+            parallelism,
         };
-        let plans = if workers == 0 {
-            vec![plan]
-        } else {
-            self.worker_plans(&def).await?
-        };
-        self.start_view(&def, plans).await?;
+        self.start_view(&def, plan).await?;
         self.catalog_mut().add(Object::View(def))?;
         Ok(Output::command("CREATE MATERIALIZED VIEW"))
     }
@@ -643,7 +641,7 @@ impl Database {
                     Some((
                         v.name.clone(),
                         status,
-                        v.workers.len().max(1) as i64,
+                        v.parallelism() as i64,
                         sink.map(|s| s.errors.count() as i64).unwrap_or(0),
                         sink.and_then(|s| s.errors.last()),
                     ))
@@ -1088,6 +1086,17 @@ fn named(root: PlanNode, schema: &SchemaRef) -> PlanNode {
             schema: schema.clone(),
         },
     }
+}
+
+/// A view's plan cut into fragments, under the view's own column names.
+fn cut(plan: StreamPlan, parallelism: usize) -> Result<Vec<Fragment>> {
+    let root = named(plan.root, &plan.schema);
+    StreamPlan { root, ..plan }.fragments(parallelism)
+}
+
+/// The sending end of an exchange to `actors` actors: split by `keys`, or all to the one.
+fn partitioner(keys: Option<&Keys>, actors: usize) -> Option<Arc<Partitioner>> {
+    keys.map(|k| Arc::new(Partitioner::new(k.exprs.clone(), k.types.clone(), actors)))
 }
 
 /// `streaming_parallelism`: a whole number of actors, 1 to the number of virtual nodes.

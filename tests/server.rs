@@ -260,6 +260,9 @@ async fn parallel_views_agree_with_one_actor_and_survive_a_restart() {
              CREATE TABLE u (g int, name text);
              CREATE MATERIALIZED VIEW by_g AS SELECT g, count(*) AS n, sum(v) AS total, max(v) AS top FROM s GROUP BY g;
              CREATE MATERIALIZED VIEW named AS SELECT u.name, s.v FROM s LEFT JOIN u ON s.g = u.g;
+             CREATE MATERIALIZED VIEW per_name AS SELECT u.name, count(*) AS n, sum(s.v) AS total FROM s JOIN u ON s.g = u.g GROUP BY u.name;
+             CREATE MATERIALIZED VIEW sizes AS SELECT n, count(*) AS groups FROM (SELECT g, count(*) AS n FROM s GROUP BY g) AS c GROUP BY n;
+             CREATE MATERIALIZED VIEW largest AS SELECT max(n) AS n FROM (SELECT g, count(*) AS n FROM s GROUP BY g) AS c;
              SET streaming_parallelism = 1;
              CREATE MATERIALIZED VIEW by_g_one AS SELECT g, count(*) AS n, sum(v) AS total, max(v) AS top FROM s GROUP BY g;
              SET streaming_parallelism = 3;
@@ -304,6 +307,30 @@ async fn parallel_views_agree_with_one_actor_and_survive_a_restart() {
             .await
         );
         assert_eq!(rows(&client, "SELECT * FROM overall").await, ["257"]);
+        // Views of several parallel fragments: a join under an aggregate, an aggregate over
+        // an aggregate, and a global one over a grouped one.
+        for (view, query) in [
+            (
+                "per_name",
+                "SELECT u.name, count(*), sum(s.v) FROM s JOIN u ON s.g = u.g GROUP BY u.name",
+            ),
+            (
+                "sizes",
+                "SELECT n, count(*) FROM (SELECT g, count(*) AS n FROM s GROUP BY g) AS c GROUP BY n",
+            ),
+            (
+                "largest",
+                "SELECT max(n) FROM (SELECT g, count(*) AS n FROM s GROUP BY g) AS c",
+            ),
+        ] {
+            let expected = rows(&client, query).await;
+            assert!(!expected.is_empty());
+            assert_eq!(
+                rows(&client, &format!("SELECT * FROM {view}")).await,
+                expected,
+                "{view}"
+            );
+        }
         let shown: Vec<String> = rows(&client, "SHOW MATERIALIZED VIEWS")
             .await
             .into_iter()
@@ -315,8 +342,11 @@ async fn parallel_views_agree_with_one_actor_and_survive_a_restart() {
             [
                 "by_g running 4",
                 "by_g_one running 1",
+                "largest running 4",
                 "named running 4",
-                "overall running 1"
+                "overall running 1",
+                "per_name running 4",
+                "sizes running 4"
             ]
         );
         client

@@ -69,14 +69,27 @@ pub struct ViewDef {
     /// EMIT ON WINDOW CLOSE: each window's rows appear once, when the watermark passes it.
     #[serde(default)]
     pub emit_on_window_close: bool,
-    /// The parallel actors that compute the view, each owning part of its keys (empty: the
-    /// view's own actor computes it). Worker `w` of `n` uses the `w`-th of `n` equal slices
-    /// of `state_tables`.
+    /// The actors that compute the view besides its own, fragment by fragment
+    /// (`StreamPlan::fragments`). Each actor takes its operators' tables from `state_tables`
+    /// in the same order: the view's own actor first, then each fragment's actors in turn.
     #[serde(default)]
     pub workers: Vec<ObjectId>,
+    /// The number of actors of each parallel fragment: how the view's plan was cut, and how
+    /// its keys' 256 virtual nodes are spread (contiguous ranges, `VnodeMapping`). 1: the
+    /// view runs as one actor.
+    #[serde(default)]
+    pub parallelism: usize,
 }
 
 impl ViewDef {
+    pub fn parallelism(&self) -> usize {
+        match self.parallelism {
+            // Recorded before the field existed: one fragment of workers, or none.
+            0 => self.workers.len().max(1),
+            p => p,
+        }
+    }
+
     pub fn create_sql(&self) -> String {
         let emit = if self.emit_on_window_close {
             " EMIT ON WINDOW CLOSE"
@@ -291,6 +304,7 @@ mod tests {
             state_tables: vec![],
             emit_on_window_close: false,
             workers: vec![],
+            parallelism: 1,
         })
     }
 

@@ -136,21 +136,23 @@ impl Actor {
             };
             let mut open = vec![true; new_outputs.len()];
             for c in contents {
+                let message = Message::Chunk(c);
                 for (output, open) in new_outputs.iter().zip(open.iter_mut()) {
-                    if *open && output.sender.send(Message::Chunk(c.clone())).await.is_err() {
+                    if *open && deliver(output, &message).await.is_err() {
                         *open = false;
                     }
                 }
             }
             for output in &new_outputs {
                 for w in &self.watermarks {
-                    let _ = output.sender.send(Message::Watermark(*w)).await;
+                    let _ = deliver(output, &Message::Watermark(*w)).await;
                 }
             }
             self.outputs.extend(new_outputs);
         }
         self.send(Message::Barrier(barrier.clone())).await;
-        self.outputs.retain(|o| !barrier.stops(o.downstream));
+        self.outputs
+            .retain(|o| !o.targets.iter().any(|(a, _)| barrier.stops(*a)));
         self.events
             .send(ActorEvent::Ack {
                 actor: self.id,
@@ -163,19 +165,45 @@ impl Actor {
     async fn send(&mut self, msg: Message) {
         let mut gone = Vec::new();
         for (i, o) in self.outputs.iter().enumerate() {
-            if o.sender.send(msg.clone()).await.is_err() {
-                gone.push(i);
+            if let Err(why) = deliver(o, &msg).await {
+                gone.push((i, why));
             }
         }
-        for i in gone.into_iter().rev() {
+        for (i, why) in gone.into_iter().rev() {
             let o = self.outputs.remove(i);
+            let downstream: Vec<ActorId> = o.targets.iter().map(|(a, _)| *a).collect();
             tracing::warn!(
                 actor = self.id,
-                downstream = o.downstream,
-                "downstream actor is gone; no longer feeding it"
+                ?downstream,
+                "no longer feeding downstream actors: {why}"
             );
         }
     }
+}
+
+/// Sends a message to an output: a chunk split by its partitioner, anything else to every
+/// target. Fails when a target is gone, or when the rows cannot be partitioned; the output is
+/// then dropped, its channels close, and the downstream actors fail instead of this one.
+async fn deliver(output: &NewOutput, msg: &Message) -> std::result::Result<(), String> {
+    let gone = |_| "a downstream actor is gone".to_string();
+    match (msg, &output.partitioner) {
+        (Message::Chunk(chunk), Some(partitioner)) => {
+            let parts = partitioner
+                .split(chunk)
+                .map_err(|e| format!("cannot partition rows: {e}"))?;
+            for ((_, sender), part) in output.targets.iter().zip(parts) {
+                if let Some(part) = part {
+                    sender.send(Message::Chunk(part)).await.map_err(gone)?;
+                }
+            }
+        }
+        _ => {
+            for (_, sender) in &output.targets {
+                sender.send(msg.clone()).await.map_err(gone)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The actor's operators as a tree whose leaves are its inputs.

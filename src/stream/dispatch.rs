@@ -8,15 +8,20 @@
 //! over a canonical encoding of each value (integers widened to 64 bits, floats with -0.0 and
 //! NaN normalised), finished with murmur3's 64-bit mixer.
 
+use std::sync::Arc;
+
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
     Int64Type, Int8Type, IntervalMonthDayNanoType, TimeUnit, TimestampMicrosecondType,
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
     UInt64Type, UInt8Type,
 };
+use datafusion::physical_plan::PhysicalExpr;
 
 use super::chunk::StreamChunk;
+use super::expr::{eval_columns, ErrorSink};
 use crate::error::{Error, Result};
 
 /// Virtual nodes per fragment: the unit in which keys move between actors.
@@ -285,9 +290,52 @@ pub fn split(
         .collect()
 }
 
+/// The sending end of a hash exchange: splits each chunk among a fragment's actors by the
+/// vnodes of the rows' keys, evaluated over the sender's rows.
+#[derive(Debug)]
+pub struct Partitioner {
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// The types the keys are hashed in (both sides of a join hash alike).
+    key_types: Vec<DataType>,
+    mapping: VnodeMapping,
+    /// A key that fails on a row is NULL there, as it is for the receiving operator, which
+    /// evaluates the same key again and reports the error to its view; so none is reported
+    /// here.
+    unreported: ErrorSink,
+}
+
+impl Partitioner {
+    pub fn new(
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        key_types: Vec<DataType>,
+        actors: usize,
+    ) -> Partitioner {
+        Partitioner {
+            keys,
+            key_types,
+            mapping: VnodeMapping::new(actors),
+            unreported: ErrorSink::new("exchange"),
+        }
+    }
+
+    pub fn actors(&self) -> usize {
+        self.mapping.actors()
+    }
+
+    /// One chunk per actor (`None` for an actor that gets no rows).
+    pub fn split(&self, chunk: &StreamChunk) -> Result<Vec<Option<StreamChunk>>> {
+        let mut columns = eval_columns(&self.keys, &chunk.data, &self.unreported)?;
+        for (c, t) in columns.iter_mut().zip(&self.key_types) {
+            if c.data_type() != t {
+                *c = cast(c, t)?;
+            }
+        }
+        split(chunk, &columns, &self.mapping)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use datafusion::arrow::array::{Float64Array, Int32Array, Int64Array, StringArray};
 
@@ -370,5 +418,37 @@ mod tests {
             }
         }
         assert_eq!(total, 1000);
+    }
+
+    #[test]
+    fn a_partitioner_splits_by_a_computed_key_in_the_hashing_type() {
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+        use datafusion::scalar::ScalarValue;
+
+        let s = schema(&[("a", DataType::Int32), ("v", DataType::Utf8)]);
+        let text: String = (0..200).map(|i| format!("+ {i} x{i}\n")).collect();
+        let c = chunk(&s, &text);
+        // The right side of `ON l.k = r.a + 1`, hashed as bigint like the left side's key.
+        let key: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+            Arc::new(Column::new("a", 0)),
+            Operator::Plus,
+            Arc::new(Literal::new(ScalarValue::Int32(Some(1)))),
+        ));
+        let partitioner = Partitioner::new(vec![key], vec![DataType::Int64], 3);
+        let parts = partitioner.split(&c).unwrap();
+        assert_eq!(parts.len(), 3);
+        let mapping = VnodeMapping::new(3);
+        let mut total = 0;
+        for (actor, part) in parts.into_iter().enumerate() {
+            let part = part.expect("200 keys reach every actor");
+            total += part.len();
+            let a = part.data.column(0).as_primitive::<Int32Type>();
+            let keys: Vec<Option<i64>> = a.values().iter().map(|v| Some(*v as i64 + 1)).collect();
+            for v in vnodes(&[ints64(&keys)]).unwrap() {
+                assert_eq!(mapping.owner(v), actor);
+            }
+        }
+        assert_eq!(total, 200);
     }
 }

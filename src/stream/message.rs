@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::chunk::StreamChunk;
+use super::dispatch::Partitioner;
 
 /// Identifies an actor. Each table and each view runs as one actor whose id is the catalog id
 /// of the object.
@@ -57,10 +58,31 @@ pub struct Mutation {
     pub stop: HashSet<ActorId>,
 }
 
+/// A downstream actor and the channel to it.
+pub type Target = (ActorId, mpsc::Sender<Message>);
+
+/// An actor's output: a channel to one downstream actor, or a hash exchange to the actors of
+/// a parallel fragment.
 #[derive(Debug, Clone)]
 pub struct NewOutput {
-    pub downstream: ActorId,
-    pub sender: mpsc::Sender<Message>,
+    /// The downstream actors and their channels, in the order of the fragment's actors.
+    pub targets: Vec<Target>,
+    /// How chunks are split among `targets`; `None`: all to the one target. Barriers and
+    /// watermarks go to every target.
+    pub partitioner: Option<Arc<Partitioner>>,
+}
+
+impl NewOutput {
+    pub fn to(downstream: ActorId, sender: mpsc::Sender<Message>) -> NewOutput {
+        NewOutput {
+            targets: vec![(downstream, sender)],
+            partitioner: None,
+        }
+    }
+
+    pub fn feeds(&self, actor: ActorId) -> bool {
+        self.targets.iter().any(|(a, _)| *a == actor)
+    }
 }
 
 impl Barrier {

@@ -8,13 +8,15 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::error::DataFusionError;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 use tokio::sync::mpsc;
 
 use super::actor::{Actor, OpNode};
 use super::align::AlignedInputs;
 use super::coordinator::ActorEvent;
-use super::dispatch::VnodeMapping;
 use super::expr::ErrorSink;
 use super::message::{ActorId, Message};
 use super::operators::filter::Filter;
@@ -25,10 +27,10 @@ use super::operators::project::Project;
 use super::operators::temporal_filter::{TemporalFilter, TemporalSpec};
 use super::operators::top_n::{TopN, TopNSpec};
 use super::operators::union::Union;
-use super::operators::vnode_filter::VnodeFilter;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::state::{StateStore, TableId};
 
+#[derive(Clone)]
 pub struct StreamPlan {
     /// The relations (table or view ids) feeding the plan; leaf `Input(i)` reads `inputs[i]`.
     pub inputs: Vec<ActorId>,
@@ -37,6 +39,7 @@ pub struct StreamPlan {
     pub schema: SchemaRef,
 }
 
+#[derive(Clone)]
 pub enum PlanNode {
     /// The changes of the plan's input `i`.
     Input(usize),
@@ -79,14 +82,6 @@ pub enum PlanNode {
         input: Box<PlanNode>,
         spec: TemporalSpec,
     },
-    /// One parallel actor's share of a hash exchange: the rows whose key it owns.
-    VnodeFilter {
-        input: Box<PlanNode>,
-        keys: Vec<Arc<dyn PhysicalExpr>>,
-        key_types: Vec<DataType>,
-        owner: usize,
-        actors: usize,
-    },
 }
 
 impl PlanNode {
@@ -94,9 +89,9 @@ impl PlanNode {
     pub fn state_tables_needed(&self) -> usize {
         match self {
             PlanNode::Input(_) => 0,
-            PlanNode::Project { input, .. }
-            | PlanNode::Filter { input, .. }
-            | PlanNode::VnodeFilter { input, .. } => input.state_tables_needed(),
+            PlanNode::Project { input, .. } | PlanNode::Filter { input, .. } => {
+                input.state_tables_needed()
+            }
             PlanNode::TemporalFilter { input, .. } => 1 + input.state_tables_needed(),
             PlanNode::Aggregate { input, .. } | PlanNode::TopN { input, .. } => {
                 2 + input.state_tables_needed()
@@ -185,16 +180,6 @@ impl PlanNode {
                 "TemporalFilter: visible {:?} now() vs {} - {} us",
                 spec.visible, spec.row_time, spec.offset_us
             ),
-            PlanNode::VnodeFilter {
-                keys,
-                owner,
-                actors,
-                ..
-            } => format!(
-                "VnodeFilter: keys [{}], this actor's share ({} of {actors})",
-                list(keys),
-                owner + 1
-            ),
         };
         out.push(format!("{}{line}", "  ".repeat(depth)));
         match self {
@@ -203,8 +188,7 @@ impl PlanNode {
             | PlanNode::Filter { input, .. }
             | PlanNode::Aggregate { input, .. }
             | PlanNode::TopN { input, .. }
-            | PlanNode::TemporalFilter { input, .. }
-            | PlanNode::VnodeFilter { input, .. } => input.explain(depth + 1, inputs, out),
+            | PlanNode::TemporalFilter { input, .. } => input.explain(depth + 1, inputs, out),
             PlanNode::Join { left, right, .. } => {
                 left.explain(depth + 1, inputs, out);
                 right.explain(depth + 1, inputs, out);
@@ -226,104 +210,384 @@ impl StreamPlan {
         self.root.state_tables_needed()
     }
 
-    /// Whether the plan can run as parallel actors that each own part of the keys: it has
-    /// exactly one stateful operator, partitioned by a key (a grouped aggregate, a join, a
-    /// Top-N per partition), and only row-by-row operators besides.
-    pub fn partitionable(&self) -> bool {
-        fn count(node: &PlanNode) -> Option<usize> {
-            let below =
-                |inputs: &[&PlanNode]| -> Option<usize> { inputs.iter().map(|n| count(n)).sum() };
-            match node {
-                PlanNode::Input(_) => Some(0),
-                PlanNode::Project { input, .. }
-                | PlanNode::Filter { input, .. }
-                | PlanNode::TemporalFilter { input, .. }
-                | PlanNode::VnodeFilter { input, .. } => count(input),
-                PlanNode::Union { inputs, .. } => below(&inputs.iter().collect::<Vec<_>>()),
-                PlanNode::Aggregate {
-                    input, group_exprs, ..
-                } if !group_exprs.is_empty() => Some(1 + count(input)?),
-                PlanNode::Join { left, right, spec } if !spec.left_keys.is_empty() => {
-                    Some(1 + below(&[left, right])?)
-                }
-                PlanNode::TopN { input, spec } if !spec.partition.is_empty() => {
-                    Some(1 + count(input)?)
-                }
-                _ => None,
-            }
-        }
-        count(&self.root) == Some(1)
+    /// Cuts the plan into fragments of `parallelism` actors each (see
+    /// `docs/design/0002-parallel-dataflow.md`). Fragment 0 is the view's own actor, which
+    /// keeps the view's rows; with parallelism 1, or no operator keyed by its rows' values, it
+    /// is the only fragment. The cut is deterministic: a restart cuts a view's plan the same
+    /// way, and finds each actor's state tables where they were.
+    pub fn fragments(self, parallelism: usize) -> Result<Vec<Fragment>> {
+        let mut cut = Fragmenter {
+            parallelism,
+            fragments: Vec::new(),
+        };
+        cut.single_fragment(self.root, None)?;
+        cut.fragments
+            .into_iter()
+            .map(|f| f.ok_or_else(|| Error::internal("a fragment left unbuilt")))
+            .collect()
+    }
+}
+
+/// Key expressions that decide which of a fragment's actors a row goes to.
+#[derive(Clone)]
+pub struct Keys {
+    pub exprs: Vec<Arc<dyn PhysicalExpr>>,
+    /// The types the keys are hashed in.
+    pub types: Vec<DataType>,
+}
+
+impl Keys {
+    /// The same keys over the input of a projection that computes `exprs`.
+    fn through(&self, exprs: &[Arc<dyn PhysicalExpr>]) -> Result<Keys> {
+        let below = |key: &Arc<dyn PhysicalExpr>| -> Result<Arc<dyn PhysicalExpr>> {
+            Ok(key
+                .clone()
+                .transform_up(
+                    |e: Arc<dyn PhysicalExpr>| match e.downcast_ref::<Column>() {
+                        Some(c) => exprs
+                            .get(c.index())
+                            .cloned()
+                            .map(Transformed::yes)
+                            .ok_or_else(|| {
+                                DataFusionError::Internal("key column outside projection".into())
+                            }),
+                        None => Ok(Transformed::no(e)),
+                    },
+                )?
+                .data)
+        };
+        Ok(Keys {
+            exprs: self.exprs.iter().map(below).collect::<Result<_>>()?,
+            types: self.types.clone(),
+        })
     }
 
-    /// The plan of parallel actor `owner` of `actors`: the keyed operator reads only the rows
-    /// whose keys it owns. Call only on a `partitionable` plan.
-    pub fn for_actor(mut self, owner: usize, actors: usize) -> StreamPlan {
-        fn split(node: PlanNode, owner: usize, actors: usize) -> PlanNode {
-            let share = |input: PlanNode, keys: Vec<Arc<dyn PhysicalExpr>>, key_types| {
-                Box::new(PlanNode::VnodeFilter {
-                    input: Box::new(input),
-                    keys,
-                    key_types,
-                    owner,
-                    actors,
-                })
+    fn explain(&self) -> String {
+        let exprs: Vec<String> = self.exprs.iter().map(|e| e.to_string()).collect();
+        exprs.join(", ")
+    }
+}
+
+/// Where one input channel of a fragment's actors comes from.
+#[derive(Clone)]
+pub enum Source {
+    /// The rows of relation `StreamPlan::inputs[input]`, split among the fragment's actors by
+    /// `keys` over the relation's columns (`None`: the fragment's one actor gets them all).
+    Relation { input: usize, keys: Option<Keys> },
+    /// The output of actor `actor` of fragment `fragment`.
+    Fragment { fragment: usize, actor: usize },
+}
+
+/// Part of a view's plan, run as `actors` actors that each own a share of the virtual nodes
+/// of the keys its operators are keyed by.
+pub struct Fragment {
+    /// Leaf `Input(i)` reads `sources[i]`.
+    pub root: PlanNode,
+    pub sources: Vec<Source>,
+    pub actors: usize,
+    /// How the output is split among the actors of the fragment that reads it (`None`: all
+    /// to its one actor).
+    pub output: Option<Keys>,
+}
+
+impl Fragment {
+    /// The fragments' actors and operators, for EXPLAIN; `relations` names the plan's inputs.
+    pub fn explain(fragments: &[Fragment], relations: &[String]) -> Vec<String> {
+        let actors: usize = fragments.iter().map(|f| f.actors).sum();
+        let mut lines = vec![format!(
+            "Materialized view: {} fragment{}, {actors} actor{}",
+            fragments.len(),
+            if fragments.len() == 1 { "" } else { "s" },
+            if actors == 1 { "" } else { "s" },
+        )];
+        for (i, f) in fragments.iter().enumerate() {
+            let consumer = fragments.iter().position(|c| {
+                c.sources
+                    .iter()
+                    .any(|s| matches!(s, Source::Fragment { fragment, .. } if *fragment == i))
+            });
+            let role = match (consumer, &f.output) {
+                (None, _) => "the view's own actor, which keeps its rows".to_string(),
+                (Some(c), None) => format!("output to fragment {c}"),
+                (Some(c), Some(keys)) => {
+                    format!("output split by [{}] to fragment {c}", keys.explain())
+                }
             };
-            match node {
-                PlanNode::Aggregate {
+            lines.push(format!(
+                "Fragment {i}: {} actor{}, {role}",
+                f.actors,
+                if f.actors == 1 { "" } else { "s" }
+            ));
+            let names: Vec<String> = f
+                .sources
+                .iter()
+                .map(|s| match s {
+                    Source::Relation { input, keys } => {
+                        let name = relations.get(*input).map(String::as_str).unwrap_or("?");
+                        match keys {
+                            Some(keys) => format!("{name}, split by [{}]", keys.explain()),
+                            None => name.to_string(),
+                        }
+                    }
+                    Source::Fragment { fragment, actor } => {
+                        format!("fragment {fragment}, actor {}", actor + 1)
+                    }
+                })
+                .collect();
+            f.root.explain(1, &names, &mut lines);
+        }
+        lines
+    }
+}
+
+/// The keys an operator partitions its input `k`'s rows by, if it is keyed by their values:
+/// a grouped aggregate, an equi-join, a Top-N per partition.
+fn input_keys(node: &PlanNode) -> Option<Vec<Keys>> {
+    let keys = |exprs: &[Arc<dyn PhysicalExpr>], types: &[DataType]| Keys {
+        exprs: exprs.to_vec(),
+        types: types.to_vec(),
+    };
+    match node {
+        PlanNode::Aggregate {
+            group_exprs,
+            group_types,
+            ..
+        } if !group_exprs.is_empty() => Some(vec![keys(group_exprs, group_types)]),
+        PlanNode::Join { spec, .. } if !spec.left_keys.is_empty() => Some(vec![
+            keys(&spec.left_keys, &spec.key_types),
+            keys(&spec.right_keys, &spec.key_types),
+        ]),
+        PlanNode::TopN { spec, .. } if !spec.partition.is_empty() => {
+            Some(vec![keys(&spec.partition, &spec.partition_types)])
+        }
+        _ => None,
+    }
+}
+
+/// Whether `node` is a chain of row-by-row operators over a keyed operator: it can run in a
+/// parallel fragment partitioned by that operator's keys.
+fn leads_to_keyed(node: &PlanNode) -> bool {
+    match node {
+        PlanNode::Project { input, .. }
+        | PlanNode::Filter { input, .. }
+        | PlanNode::TemporalFilter { input, .. } => leads_to_keyed(input),
+        other => input_keys(other).is_some(),
+    }
+}
+
+struct Fragmenter {
+    parallelism: usize,
+    /// Reserved when a fragment is started, filled when it is built.
+    fragments: Vec<Option<Fragment>>,
+}
+
+impl Fragmenter {
+    fn reserve(&mut self) -> usize {
+        self.fragments.push(None);
+        self.fragments.len() - 1
+    }
+
+    /// A one-actor fragment computing `node`.
+    fn single_fragment(&mut self, node: PlanNode, output: Option<Keys>) -> Result<usize> {
+        let id = self.reserve();
+        let mut sources = Vec::new();
+        let root = self.single(node, &mut sources)?;
+        self.fragments[id] = Some(Fragment {
+            root,
+            sources,
+            actors: 1,
+            output,
+        });
+        Ok(id)
+    }
+
+    /// A parallel fragment computing `node`, a chain over a keyed operator.
+    fn keyed_fragment(&mut self, node: PlanNode, output: Option<Keys>) -> Result<usize> {
+        let id = self.reserve();
+        let mut sources = Vec::new();
+        let root = self.keyed(node, None, &mut sources)?;
+        self.fragments[id] = Some(Fragment {
+            root,
+            sources,
+            actors: self.parallelism,
+            output,
+        });
+        Ok(id)
+    }
+
+    /// `node` inside a one-actor fragment; a keyed part below runs as a parallel fragment
+    /// whose output this one gathers.
+    fn single(&mut self, node: PlanNode, sources: &mut Vec<Source>) -> Result<PlanNode> {
+        if self.parallelism > 1 && leads_to_keyed(&node) {
+            let below = self.keyed_fragment(node, None)?;
+            return self.read(below, sources);
+        }
+        if let PlanNode::Input(input) = node {
+            sources.push(Source::Relation { input, keys: None });
+            return Ok(PlanNode::Input(sources.len() - 1));
+        }
+        node.try_map_children(&mut |child| self.single(child, sources), &mut |_| {
+            Err(Error::internal("a leaf among an operator's children"))
+        })
+    }
+
+    /// `node` inside a parallel fragment, whose rows are partitioned by `key` (over `node`'s
+    /// output) once an operator above has chosen it.
+    fn keyed(
+        &mut self,
+        node: PlanNode,
+        key: Option<Keys>,
+        sources: &mut Vec<Source>,
+    ) -> Result<PlanNode> {
+        let Some(key) = key else {
+            // The fragment's keyed operator, or the row-by-row chain above it.
+            return match input_keys(&node) {
+                Some(keys) => {
+                    let mut keys = keys.into_iter();
+                    node.try_map_children(
+                        &mut |child| self.keyed(child, keys.next(), sources),
+                        &mut |_| Err(Error::internal("an operator's input read directly")),
+                    )
+                }
+                None => node
+                    .try_map_children(&mut |child| self.keyed(child, None, sources), &mut |_| {
+                        Err(Error::internal("a parallel fragment without keys"))
+                    }),
+            };
+        };
+        match node {
+            PlanNode::Input(input) => {
+                sources.push(Source::Relation {
                     input,
-                    group_exprs,
-                    group_types,
-                    calls,
-                    schema,
-                    close_on,
-                } => PlanNode::Aggregate {
-                    input: share(*input, group_exprs.clone(), group_types.clone()),
-                    group_exprs,
-                    group_types,
-                    calls,
-                    schema,
-                    close_on,
-                },
-                PlanNode::Join { left, right, spec } => PlanNode::Join {
-                    left: share(*left, spec.left_keys.clone(), spec.key_types.clone()),
-                    right: share(*right, spec.right_keys.clone(), spec.key_types.clone()),
-                    spec,
-                },
-                PlanNode::TopN { input, spec } => PlanNode::TopN {
-                    input: share(*input, spec.partition.clone(), spec.partition_types.clone()),
-                    spec,
-                },
-                PlanNode::Project {
-                    input,
+                    keys: Some(key),
+                });
+                Ok(PlanNode::Input(sources.len() - 1))
+            }
+            PlanNode::Project {
+                input,
+                exprs,
+                input_schema,
+                schema,
+            } => {
+                let below = key.through(&exprs)?;
+                Ok(PlanNode::Project {
+                    input: Box::new(self.keyed(*input, Some(below), sources)?),
                     exprs,
                     input_schema,
                     schema,
-                } => PlanNode::Project {
-                    input: Box::new(split(*input, owner, actors)),
-                    exprs,
-                    input_schema,
-                    schema,
-                },
-                PlanNode::Filter { input, predicate } => PlanNode::Filter {
-                    input: Box::new(split(*input, owner, actors)),
-                    predicate,
-                },
-                PlanNode::TemporalFilter { input, spec } => PlanNode::TemporalFilter {
-                    input: Box::new(split(*input, owner, actors)),
-                    spec,
-                },
-                PlanNode::Union { inputs, schema } => PlanNode::Union {
-                    inputs: inputs
-                        .into_iter()
-                        .map(|i| split(i, owner, actors))
-                        .collect(),
-                    schema,
-                },
-                other => other,
+                })
+            }
+            node @ (PlanNode::Filter { .. }
+            | PlanNode::TemporalFilter { .. }
+            | PlanNode::Union { .. }) => node.try_map_children(
+                &mut |child| self.keyed(child, Some(key.clone()), sources),
+                &mut |_| Err(Error::internal("a leaf among an operator's children")),
+            ),
+            // Another stateful operator: its own fragment, whose output is split by this key.
+            node => {
+                let below = if input_keys(&node).is_some() {
+                    self.keyed_fragment(node, Some(key))?
+                } else {
+                    self.single_fragment(node, Some(key))?
+                };
+                self.read(below, sources)
             }
         }
-        self.root = split(self.root, owner, actors);
-        self
+    }
+
+    /// The leaf that reads every actor of fragment `fragment`.
+    fn read(&mut self, fragment: usize, sources: &mut Vec<Source>) -> Result<PlanNode> {
+        let f = self.fragments[fragment]
+            .as_ref()
+            .ok_or_else(|| Error::internal("reading an unbuilt fragment"))?;
+        let first = sources.len();
+        sources.extend((0..f.actors).map(|actor| Source::Fragment { fragment, actor }));
+        if f.actors == 1 {
+            return Ok(PlanNode::Input(first));
+        }
+        let schema = f
+            .root
+            .schema()
+            .ok_or_else(|| Error::internal("a fragment without a known schema"))?;
+        Ok(PlanNode::Union {
+            inputs: (first..first + f.actors).map(PlanNode::Input).collect(),
+            schema,
+        })
+    }
+}
+
+impl PlanNode {
+    /// The schema of the node's output, where the node records it (not for a bare input).
+    fn schema(&self) -> Option<SchemaRef> {
+        match self {
+            PlanNode::Input(_) => None,
+            PlanNode::Filter { input, .. } => input.schema(),
+            PlanNode::Project { schema, .. }
+            | PlanNode::Aggregate { schema, .. }
+            | PlanNode::Union { schema, .. } => Some(schema.clone()),
+            PlanNode::Join { spec, .. } => Some(spec.schema.clone()),
+            PlanNode::TopN { spec, .. } => Some(spec.schema.clone()),
+            PlanNode::TemporalFilter { spec, .. } => Some(spec.schema.clone()),
+        }
+    }
+
+    /// The node with each child replaced by `child(child)`, and a leaf by `leaf(input)`.
+    fn try_map_children(
+        self,
+        child: &mut dyn FnMut(PlanNode) -> Result<PlanNode>,
+        leaf: &mut dyn FnMut(usize) -> Result<PlanNode>,
+    ) -> Result<PlanNode> {
+        let mut boxed = |b: Box<PlanNode>| -> Result<Box<PlanNode>> { Ok(Box::new(child(*b)?)) };
+        Ok(match self {
+            PlanNode::Input(i) => leaf(i)?,
+            PlanNode::Project {
+                input,
+                exprs,
+                input_schema,
+                schema,
+            } => PlanNode::Project {
+                input: boxed(input)?,
+                exprs,
+                input_schema,
+                schema,
+            },
+            PlanNode::Filter { input, predicate } => PlanNode::Filter {
+                input: boxed(input)?,
+                predicate,
+            },
+            PlanNode::Aggregate {
+                input,
+                group_exprs,
+                group_types,
+                calls,
+                schema,
+                close_on,
+            } => PlanNode::Aggregate {
+                input: boxed(input)?,
+                group_exprs,
+                group_types,
+                calls,
+                schema,
+                close_on,
+            },
+            PlanNode::Join { left, right, spec } => PlanNode::Join {
+                left: boxed(left)?,
+                right: boxed(right)?,
+                spec,
+            },
+            PlanNode::Union { inputs, schema } => PlanNode::Union {
+                inputs: inputs.into_iter().map(&mut *child).collect::<Result<_>>()?,
+                schema,
+            },
+            PlanNode::TopN { input, spec } => PlanNode::TopN {
+                input: boxed(input)?,
+                spec,
+            },
+            PlanNode::TemporalFilter { input, spec } => PlanNode::TemporalFilter {
+                input: boxed(input)?,
+                spec,
+            },
+        })
     }
 }
 
@@ -436,22 +700,6 @@ fn build_node(
             let filter = TemporalFilter::new(ctx.store.clone(), table, spec, errors.clone())?;
             OpNode::unary(Box::new(filter), build_node(ctx, *input, tables, errors)?)
         }
-        PlanNode::VnodeFilter {
-            input,
-            keys,
-            key_types,
-            owner,
-            actors,
-        } => OpNode::unary(
-            Box::new(VnodeFilter::new(
-                keys,
-                key_types,
-                VnodeMapping::new(actors),
-                owner,
-                errors.clone(),
-            )),
-            build_node(ctx, *input, tables, errors)?,
-        ),
         PlanNode::Union { inputs, schema } => OpNode::Op {
             op: Box::new(Union::new(schema, inputs.len())),
             inputs: inputs

@@ -60,6 +60,7 @@ pub enum AggKind {
     BoolOr,
 }
 
+#[derive(Clone)]
 pub struct AggCall {
     pub kind: AggKind,
     pub arg: Arc<dyn PhysicalExpr>,

@@ -40,6 +40,7 @@ pub enum JoinKind {
     RightAnti,
 }
 
+#[derive(Clone)]
 pub struct JoinSpec {
     pub kind: JoinKind,
     /// The equi-join keys: expressions over the left input and over the right input.

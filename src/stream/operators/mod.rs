@@ -8,4 +8,3 @@ pub mod project;
 pub mod temporal_filter;
 pub mod top_n;
 pub mod union;
-pub mod vnode_filter;

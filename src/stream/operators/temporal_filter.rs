@@ -51,6 +51,7 @@ impl Visible {
     }
 }
 
+#[derive(Clone)]
 pub struct TemporalSpec {
     /// The row's time (microseconds since the epoch once cast to a timestamp).
     pub row_time: Arc<dyn PhysicalExpr>,

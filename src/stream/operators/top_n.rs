@@ -33,6 +33,7 @@ pub enum RankKind {
     DenseRank,
 }
 
+#[derive(Clone)]
 pub struct TopNSpec {
     pub partition: Vec<Arc<dyn PhysicalExpr>>,
     pub partition_types: Vec<DataType>,
