@@ -336,7 +336,7 @@ async fn parallel_views_agree_with_one_actor_and_survive_a_restart() {
             .into_iter()
             .map(|r| r.split(' ').take(3).collect::<Vec<_>>().join(" "))
             .collect();
-        // A global aggregate has nothing to split by: it runs as one actor.
+        // A global aggregate runs in two steps: partial counts in parallel, then their sum.
         assert_eq!(
             shown,
             [
@@ -344,7 +344,7 @@ async fn parallel_views_agree_with_one_actor_and_survive_a_restart() {
                 "by_g_one running 1",
                 "largest running 4",
                 "named running 4",
-                "overall running 1",
+                "overall running 3",
                 "per_name running 4",
                 "sizes running 4"
             ]

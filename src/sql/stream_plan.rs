@@ -667,7 +667,7 @@ impl Planner<'_> {
         let arg_type = arg.get_type(input_schema)?;
         let supported = match kind {
             AggKind::Count | AggKind::Min | AggKind::Max => true,
-            AggKind::Sum | AggKind::Avg => arg_type.is_numeric(),
+            AggKind::Sum | AggKind::Avg | AggKind::SumCounts => arg_type.is_numeric(),
             AggKind::BoolAnd | AggKind::BoolOr => arg_type == DataType::Boolean,
         };
         if !supported {

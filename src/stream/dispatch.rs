@@ -8,16 +8,21 @@
 //! over a canonical encoding of each value (integers widened to 64 bits, floats with -0.0 and
 //! NaN normalised), finished with murmur3's 64-bit mixer.
 
+use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int32Array, RecordBatch};
 use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
     Int64Type, Int8Type, IntervalMonthDayNanoType, TimeUnit, TimestampMicrosecondType,
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
     UInt64Type, UInt8Type,
 };
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::ColumnarValue;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 
 use super::chunk::StreamChunk;
@@ -219,6 +224,33 @@ fn feed(hashes: &mut [u64], column: &ArrayRef) -> Result<()> {
     Ok(())
 }
 
+/// Whether values of type `t` can be hashed to a vnode.
+pub fn hashable(t: &DataType) -> bool {
+    use datafusion::arrow::datatypes::IntervalUnit;
+    matches!(
+        t,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+            | DataType::Float32
+            | DataType::Float64
+            | DataType::Decimal128(..)
+            | DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::Boolean
+            | DataType::Date32
+            | DataType::Timestamp(..)
+            | DataType::Interval(IntervalUnit::MonthDayNano)
+    )
+}
+
 fn text(buf: &mut Vec<u8>, bytes: &[u8], t: u8) {
     buf.push(t);
     buf.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
@@ -236,6 +268,81 @@ pub fn vnodes(keys: &[ArrayRef]) -> Result<Vec<u16>> {
         .into_iter()
         .map(|h| (mix(h) % VNODE_COUNT as u64) as u16)
         .collect())
+}
+
+/// `vnode(a, b, ...)`: the virtual node of the values of its arguments, as an `int`. It spreads
+/// rows over a fragment's actors where no key of the query does (the partial step of a
+/// global aggregate or Top-N groups by the vnode of the whole row).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct VnodeOf {
+    args: Vec<Arc<dyn PhysicalExpr>>,
+}
+
+impl VnodeOf {
+    pub fn new(args: Vec<Arc<dyn PhysicalExpr>>) -> VnodeOf {
+        VnodeOf { args }
+    }
+
+    /// The vnode of a row of `schema`, from every column whose type hashes.
+    pub fn of_row(schema: &Schema) -> VnodeOf {
+        let args = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| hashable(f.data_type()))
+            .map(|(i, f)| Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        VnodeOf { args }
+    }
+}
+
+impl fmt::Display for VnodeOf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let args: Vec<String> = self.args.iter().map(|a| a.to_string()).collect();
+        write!(f, "vnode({})", args.join(", "))
+    }
+}
+
+impl PhysicalExpr for VnodeOf {
+    fn data_type(&self, _input_schema: &Schema) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Int32)
+    }
+
+    fn nullable(&self, _input_schema: &Schema) -> datafusion::error::Result<bool> {
+        Ok(false)
+    }
+
+    fn evaluate(&self, batch: &RecordBatch) -> datafusion::error::Result<ColumnarValue> {
+        let rows = batch.num_rows();
+        let args = self
+            .args
+            .iter()
+            .map(|a| a.evaluate(batch)?.into_array(rows))
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let vnodes = if args.is_empty() {
+            vec![0; rows]
+        } else {
+            vnodes(&args).map_err(|e| DataFusionError::External(Box::new(e)))?
+        };
+        Ok(ColumnarValue::Array(Arc::new(
+            Int32Array::from_iter_values(vnodes.into_iter().map(i32::from)),
+        )))
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
+        self.args.iter().collect()
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        args: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> datafusion::error::Result<Arc<dyn PhysicalExpr>> {
+        Ok(Arc::new(VnodeOf { args }))
+    }
+
+    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 /// Which of a fragment's actors owns each virtual node: contiguous, nearly equal ranges.
@@ -450,5 +557,43 @@ mod tests {
             }
         }
         assert_eq!(total, 200);
+    }
+
+    #[test]
+    fn vnode_of_a_row_hashes_its_hashable_columns() {
+        let s = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+            datafusion::arrow::datatypes::Field::new("k", DataType::Int64, true),
+            datafusion::arrow::datatypes::Field::new(
+                "t",
+                DataType::Time64(TimeUnit::Microsecond),
+                true,
+            ),
+        ]));
+        let keys = ints64(&[Some(1), Some(2), None]);
+        let times: ArrayRef = Arc::new(datafusion::arrow::array::Time64MicrosecondArray::from(
+            vec![5, 6, 7],
+        ));
+        let batch = RecordBatch::try_new(s.clone(), vec![keys.clone(), times]).unwrap();
+        let got = VnodeOf::of_row(&s)
+            .evaluate(&batch)
+            .unwrap()
+            .into_array(3)
+            .unwrap();
+        let want: Vec<i32> = vnodes(&[keys])
+            .unwrap()
+            .into_iter()
+            .map(i32::from)
+            .collect();
+        assert_eq!(got.as_primitive::<Int32Type>().values().to_vec(), want);
+        // With no column to hash, every row has vnode 0.
+        let none = VnodeOf::new(vec![])
+            .evaluate(&batch)
+            .unwrap()
+            .into_array(3)
+            .unwrap();
+        assert_eq!(
+            none.as_primitive::<Int32Type>().values().to_vec(),
+            [0, 0, 0]
+        );
     }
 }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::DataFusionError;
 use datafusion::physical_expr::expressions::Column;
@@ -17,10 +17,11 @@ use tokio::sync::mpsc;
 use super::actor::{Actor, OpNode};
 use super::align::AlignedInputs;
 use super::coordinator::ActorEvent;
+use super::dispatch::VnodeOf;
 use super::expr::ErrorSink;
 use super::message::{ActorId, Message};
 use super::operators::filter::Filter;
-use super::operators::hash_agg::{AggCall, HashAgg};
+use super::operators::hash_agg::{AggCall, AggKind, HashAgg};
 use super::operators::join::{HashJoin, JoinSpec};
 use super::operators::materialize::Materialize;
 use super::operators::project::Project;
@@ -220,7 +221,12 @@ impl StreamPlan {
             parallelism,
             fragments: Vec::new(),
         };
-        cut.single_fragment(self.root, None)?;
+        let root = if parallelism > 1 {
+            two_step(self.root)?
+        } else {
+            self.root
+        };
+        cut.single_fragment(root, None)?;
         cut.fragments
             .into_iter()
             .map(|f| f.ok_or_else(|| Error::internal("a fragment left unbuilt")))
@@ -338,6 +344,160 @@ impl Fragment {
         }
         lines
     }
+}
+
+/// `expr` over the output of a projection computing `exprs`, rewritten over its input.
+fn below_projection(
+    expr: &Arc<dyn PhysicalExpr>,
+    exprs: &[Arc<dyn PhysicalExpr>],
+) -> Result<Arc<dyn PhysicalExpr>> {
+    Ok(expr
+        .clone()
+        .transform_up(
+            |e: Arc<dyn PhysicalExpr>| match e.downcast_ref::<Column>() {
+                Some(c) => exprs
+                    .get(c.index())
+                    .cloned()
+                    .map(Transformed::yes)
+                    .ok_or_else(|| DataFusionError::Internal("column outside projection".into())),
+                None => Ok(Transformed::no(e)),
+            },
+        )?
+        .data)
+}
+
+/// Rewrites every global aggregate and global Top-N that can run in two steps into a final
+/// step over a partial one. The partial step is keyed by the virtual node of its whole input
+/// row, so it runs in a parallel fragment, each actor over its share of the rows; the final
+/// step, in one actor, combines at most a few changes per virtual node and epoch.
+fn two_step(node: PlanNode) -> Result<PlanNode> {
+    let node = node.try_map_children(&mut two_step, &mut |i| Ok(PlanNode::Input(i)))?;
+    Ok(match node {
+        PlanNode::Aggregate {
+            input,
+            group_exprs,
+            group_types,
+            calls,
+            schema,
+            close_on,
+        } if group_exprs.is_empty()
+            && close_on.is_none()
+            // avg needs its sum and count carried apart; DISTINCT needs every value in one
+            // place.
+            && calls
+                .iter()
+                .all(|c| !c.distinct && c.kind != AggKind::Avg) =>
+        {
+            match partial_aggregate(*input, &calls)? {
+                Ok(partial) => {
+                    let finals = calls
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| AggCall {
+                            kind: match c.kind {
+                                AggKind::Count => AggKind::SumCounts,
+                                k => k,
+                            },
+                            arg: Arc::new(Column::new(&format!("partial_{i}"), i + 1)),
+                            arg_type: c.output_type.clone(),
+                            output_type: c.output_type.clone(),
+                            distinct: false,
+                            filter: None,
+                        })
+                        .collect();
+                    PlanNode::Aggregate {
+                        input: Box::new(partial),
+                        group_exprs,
+                        group_types,
+                        calls: finals,
+                        schema,
+                        close_on,
+                    }
+                }
+                Err(input) => PlanNode::Aggregate {
+                    input: Box::new(input),
+                    group_exprs,
+                    group_types,
+                    calls,
+                    schema,
+                    close_on,
+                },
+            }
+        }
+        PlanNode::TopN { input, spec }
+            if spec.partition.is_empty() && spec.rank.is_none() && spec.limit.is_some() =>
+        {
+            let Some(kept) = spec.limit.and_then(|l| l.checked_add(spec.offset)) else {
+                return Ok(PlanNode::TopN { input, spec });
+            };
+            let local = TopNSpec {
+                partition: vec![Arc::new(VnodeOf::of_row(&spec.input_schema))],
+                partition_types: vec![DataType::Int32],
+                offset: 0,
+                limit: Some(kept),
+                ..spec.clone()
+            };
+            PlanNode::TopN {
+                input: Box::new(PlanNode::TopN { input, spec: local }),
+                spec,
+            }
+        }
+        other => other,
+    })
+}
+
+/// The partial step of a global aggregate over `input`: grouped by the vnode of the input
+/// row, computing each call's partial result (`partial_i`, after the `vnode` column). A
+/// projection right below is folded into the calls, so that the rows are spread by the
+/// relation's whole rows (`count(*)` projects no column at all). `Err(input)` when the
+/// input's columns are not known here.
+fn partial_aggregate(
+    input: PlanNode,
+    calls: &[AggCall],
+) -> Result<std::result::Result<PlanNode, PlanNode>> {
+    let (input, row_schema, calls) = match input {
+        PlanNode::Project {
+            input,
+            exprs,
+            input_schema,
+            ..
+        } => {
+            let calls = calls
+                .iter()
+                .map(|c| {
+                    Ok(AggCall {
+                        arg: below_projection(&c.arg, &exprs)?,
+                        filter: c
+                            .filter
+                            .as_ref()
+                            .map(|f| below_projection(f, &exprs))
+                            .transpose()?,
+                        ..c.clone()
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (*input, input_schema, calls)
+        }
+        other => match other.schema() {
+            Some(schema) => (other, schema, calls.to_vec()),
+            None => return Ok(Err(other)),
+        },
+    };
+    let mut fields = vec![Field::new("vnode", DataType::Int32, false)];
+    fields.extend(
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Field::new(format!("partial_{i}"), c.output_type.clone(), true)),
+    );
+    Ok(Ok(PlanNode::Aggregate {
+        input: Box::new(input),
+        group_exprs: vec![Arc::new(VnodeOf::of_row(&row_schema))],
+        group_types: vec![DataType::Int32],
+        calls,
+        schema: Arc::new(Schema::new(fields)),
+        close_on: None,
+    }))
 }
 
 /// The keys an operator partitions its input `k`'s rows by, if it is keyed by their values:

@@ -58,6 +58,8 @@ pub enum AggKind {
     Max,
     BoolAnd,
     BoolOr,
+    /// The final step of a two-step `count`: the sum of the partial counts, 0 over none.
+    SumCounts,
 }
 
 #[derive(Clone)]
@@ -314,7 +316,7 @@ impl HashAgg {
                 let keys = codec.encode(std::slice::from_ref(&array))?;
                 Values::Ordered(array, keys)
             }
-            AggKind::Sum | AggKind::Avg => match array.data_type() {
+            AggKind::Sum | AggKind::Avg | AggKind::SumCounts => match array.data_type() {
                 t if is_float(t) => {
                     let f = cast(&array, &DataType::Float64)?;
                     Values::Float(
@@ -346,6 +348,7 @@ impl HashAgg {
         let null = || ScalarValue::try_from(&call.output_type);
         match (call.kind, acc) {
             (AggKind::Count, Acc::Count { n }) => Ok(ScalarValue::Int64(Some(*n))),
+            (AggKind::SumCounts, Acc::Exact { sum, .. }) => exact_scalar(*sum, &call.output_type),
             (
                 _,
                 Acc::Exact { n: 0, .. }
