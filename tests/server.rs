@@ -373,8 +373,8 @@ async fn parallel_views_agree_with_one_actor_and_survive_a_restart() {
 }
 
 /// Every query reads one sealed epoch: while rows stream in, each snapshot of a parallel view,
-/// a single-actor view and their table holds the same prefix of the input, never half an
-/// epoch.
+/// a two-step global aggregate, a join under an aggregate (two parallel fragments) and their
+/// table holds the same prefix of the input, never half an epoch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_see_each_view_at_the_same_prefix_of_the_input() {
     let server = TestServer::start_with(|c| {
@@ -386,8 +386,11 @@ async fn readers_see_each_view_at_the_same_prefix_of_the_input() {
     setup
         .batch_execute(
             "CREATE TABLE t (id int PRIMARY KEY, g int);
+             CREATE TABLE u (g int, name text);
+             INSERT INTO u VALUES (0, 'a'), (1, 'b'), (2, 'a'), (3, 'c'), (4, 'b'), (5, 'a'), (6, 'd');
              CREATE MATERIALIZED VIEW by_g AS SELECT g, count(*) AS n, max(id) AS top FROM t GROUP BY g;
-             CREATE MATERIALIZED VIEW total AS SELECT count(*) AS n, max(id) AS top FROM t;",
+             CREATE MATERIALIZED VIEW total AS SELECT count(*) AS n, max(id) AS top FROM t;
+             CREATE MATERIALIZED VIEW per_name AS SELECT u.name, count(*) AS n FROM t JOIN u ON t.g = u.g GROUP BY u.name;",
         )
         .await
         .unwrap();
@@ -411,7 +414,7 @@ async fn readers_see_each_view_at_the_same_prefix_of_the_input() {
             &reader,
             "SELECT (SELECT count(*) FROM t), (SELECT coalesce(sum(n), 0) FROM by_g), \
              (SELECT n FROM total), (SELECT coalesce(max(top), -1) FROM by_g), \
-             (SELECT coalesce(top, -1) FROM total)",
+             (SELECT coalesce(top, -1) FROM total), (SELECT coalesce(sum(n), 0) FROM per_name)",
         )
         .await;
         let v: Vec<i64> = row[0].split(' ').map(|x| x.parse().unwrap()).collect();
@@ -420,6 +423,7 @@ async fn readers_see_each_view_at_the_same_prefix_of_the_input() {
         assert_eq!(v[0], v[2], "view and table disagree: {v:?}");
         assert_eq!(v[3], v[0] - 1, "not a prefix: {v:?}");
         assert_eq!(v[4], v[0] - 1, "not a prefix: {v:?}");
+        assert_eq!(v[5], v[0], "join under aggregate and table disagree: {v:?}");
         distinct_prefixes.insert(v[0]);
         snapshots += 1;
         if done {
