@@ -16,6 +16,7 @@
 
 pub mod catalog;
 pub mod changelog;
+pub mod checkpoint;
 pub mod clock;
 pub mod config;
 pub mod db;
