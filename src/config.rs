@@ -32,9 +32,52 @@ pub struct Config {
     /// Parallel actors per view (for views that can be split by key); a session's `SET
     /// streaming_parallelism` overrides it for the views it creates. Default: the cores.
     pub streaming_parallelism: usize,
+    /// Checkpoints of operator state to an object store (`[checkpoint]` in the TOML file).
+    pub checkpoint: CheckpointConfig,
     /// The time barriers carry (what `now()` is in a view's temporal filter); tests inject one.
     #[serde(skip, default = "system_clock")]
     pub clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Where checkpoints go, as an object store URL; by default `file://` under the data
+    /// directory (`<data_dir>/checkpoint-store`).
+    pub storage: Option<String>,
+    /// How often a checkpoint is taken; 0 takes none but those asked for (`CHECKPOINT;`).
+    pub interval_ms: u64,
+    /// At least this long between the end of one checkpoint and the start of the next.
+    pub min_pause_ms: u64,
+    /// Completed checkpoints kept; older ones are deleted with the files only they name.
+    pub retained: usize,
+    /// Upload only the SST files no retained checkpoint holds (false: every file, every time).
+    pub incremental: bool,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            storage: None,
+            interval_ms: 10_000,
+            min_pause_ms: 1_000,
+            retained: 2,
+            incremental: true,
+        }
+    }
+}
+
+impl Config {
+    /// The checkpoint store's URL.
+    pub fn checkpoint_storage(&self) -> Result<String> {
+        if let Some(url) = &self.checkpoint.storage {
+            return Ok(url.clone());
+        }
+        let dir = self.data_dir.join("checkpoint-store");
+        std::fs::create_dir_all(&dir)?;
+        let dir = dir.canonicalize()?;
+        Ok(format!("file://{}", dir.display()))
+    }
 }
 
 fn system_clock() -> Arc<dyn Clock> {
@@ -55,6 +98,7 @@ impl Default for Config {
             streaming_parallelism: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            checkpoint: CheckpointConfig::default(),
             clock: system_clock(),
         }
     }
@@ -90,5 +134,9 @@ mod tests {
         assert_eq!(c.barrier_interval_ms, 50);
         assert_eq!(c.connections_max, Config::default().connections_max);
         assert!(toml::from_str::<Config>("no_such_key = 1").is_err());
+        let c: Config = toml::from_str("[checkpoint]\ninterval_ms = 1000\nretained = 3").unwrap();
+        assert_eq!(c.checkpoint.interval_ms, 1000);
+        assert_eq!(c.checkpoint.retained, 3);
+        assert!(c.checkpoint.incremental);
     }
 }

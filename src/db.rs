@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::ParamValues;
@@ -19,6 +19,9 @@ use datafusion::sql::sqlparser::ast;
 use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, Object, ObjectId, TableDef, ViewDef};
+use crate::checkpoint::manifest::Kind as CheckpointKind;
+use crate::checkpoint::storage::Storage;
+use crate::checkpoint::{CheckpointClient, Checkpointer};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::context::query_context;
@@ -77,6 +80,8 @@ pub struct Database {
     /// DDL statements run one at a time.
     ddl: tokio::sync::Mutex<()>,
     tables_dir: PathBuf,
+    /// Started once every table and view is running.
+    checkpoints: std::sync::OnceLock<CheckpointClient>,
 }
 
 impl Database {
@@ -108,6 +113,7 @@ impl Database {
             view_errors: Mutex::new(HashMap::new()),
             ddl: tokio::sync::Mutex::new(()),
             tables_dir,
+            checkpoints: std::sync::OnceLock::new(),
         });
         for object in objects {
             match object {
@@ -121,7 +127,123 @@ impl Database {
             }
         }
         db.barriers.flush().await?;
+        let storage = Storage::open(&db.config.checkpoint_storage()?)?;
+        let checkpoints = Checkpointer::start(
+            db.config.checkpoint.clone(),
+            storage,
+            db.barriers.clone(),
+            db.config.data_dir.clone(),
+        )
+        .await?;
+        let _ = db.checkpoints.set(checkpoints);
         Ok(db)
+    }
+
+    /// The state store, without keeping it open: it closes once the database and every task
+    /// of its dataflow are gone.
+    pub fn state_store(&self) -> std::sync::Weak<StateStore> {
+        Arc::downgrade(&self.store)
+    }
+
+    /// Compacts the state store into its bottom level, rewriting its files.
+    pub async fn compact_state(&self) -> Result<()> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.compact())
+            .await
+            .map_err(|e| Error::internal(format!("compaction task: {e}")))
+    }
+
+    fn checkpoints(&self) -> Result<&CheckpointClient> {
+        self.checkpoints
+            .get()
+            .ok_or_else(|| Error::unavailable("checkpoints are not running yet"))
+    }
+
+    /// CHECKPOINT: takes one now (after the one in flight) and answers with its id and epoch.
+    pub async fn checkpoint(&self) -> Result<Output> {
+        let checkpoints = self.checkpoints()?;
+        let id = checkpoints.trigger(CheckpointKind::Manual, None).await?;
+        let epoch = checkpoints
+            .records()
+            .iter()
+            .find(|r| r.id == id)
+            .and_then(|r| r.epoch)
+            .unwrap_or_default();
+        let schema = checkpoint_schema();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![id as i64])),
+                Arc::new(Int64Array::from(vec![epoch as i64])),
+            ],
+        )?;
+        Ok(Output::Rows {
+            schema,
+            batches: vec![batch],
+        })
+    }
+
+    /// SHOW CHECKPOINTS: this run's checkpoints (and those it found in the store), newest
+    /// first.
+    pub fn show_checkpoints(&self) -> Result<Output> {
+        let records = self.checkpoints()?.records();
+        let int = |f: &dyn Fn(&crate::checkpoint::Record) -> i64| -> ArrayRef {
+            Arc::new(Int64Array::from_iter_values(records.iter().map(f)))
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("epoch", DataType::Int64, true),
+            Field::new("kind", DataType::Utf8, false),
+            Field::new("status", DataType::Utf8, false),
+            Field::new(
+                "started_at",
+                DataType::Timestamp(
+                    datafusion::arrow::datatypes::TimeUnit::Microsecond,
+                    Some(crate::types::TIMESTAMPTZ_ZONE.into()),
+                ),
+                false,
+            ),
+            Field::new("duration_ms", DataType::Int64, false),
+            Field::new("align_ms", DataType::Int64, false),
+            Field::new("snapshot_ms", DataType::Int64, false),
+            Field::new("upload_ms", DataType::Int64, false),
+            Field::new("files_uploaded", DataType::Int64, false),
+            Field::new("files_reused", DataType::Int64, false),
+            Field::new("bytes_uploaded", DataType::Int64, false),
+            Field::new("bytes_referenced", DataType::Int64, false),
+        ]));
+        let started = datafusion::arrow::array::TimestampMicrosecondArray::from_iter_values(
+            records.iter().map(|r| r.started_at_ms * 1000),
+        )
+        .with_timezone(crate::types::TIMESTAMPTZ_ZONE);
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                int(&|r| r.id as i64),
+                Arc::new(Int64Array::from_iter(
+                    records.iter().map(|r| r.epoch.map(|e| e as i64)),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    records.iter().map(|r| r.kind.as_str()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    records.iter().map(|r| r.status.as_str()),
+                )),
+                Arc::new(started),
+                int(&|r| r.duration_ms as i64),
+                int(&|r| r.timings.align_ms as i64),
+                int(&|r| r.timings.snapshot_ms as i64),
+                int(&|r| r.timings.upload_ms as i64),
+                int(&|r| r.files_uploaded as i64),
+                int(&|r| r.files_reused as i64),
+                int(&|r| r.bytes_uploaded as i64),
+                int(&|r| r.bytes_referenced as i64),
+            ],
+        )?;
+        Ok(Output::Rows {
+            schema,
+            batches: vec![batch],
+        })
     }
 
     fn catalog(&self) -> std::sync::RwLockReadGuard<'_, Catalog> {
@@ -1086,6 +1208,14 @@ fn named(root: PlanNode, schema: &SchemaRef) -> PlanNode {
             schema: schema.clone(),
         },
     }
+}
+
+/// What CHECKPOINT answers: the checkpoint's id and epoch.
+pub fn checkpoint_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("epoch", DataType::Int64, false),
+    ]))
 }
 
 /// A view's plan cut into fragments, under the view's own column names.

@@ -92,6 +92,8 @@ impl Session {
     ) -> Result<Output> {
         match &parsed.statement {
             Statement::Flush => self.db.flush().await,
+            Statement::Checkpoint => self.db.checkpoint().await,
+            Statement::ShowCheckpoints => self.db.show_checkpoints(),
             Statement::ShowTables => self.db.show_tables(),
             Statement::ShowMaterializedViews => self.db.show_views(),
             Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name),
@@ -294,6 +296,10 @@ impl Session {
         let stmt = match &parsed.statement {
             Statement::Sql(s) => s,
             Statement::Flush => return Ok(none(None)),
+            Statement::Checkpoint => return Ok(none(Some(crate::db::checkpoint_schema()))),
+            Statement::ShowCheckpoints => {
+                return Ok(none(rows_schema(self.db.show_checkpoints()?)))
+            }
             // These answer rows; run them to learn their shape (they are cheap and read-only).
             Statement::ShowTables => return Ok(none(rows_schema(self.db.show_tables()?))),
             Statement::ShowMaterializedViews => {

@@ -64,6 +64,11 @@ fn only_state_uses_rocksdb() {
 }
 
 #[test]
+fn only_checkpoint_uses_the_object_store() {
+    only_owner_uses("object_store", "src/checkpoint/");
+}
+
+#[test]
 fn every_file_opens_with_a_doc_line() {
     let missing: Vec<String> = sources()
         .into_iter()

@@ -109,17 +109,15 @@ impl Ledger {
         };
         let mut plan = Plan::default();
         for file in files {
+            let shared = format!("shared/{}-{}", self.run, file.name);
             match last.get(file.name.as_str()) {
-                Some(f)
-                    if file.is_sst()
-                        && f.size == file.size
-                        && self.refs.contains_key(&f.object) =>
-                {
+                // Only this run's uploads: another run's file of the same name is another file.
+                Some(f) if file.is_sst() && f.size == file.size && f.object == shared => {
                     plan.reuse.push((*f).clone())
                 }
                 _ => {
                     let object = if incremental && file.is_sst() {
-                        format!("shared/{}-{}", self.run, file.name)
+                        shared
                     } else {
                         format!("{}/{}", checkpoint_dir(id), file.name)
                     };
@@ -128,6 +126,15 @@ impl Ledger {
             }
         }
         plan
+    }
+
+    /// Takes in a checkpoint found in the store, as retained: it expires in its turn. Its
+    /// files are not reused by name: they are another run's.
+    pub fn adopt(&mut self, checkpoint: Completed) {
+        for f in &checkpoint.files {
+            *self.refs.entry(f.object.clone()).or_default() += 1;
+        }
+        self.retained.push_back(checkpoint);
     }
 
     /// Records a checkpoint whose manifest is written: it becomes the newest, the oldest ones
@@ -275,6 +282,28 @@ mod tests {
         changed.size += 1;
         let plan = ledger.plan(4, &[changed], true);
         assert!(plan.reuse.is_empty());
+    }
+
+    #[test]
+    fn files_of_another_run_are_not_reused_by_name() {
+        let mut previous = Ledger::new("old", 2);
+        checkpoint(&mut previous, 1, &["1", "2"]);
+        let mut ledger = Ledger::new("run", 2);
+        for c in previous.retained() {
+            ledger.adopt(c.clone());
+        }
+        // A fresh RocksDB numbers its files from the start again: same names, other data.
+        let (up, _) = checkpoint(&mut ledger, 2, &["1", "2"]);
+        assert_eq!(up, ["1", "2"]);
+        // Both runs' objects are counted until the old checkpoint expires.
+        assert_eq!(ledger.ref_counts().len(), 4);
+        let plan = ledger.plan(4, &[sst("1")], true);
+        let retired = ledger.complete(Completed {
+            id: 4,
+            files: plan.reuse.clone(),
+        });
+        assert_eq!(retired.expired, [1]);
+        assert_eq!(retired.delete, ["shared/old-1.sst", "shared/old-2.sst"]);
     }
 
     #[test]

@@ -3,6 +3,457 @@
 //!
 //! `ledger` holds the decisions, free of I/O: which files a checkpoint uploads and which it
 //! reuses, how many retained checkpoints name each object, and what the expiry of old
-//! checkpoints deletes.
+//! checkpoints deletes. `manifest` is the commit point's format, `storage` the object store.
+//! The checkpointer task here runs one checkpoint at a time: it asks the barrier coordinator
+//! for a checkpoint barrier, receives the RocksDB checkpoint of its epoch, uploads what the
+//! ledger says, writes the manifest, and deletes what expired. The dataflow only waits for
+//! the local snapshot, never for the object store.
+//!
+//! Invariant: this is the only module that imports `object_store`.
 
 pub mod ledger;
+pub mod manifest;
+pub mod storage;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use self::ledger::{manifest_object, Completed, FileRef, Ledger, LocalFile};
+use self::manifest::{Kind, Manifest, Timings, FORMAT};
+use self::storage::Storage;
+use crate::config::CheckpointConfig;
+use crate::error::{Error, Result};
+use crate::stream::coordinator::BarrierClient;
+
+/// What `SHOW CHECKPOINTS` shows of one checkpoint.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub id: u64,
+    pub epoch: Option<u64>,
+    pub kind: Kind,
+    pub label: Option<String>,
+    /// `in progress`, `completed`, `expired` (no longer retained) or `failed: <reason>`.
+    pub status: String,
+    pub started_at_ms: i64,
+    pub duration_ms: u64,
+    pub timings: Timings,
+    pub files_uploaded: u64,
+    pub files_reused: u64,
+    pub bytes_uploaded: u64,
+    pub bytes_referenced: u64,
+}
+
+/// Every object retained checkpoints name: its size and the ids of the checkpoints naming it.
+pub type RetainedFiles = BTreeMap<String, (u64, Vec<u64>)>;
+
+/// How many checkpoints `SHOW CHECKPOINTS` remembers.
+const RECORDS_MAX: usize = 100;
+
+struct Trigger {
+    kind: Kind,
+    label: Option<String>,
+    reply: oneshot::Sender<Result<u64>>,
+}
+
+/// The handle the rest of the server uses: trigger a checkpoint, read the records.
+#[derive(Clone)]
+pub struct CheckpointClient {
+    triggers: mpsc::Sender<Trigger>,
+    records: Arc<Mutex<Vec<Record>>>,
+    ledger: Arc<Mutex<RetainedFiles>>,
+}
+
+impl CheckpointClient {
+    /// Takes a checkpoint after the one in flight, if any; returns its id once it is complete,
+    /// or why it failed.
+    pub async fn trigger(&self, kind: Kind, label: Option<String>) -> Result<u64> {
+        let (reply, rx) = oneshot::channel();
+        self.triggers
+            .send(Trigger { kind, label, reply })
+            .await
+            .map_err(|_| Error::unavailable("the checkpointer has stopped"))?;
+        rx.await
+            .map_err(|_| Error::unavailable("the checkpointer has stopped"))?
+    }
+
+    /// The checkpoints of this run, newest first.
+    pub fn records(&self) -> Vec<Record> {
+        let mut records = self
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        records.reverse();
+        records
+    }
+
+    /// Every object retained checkpoints name: its size and the checkpoints naming it.
+    pub fn files(&self) -> RetainedFiles {
+        self.ledger
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+pub struct Checkpointer {
+    config: CheckpointConfig,
+    storage: Storage,
+    barriers: BarrierClient,
+    ledger: Ledger,
+    run: String,
+    next_id: u64,
+    staging: PathBuf,
+    catalog_path: PathBuf,
+    triggers: mpsc::Receiver<Trigger>,
+    records: Arc<Mutex<Vec<Record>>>,
+    files: Arc<Mutex<RetainedFiles>>,
+}
+
+impl Checkpointer {
+    /// Opens the store, finds the checkpoints already in it (they stay retained until newer
+    /// ones replace them), removes what a crash left half done, and starts the task.
+    pub async fn start(
+        config: CheckpointConfig,
+        storage: Storage,
+        barriers: BarrierClient,
+        data_dir: PathBuf,
+    ) -> Result<CheckpointClient> {
+        let run = run_id();
+        let mut ledger = Ledger::new(run.clone(), config.retained);
+        let existing = load_manifests(&storage).await?;
+        let next_id = existing.last().map_or(1, |m| m.id + 1);
+        for m in &existing {
+            ledger.adopt(Completed {
+                id: m.id,
+                files: m.files.clone(),
+            });
+        }
+        sweep(&storage, &existing).await;
+        let staging = data_dir.join("checkpoints").join("staging");
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)?;
+        }
+        let (triggers, rx) = mpsc::channel(16);
+        let records = Arc::new(Mutex::new(
+            existing
+                .iter()
+                .map(|m| record_of(m, "completed"))
+                .collect::<Vec<_>>(),
+        ));
+        let files = Arc::new(Mutex::new(BTreeMap::new()));
+        let client = CheckpointClient {
+            triggers,
+            records: records.clone(),
+            ledger: files.clone(),
+        };
+        let checkpointer = Checkpointer {
+            config,
+            storage,
+            barriers,
+            ledger,
+            run,
+            next_id,
+            staging,
+            catalog_path: data_dir.join("catalog.json"),
+            triggers: rx,
+            records,
+            files,
+        };
+        checkpointer.publish_files();
+        tokio::spawn(checkpointer.run());
+        Ok(client)
+    }
+
+    async fn run(mut self) {
+        let interval = Duration::from_millis(self.config.interval_ms);
+        let min_pause = Duration::from_millis(self.config.min_pause_ms);
+        let mut last_start = Instant::now();
+        let mut last_end = Instant::now();
+        loop {
+            let due = (last_start + interval).max(last_end + min_pause);
+            let periodic = async {
+                if interval.is_zero() {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep_until(due.into()).await;
+            };
+            tokio::select! {
+                trigger = self.triggers.recv() => {
+                    let Some(t) = trigger else { return };
+                    last_start = Instant::now();
+                    let result = self.checkpoint(t.kind, t.label).await;
+                    last_end = Instant::now();
+                    let _ = t.reply.send(result);
+                }
+                _ = periodic => {
+                    last_start = Instant::now();
+                    if let Err(e) = self.checkpoint(Kind::Periodic, None).await {
+                        tracing::warn!("periodic checkpoint failed: {e}");
+                    }
+                    last_end = Instant::now();
+                }
+            }
+        }
+    }
+
+    /// Takes one checkpoint, start to finish.
+    async fn checkpoint(&mut self, kind: Kind, label: Option<String>) -> Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let started_at_ms = chrono::Utc::now().timestamp_millis();
+        let started = Instant::now();
+        let mut record = Record {
+            id,
+            epoch: None,
+            kind,
+            label: label.clone(),
+            status: "in progress".into(),
+            started_at_ms,
+            duration_ms: 0,
+            timings: Timings::default(),
+            files_uploaded: 0,
+            files_reused: 0,
+            bytes_uploaded: 0,
+            bytes_referenced: 0,
+        };
+        self.set_record(&record);
+        let dir = self.staging.join(id.to_string());
+        let mut uploaded = Vec::new();
+        let result = self
+            .take(
+                id,
+                kind,
+                label,
+                started_at_ms,
+                &dir,
+                &mut record,
+                &mut uploaded,
+            )
+            .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        record.duration_ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(()) => {
+                record.status = "completed".into();
+                tracing::info!(
+                    id,
+                    epoch = record.epoch,
+                    uploaded = record.bytes_uploaded,
+                    referenced = record.bytes_referenced,
+                    ms = record.duration_ms,
+                    "checkpoint completed"
+                );
+            }
+            Err(e) => {
+                record.status = format!("failed: {}", e.message);
+                self.ledger.fail(uploaded);
+                tracing::warn!(id, "checkpoint failed: {}", e.message);
+            }
+        }
+        self.set_record(&record);
+        result.map(|()| id)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn take(
+        &mut self,
+        id: u64,
+        kind: Kind,
+        label: Option<String>,
+        started_at_ms: i64,
+        dir: &std::path::Path,
+        record: &mut Record,
+        uploaded: &mut Vec<String>,
+    ) -> Result<()> {
+        let taken = self
+            .barriers
+            .checkpoint_barrier(dir.to_path_buf())
+            .await?
+            .await
+            .map_err(|_| Error::unavailable("the barrier coordinator has stopped"))??;
+        record.epoch = Some(taken.epoch);
+        record.timings.align_ms = taken.align.as_millis() as u64;
+        record.timings.snapshot_ms = taken.snapshot.as_millis() as u64;
+        self.set_record(record);
+        let catalog = std::fs::read(&self.catalog_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let files: Vec<LocalFile> = taken
+            .files
+            .into_iter()
+            .map(|(name, size)| LocalFile { name, size })
+            .collect();
+        let plan = self.ledger.plan(id, &files, self.config.incremental);
+        let upload_started = Instant::now();
+        let mut refs = plan.reuse.clone();
+        for (file, object) in &plan.upload {
+            let bytes = Bytes::from(std::fs::read(dir.join(&file.name))?);
+            let crc32 = crc32fast::hash(&bytes);
+            uploaded.push(object.clone());
+            self.storage.put(object, bytes).await?;
+            refs.push(FileRef {
+                object: object.clone(),
+                local: file.name.clone(),
+                size: file.size,
+                crc32,
+            });
+            record.files_uploaded += 1;
+            record.bytes_uploaded += file.size;
+        }
+        record.files_reused = plan.reuse.len() as u64;
+        record.bytes_referenced = refs.iter().map(|f| f.size).sum();
+        let mut manifest = Manifest {
+            format: FORMAT,
+            id,
+            epoch: taken.epoch,
+            kind,
+            label,
+            run: self.run.clone(),
+            started_at_ms,
+            files: refs.clone(),
+            files_uploaded: record.files_uploaded,
+            bytes_uploaded: record.bytes_uploaded,
+            offsets: BTreeMap::new(),
+            catalog,
+            timings: record.timings.clone(),
+        };
+        manifest.timings.upload_ms = upload_started.elapsed().as_millis() as u64;
+        self.storage
+            .put(&manifest_object(id), Bytes::from(manifest.encode()?))
+            .await?;
+        record.timings = manifest.timings.clone();
+        // The checkpoint exists. What expired goes: manifests first, so that a crash between
+        // these deletions leaves only objects no manifest names.
+        let retired = self.ledger.complete(Completed { id, files: refs });
+        for expired in &retired.expired {
+            if let Err(e) = self.storage.delete(&manifest_object(*expired)).await {
+                tracing::warn!("cannot delete expired checkpoint {expired}: {e}");
+            }
+            let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(r) = records.iter_mut().find(|r| r.id == *expired) {
+                r.status = "expired".into();
+            }
+        }
+        for object in &retired.delete {
+            if let Err(e) = self.storage.delete(object).await {
+                tracing::warn!("cannot delete {object}, left for the sweep at start: {e}");
+            }
+        }
+        self.publish_files();
+        Ok(())
+    }
+
+    fn set_record(&self, record: &Record) {
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        match records.iter_mut().find(|r| r.id == record.id) {
+            Some(r) => *r = record.clone(),
+            None => records.push(record.clone()),
+        }
+        let excess = records.len().saturating_sub(RECORDS_MAX);
+        records.drain(..excess);
+    }
+
+    /// Publishes the retained checkpoints' objects for `weir_catalog.checkpoint_files`.
+    fn publish_files(&self) {
+        let mut files = RetainedFiles::new();
+        for c in self.ledger.retained() {
+            for f in &c.files {
+                let entry = files
+                    .entry(f.object.clone())
+                    .or_insert((f.size, Vec::new()));
+                entry.1.push(c.id);
+            }
+        }
+        *self.files.lock().unwrap_or_else(|p| p.into_inner()) = files;
+    }
+}
+
+fn record_of(m: &Manifest, status: &str) -> Record {
+    Record {
+        id: m.id,
+        epoch: Some(m.epoch),
+        kind: m.kind,
+        label: m.label.clone(),
+        status: status.into(),
+        started_at_ms: m.started_at_ms,
+        duration_ms: m.timings.align_ms + m.timings.snapshot_ms + m.timings.upload_ms,
+        timings: m.timings.clone(),
+        files_uploaded: m.files_uploaded,
+        files_reused: m.files.len() as u64 - m.files_uploaded.min(m.files.len() as u64),
+        bytes_uploaded: m.bytes_uploaded,
+        bytes_referenced: m.bytes_referenced(),
+    }
+}
+
+/// The whole manifests in the store, oldest first. A damaged one is reported and skipped.
+async fn load_manifests(storage: &Storage) -> Result<Vec<Manifest>> {
+    let mut out = Vec::new();
+    for (name, _) in storage.list("checkpoints").await? {
+        if !name.ends_with("/manifest.json") {
+            continue;
+        }
+        match Manifest::decode(&storage.get(&name).await?) {
+            Ok(m) => out.push(m),
+            Err(e) => tracing::error!("checkpoint manifest {name} is not usable: {e}"),
+        }
+    }
+    out.sort_by_key(|m| m.id);
+    Ok(out)
+}
+
+/// Deletes what a crash left behind: objects of checkpoints that never got a manifest, and
+/// shared objects no manifest names. Runs before the first checkpoint of a run, when nothing
+/// is in flight. If any manifest could not be read, shared objects are left alone: the
+/// damaged one may name them.
+async fn sweep(storage: &Storage, manifests: &[Manifest]) {
+    let named: BTreeSet<&str> = manifests
+        .iter()
+        .flat_map(|m| m.files.iter().map(|f| f.object.as_str()))
+        .collect();
+    let Ok(all) = storage.list("").await else {
+        return;
+    };
+    let with_manifest: BTreeSet<&str> = all
+        .iter()
+        .filter_map(|(n, _)| n.strip_suffix("/manifest.json"))
+        .collect();
+    let readable = manifests.len() == with_manifest.len();
+    for (name, _) in &all {
+        let orphan = if let Some(rest) = name.strip_prefix("checkpoints/") {
+            let dir = rest.split('/').next().unwrap_or_default();
+            !with_manifest.contains(format!("checkpoints/{dir}").as_str())
+        } else if name.starts_with("shared/") {
+            readable && !named.contains(name.as_str())
+        } else {
+            false
+        };
+        if orphan {
+            match storage.delete(name).await {
+                Ok(()) => tracing::info!("removed {name}, which no checkpoint names"),
+                Err(e) => tracing::warn!("cannot remove {name}: {e}"),
+            }
+        }
+    }
+}
+
+/// A random id for this run of the server, so that its file names never meet another run's.
+fn run_id() -> String {
+    let mut bytes = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    if random.is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        bytes = ((nanos as u64) ^ ((std::process::id() as u64) << 32)).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,6 +1,7 @@
 //! Splits a query string into statements and parses each: standard SQL through DataFusion's
-//! sqlparser (PostgreSQL dialect), and Weir's own statements (FLUSH, SHOW MATERIALIZED VIEWS,
-//! SHOW CREATE MATERIALIZED VIEW) by their leading keywords.
+//! sqlparser (PostgreSQL dialect), and Weir's own statements (FLUSH, CHECKPOINT, SHOW
+//! CHECKPOINTS, SHOW MATERIALIZED VIEWS, SHOW CREATE MATERIALIZED VIEW) by their leading
+//! keywords.
 //!
 //! The whole string is parsed before anything runs, as in PostgreSQL: a syntax error in the
 //! third statement means the first two do not run either.
@@ -22,6 +23,9 @@ const NESTING_MAX: usize = 64;
 pub enum Statement {
     /// Wait until every acknowledged change is visible in every view.
     Flush,
+    /// Take a checkpoint now and answer with its id once it is complete.
+    Checkpoint,
+    ShowCheckpoints,
     ShowTables,
     ShowMaterializedViews,
     ShowCreateMaterializedView(String),
@@ -225,6 +229,8 @@ fn weir_statement(tokens: &[TokenWithSpan]) -> Option<Statement> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
         ["FLUSH"] => Some(Statement::Flush),
+        ["CHECKPOINT"] => Some(Statement::Checkpoint),
+        ["SHOW", "CHECKPOINTS"] => Some(Statement::ShowCheckpoints),
         ["SHOW", "TABLES"] => Some(Statement::ShowTables),
         ["SHOW", "MATERIALIZED", "VIEWS"] => Some(Statement::ShowMaterializedViews),
         ["SHOW", "CREATE", "MATERIALIZED", "VIEW", _] => {

@@ -128,6 +128,35 @@ impl StateStore {
         self.sealed.send_replace(snapshot);
     }
 
+    /// Writes a RocksDB checkpoint of the committed state into `dir` (which must not exist):
+    /// the memtable is flushed, and every live file hard-linked (copied across file systems).
+    /// Called between the last commit of an epoch and its seal, it holds exactly that epoch's
+    /// state: the next epoch's batches wait for the seal. Returns each file's name and size.
+    pub fn checkpoint(&self, dir: &Path) -> Result<Vec<(String, u64)>> {
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        rocksdb::checkpoint::Checkpoint::new(&self.db)
+            .and_then(|c| c.create_checkpoint(dir))
+            .map_err(storage_error)?;
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_file() {
+                files.push((entry.file_name().to_string_lossy().into_owned(), meta.len()));
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
+    /// Compacts the whole key space into the bottom level (maintenance, and tests that need
+    /// RocksDB to rewrite its files).
+    pub fn compact(&self) {
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+    }
+
     /// The snapshot at the last sealed epoch.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.sealed.borrow().clone()

@@ -3,8 +3,9 @@
 //! epoch in the state store once every actor has acknowledged it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -34,7 +35,36 @@ pub struct InjectRequest {
     pub add_actors: Vec<ActorId>,
     /// New sources (tables): their feed channel receives this barrier and all later ones.
     pub add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+    /// Makes the barrier a checkpoint barrier: the state store's checkpoint is taken into
+    /// this directory once every actor has committed the epoch, before it is sealed.
+    pub snapshot: Option<SnapshotRequest>,
     reply: oneshot::Sender<u64>,
+}
+
+pub struct SnapshotRequest {
+    pub dir: PathBuf,
+    pub reply: oneshot::Sender<Result<TakenSnapshot>>,
+}
+
+/// A RocksDB checkpoint of the state at the end of one epoch.
+#[derive(Debug)]
+pub struct TakenSnapshot {
+    pub epoch: u64,
+    /// Every file of the checkpoint directory, by name, with its size.
+    pub files: Vec<(String, u64)>,
+    /// From the barrier's injection until every actor had committed its epoch.
+    pub align: Duration,
+    /// Flushing and linking the files.
+    pub snapshot: Duration,
+}
+
+/// A snapshot the coordinator took off its own task, coming back to be sealed.
+struct SnapshotDone {
+    epoch: u64,
+    result: Result<Vec<(String, u64)>>,
+    align: Duration,
+    snapshot: Duration,
+    reply: oneshot::Sender<Result<TakenSnapshot>>,
 }
 
 /// Actors whose task ended with an error, and why. A view whose actor failed can no longer
@@ -57,11 +87,34 @@ impl BarrierClient {
         add_actors: Vec<ActorId>,
         add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
     ) -> Result<u64> {
+        self.request(mutation, add_actors, add_sources, None).await
+    }
+
+    /// Injects a checkpoint barrier whose snapshot goes into `dir`; the receiver gets the
+    /// snapshot once taken (the epoch is sealed right after).
+    pub async fn checkpoint_barrier(
+        &self,
+        dir: PathBuf,
+    ) -> Result<oneshot::Receiver<Result<TakenSnapshot>>> {
+        let (reply, rx) = oneshot::channel();
+        self.request(None, vec![], vec![], Some(SnapshotRequest { dir, reply }))
+            .await?;
+        Ok(rx)
+    }
+
+    async fn request(
+        &self,
+        mutation: Option<Mutation>,
+        add_actors: Vec<ActorId>,
+        add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+        snapshot: Option<SnapshotRequest>,
+    ) -> Result<u64> {
         let (reply, rx) = oneshot::channel();
         let req = InjectRequest {
             mutation: mutation.map(Arc::new),
             add_actors,
             add_sources,
+            snapshot,
             reply,
         };
         self.requests
@@ -101,6 +154,14 @@ pub struct Coordinator {
     clock: Arc<dyn Clock>,
     last_time_us: i64,
     failed: FailedActors,
+    /// Checkpoint barriers in flight, by epoch, with when they were injected.
+    snapshots: HashMap<u64, (SnapshotRequest, Instant)>,
+    /// The epoch whose snapshot is being taken: no epoch seals until it is done.
+    snapshotting: Option<u64>,
+    snapshot_done: (
+        mpsc::UnboundedSender<SnapshotDone>,
+        mpsc::UnboundedReceiver<SnapshotDone>,
+    ),
 }
 
 impl Coordinator {
@@ -126,6 +187,9 @@ impl Coordinator {
             clock,
             last_time_us: i64::MIN,
             failed: failed.clone(),
+            snapshots: HashMap::new(),
+            snapshotting: None,
+            snapshot_done: mpsc::unbounded_channel(),
         };
         tokio::spawn(coordinator.run());
         (
@@ -144,12 +208,17 @@ impl Coordinator {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
-                    self.inject(None, vec![], vec![]);
+                    self.inject(None, vec![], vec![], None);
                 }
                 req = self.requests.recv() => {
                     let Some(req) = req else { return };
-                    let epoch = self.inject(req.mutation, req.add_actors, req.add_sources);
+                    let epoch =
+                        self.inject(req.mutation, req.add_actors, req.add_sources, req.snapshot);
                     let _ = req.reply.send(epoch);
+                }
+                done = self.snapshot_done.1.recv() => {
+                    let Some(done) = done else { return };
+                    self.on_snapshot(done);
                 }
                 ev = self.events.recv() => {
                     let Some(ev) = ev else { return };
@@ -164,6 +233,7 @@ impl Coordinator {
         mutation: Option<Arc<Mutation>>,
         add_actors: Vec<ActorId>,
         add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+        snapshot: Option<SnapshotRequest>,
     ) -> u64 {
         self.last_epoch += 1;
         let epoch = self.last_epoch;
@@ -184,9 +254,16 @@ impl Coordinator {
         let barrier = Barrier {
             epoch,
             time_us: self.last_time_us,
-            kind: BarrierKind::Regular,
+            kind: if snapshot.is_some() {
+                BarrierKind::Checkpoint
+            } else {
+                BarrierKind::Regular
+            },
             mutation: mutation.clone(),
         };
+        if let Some(request) = snapshot {
+            self.snapshots.insert(epoch, (request, Instant::now()));
+        }
         for tx in self.sources.values() {
             let _ = tx.send(barrier.clone());
         }
@@ -228,13 +305,48 @@ impl Coordinator {
 
     fn try_seal(&mut self) {
         while let Some(entry) = self.in_flight.first_entry() {
-            if !entry.get().is_empty() {
+            if !entry.get().is_empty() || self.snapshotting.is_some() {
                 break;
             }
             let epoch = *entry.key();
+            if let Some((request, injected)) = self.snapshots.remove(&epoch) {
+                // Every actor has committed the epoch and none of the next can commit before
+                // it is sealed: the store holds exactly this epoch's state. Flushing and
+                // linking block, so they run off this task; the seal follows.
+                self.snapshotting = Some(epoch);
+                let store = self.store.clone();
+                let done = self.snapshot_done.0.clone();
+                let align = injected.elapsed();
+                tokio::task::spawn_blocking(move || {
+                    let started = Instant::now();
+                    let result = store.checkpoint(&request.dir);
+                    let _ = done.send(SnapshotDone {
+                        epoch,
+                        result,
+                        align,
+                        snapshot: started.elapsed(),
+                        reply: request.reply,
+                    });
+                });
+                break;
+            }
             entry.remove();
             self.store.seal(epoch);
         }
+    }
+
+    fn on_snapshot(&mut self, done: SnapshotDone) {
+        self.snapshotting = None;
+        self.in_flight.remove(&done.epoch);
+        self.store.seal(done.epoch);
+        let taken = done.result.map(|files| TakenSnapshot {
+            epoch: done.epoch,
+            files,
+            align: done.align,
+            snapshot: done.snapshot,
+        });
+        let _ = done.reply.send(taken);
+        self.try_seal();
     }
 }
 

@@ -11,6 +11,9 @@ use weir::db::Database;
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The server's database, for tests that reach below SQL.
+    #[allow(dead_code)]
+    pub db: Arc<Database>,
     pub dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -38,11 +41,12 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let db: Arc<Database> = Database::open(config).await.expect("open database");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(weir::server::serve(db, listener, async {
+        let task = tokio::spawn(weir::server::serve(db.clone(), listener, async {
             let _ = rx.await;
         }));
         TestServer {
             addr,
+            db,
             dir,
             shutdown: Some(tx),
             task: Some(task),
@@ -77,6 +81,22 @@ impl TestServer {
         }
         let dir = tempfile::tempdir().unwrap();
         std::mem::replace(&mut self.dir, dir)
+    }
+
+    /// Stops the server and waits until its database has closed (every client connection
+    /// must be gone), so that a restart in the same directory finds RocksDB unlocked and
+    /// nothing else writing to it. Returns the data directory.
+    #[allow(dead_code)]
+    pub async fn stop_and_close(self) -> tempfile::TempDir {
+        let store = self.db.state_store();
+        let dir = self.stop().await;
+        for _ in 0..3000 {
+            if store.upgrade().is_none() {
+                return dir;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the database did not close within 30 s of stopping: is a client still connected?");
     }
 }
 
