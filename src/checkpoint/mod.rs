@@ -14,6 +14,8 @@
 pub mod ledger;
 pub mod manifest;
 pub mod storage;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -252,8 +254,18 @@ impl Checkpointer {
             }
             Err(e) => {
                 record.status = format!("failed: {}", e.message);
-                self.ledger.fail(uploaded);
                 tracing::warn!(id, "checkpoint failed: {}", e.message);
+                // No retained checkpoint names what this one uploaded: a shared file it did
+                // not reuse is not in the last completed checkpoint, and so in none (a file
+                // name is never reused within a run). What cannot be deleted now is retried
+                // when the next checkpoint completes.
+                let mut left = Vec::new();
+                for object in uploaded {
+                    if self.storage.delete(&object).await.is_err() {
+                        left.push(object);
+                    }
+                }
+                self.ledger.fail(left);
             }
         }
         self.set_record(&record);
