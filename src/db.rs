@@ -186,7 +186,17 @@ impl Database {
     /// SHOW CHECKPOINTS: this run's checkpoints (and those it found in the store), newest
     /// first.
     pub fn show_checkpoints(&self) -> Result<Output> {
-        let records = self.checkpoints()?.records();
+        let batch = checkpoints_batch(&self.checkpoints()?.records())?;
+        Ok(Output::Rows {
+            schema: batch.schema(),
+            batches: vec![batch],
+        })
+    }
+}
+
+/// The rows of `SHOW CHECKPOINTS` and `weir_catalog.checkpoints`.
+fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatch> {
+    {
         let int = |f: &dyn Fn(&crate::checkpoint::Record) -> i64| -> ArrayRef {
             Arc::new(Int64Array::from_iter_values(records.iter().map(f)))
         };
@@ -240,10 +250,52 @@ impl Database {
                 int(&|r| r.bytes_referenced as i64),
             ],
         )?;
-        Ok(Output::Rows {
-            schema,
-            batches: vec![batch],
-        })
+        Ok(batch)
+    }
+}
+
+/// The rows of `weir_catalog.checkpoint_files`: every object a retained checkpoint names.
+fn checkpoint_files_batch(files: &crate::checkpoint::RetainedFiles) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("object_name", DataType::Utf8, false),
+        Field::new("size_bytes", DataType::Int64, false),
+        Field::new("ref_count", DataType::Int64, false),
+        Field::new("checkpoint_ids", DataType::Utf8, false),
+    ]));
+    let ids = |v: &[u64]| {
+        let ids: Vec<String> = v.iter().map(u64::to_string).collect();
+        format!("{{{}}}", ids.join(","))
+    };
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from_iter_values(files.keys())),
+            Arc::new(Int64Array::from_iter_values(
+                files.values().map(|(size, _)| *size as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                files.values().map(|(_, by)| by.len() as i64),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                files.values().map(|(_, by)| ids(by)),
+            )),
+        ],
+    )?)
+}
+
+impl Database {
+    /// The `weir_catalog` system tables, as of now.
+    fn system_tables(&self) -> Result<Vec<(&'static str, RecordBatch)>> {
+        let Some(checkpoints) = self.checkpoints.get() else {
+            return Ok(Vec::new());
+        };
+        Ok(vec![
+            ("checkpoints", checkpoints_batch(&checkpoints.records())?),
+            (
+                "checkpoint_files",
+                checkpoint_files_batch(&checkpoints.files())?,
+            ),
+        ])
     }
 
     fn catalog(&self) -> std::sync::RwLockReadGuard<'_, Catalog> {
@@ -261,13 +313,15 @@ impl Database {
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
     ) -> Result<SessionContext> {
         let snapshot = self.store.snapshot();
-        query_context(
+        let ctx = query_context(
             &self.catalog(),
             &snapshot,
             &self.barriers.failed,
             settings,
             overrides,
-        )
+        )?;
+        crate::sql::context::register_system_tables(&ctx, self.system_tables()?)?;
+        Ok(ctx)
     }
 
     pub async fn flush(&self) -> Result<Output> {

@@ -163,6 +163,42 @@ async fn checkpoints_upload_only_new_files_and_expire_what_nothing_names() {
     assert!(reused > 0 && up * 10 < referenced, "{up} of {referenced}");
     assert_eq!(objects(&root), named(&root, &[3, 4]));
 
+    // The same, as system tables.
+    let listed: Vec<(i64, String)> = client
+        .query(
+            "SELECT id, status FROM weir_catalog.checkpoints WHERE id >= 2 ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (2, "expired".to_string()),
+            (3, "completed".to_string()),
+            (4, "completed".to_string())
+        ]
+    );
+    let files = client
+        .query_one(
+            "SELECT count(*), max(ref_count), \
+             count(*) FILTER (WHERE checkpoint_ids = '{3,4}') \
+             FROM weir_catalog.checkpoint_files",
+            &[],
+        )
+        .await
+        .unwrap();
+    let objects_named = named(&root, &[3, 4]).len() as i64 - 2; // less the two manifests
+    assert_eq!(files.get::<_, i64>(0), objects_named);
+    assert_eq!(files.get::<_, i64>(1), 2);
+    assert!(
+        files.get::<_, i64>(2) > 0,
+        "compacted files are shared by 3 and 4"
+    );
+
     // Ids only increase, also across a restart; the checkpoints found in the store stay
     // retained until newer ones replace them.
     drop(client);

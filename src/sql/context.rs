@@ -4,9 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, StringArray};
+use datafusion::arrow::array::{Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::catalog::MemorySchemaProvider;
 use datafusion::common::ScalarValue;
+use datafusion::datasource::MemTable;
 use datafusion::datasource::TableProvider;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
@@ -87,6 +89,25 @@ pub fn query_context(
     }
     register_functions(&ctx, settings);
     Ok(ctx)
+}
+
+/// The schema of Weir's own system tables (`weir_catalog.checkpoints`, ...).
+pub const SYSTEM_SCHEMA: &str = "weir_catalog";
+
+/// Registers the system tables under `weir_catalog`, each a batch of rows taken now.
+pub fn register_system_tables(
+    ctx: &SessionContext,
+    tables: Vec<(&'static str, RecordBatch)>,
+) -> Result<()> {
+    let Some(catalog) = ctx.catalog("weir") else {
+        return Err(Error::internal("the default catalog is missing"));
+    };
+    catalog.register_schema(SYSTEM_SCHEMA, Arc::new(MemorySchemaProvider::new()))?;
+    for (name, batch) in tables {
+        let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+        ctx.register_table(format!("{SYSTEM_SCHEMA}.{name}"), Arc::new(table))?;
+    }
+    Ok(())
 }
 
 /// The name `now()` and `current_timestamp` take in a view's query: volatile, so that the

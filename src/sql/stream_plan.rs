@@ -207,6 +207,13 @@ impl Planner<'_> {
     fn node(&self, plan: &LogicalPlan, build: &mut Build) -> Result<PlanNode> {
         match plan {
             LogicalPlan::TableScan(scan) => {
+                if scan.table_name.schema() == Some(super::context::SYSTEM_SCHEMA) {
+                    return Err(Error::not_supported(format!(
+                        "a materialized view cannot read the system table {}",
+                        scan.table_name
+                    ))
+                    .with_hint("Query it directly: its rows are taken when it is read."));
+                }
                 let name = scan.table_name.table();
                 let object = self
                     .catalog
