@@ -32,6 +32,8 @@ pub struct Config {
     /// Parallel actors per view (for views that can be split by key); a session's `SET
     /// streaming_parallelism` overrides it for the views it creates. Default: the cores.
     pub streaming_parallelism: usize,
+    /// The admin HTTP port (checkpoint triggers, `/metrics`); off unless set.
+    pub admin_listen: Option<SocketAddr>,
     /// Checkpoints of operator state to an object store (`[checkpoint]` in the TOML file).
     pub checkpoint: CheckpointConfig,
     /// The time barriers carry (what `now()` is in a view's temporal filter); tests inject one.
@@ -98,6 +100,7 @@ impl Default for Config {
             streaming_parallelism: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            admin_listen: None,
             checkpoint: CheckpointConfig::default(),
             clock: system_clock(),
         }

@@ -24,6 +24,7 @@ use crate::checkpoint::storage::Storage;
 use crate::checkpoint::{CheckpointClient, Checkpointer};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
+use crate::metrics::Metrics;
 use crate::sql::context::query_context;
 use crate::sql::ddl::{self, relation_name};
 use crate::sql::provider::{RelationTable, Rows};
@@ -82,6 +83,7 @@ pub struct Database {
     tables_dir: PathBuf,
     /// Started once every table and view is running.
     checkpoints: std::sync::OnceLock<CheckpointClient>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Database {
@@ -93,10 +95,12 @@ impl Database {
         std::fs::create_dir_all(&tables_dir)?;
         let store = StateStore::open_fresh(&config.data_dir.join("state"))?;
         let catalog = Catalog::load(&config.data_dir)?;
+        let metrics = Arc::new(Metrics::default());
         let (barriers, events) = Coordinator::start(
             store.clone(),
             Duration::from_millis(config.barrier_interval_ms.max(1)),
             config.clock.clone(),
+            metrics.clone(),
         );
         let objects: Vec<Object> = catalog.objects().to_vec();
         let db = Arc::new(Database {
@@ -114,6 +118,7 @@ impl Database {
             ddl: tokio::sync::Mutex::new(()),
             tables_dir,
             checkpoints: std::sync::OnceLock::new(),
+            metrics,
         });
         for object in objects {
             match object {
@@ -133,6 +138,7 @@ impl Database {
             storage,
             db.barriers.clone(),
             db.config.data_dir.clone(),
+            db.metrics.clone(),
         )
         .await?;
         let _ = db.checkpoints.set(checkpoints);
@@ -159,16 +165,32 @@ impl Database {
             .ok_or_else(|| Error::unavailable("checkpoints are not running yet"))
     }
 
-    /// CHECKPOINT: takes one now (after the one in flight) and answers with its id and epoch.
-    pub async fn checkpoint(&self) -> Result<Output> {
+    /// Takes a checkpoint now (after the one in flight); answers with its id and epoch once
+    /// it is complete.
+    pub async fn take_checkpoint(
+        &self,
+        kind: CheckpointKind,
+        label: Option<String>,
+    ) -> Result<(u64, u64)> {
         let checkpoints = self.checkpoints()?;
-        let id = checkpoints.trigger(CheckpointKind::Manual, None).await?;
+        let id = checkpoints.trigger(kind, label).await?;
         let epoch = checkpoints
             .records()
             .iter()
             .find(|r| r.id == id)
             .and_then(|r| r.epoch)
             .unwrap_or_default();
+        Ok((id, epoch))
+    }
+
+    /// The checkpoints of this run and those found in the store, newest first.
+    pub fn checkpoint_records(&self) -> Result<Vec<crate::checkpoint::Record>> {
+        Ok(self.checkpoints()?.records())
+    }
+
+    /// CHECKPOINT: takes one now (after the one in flight) and answers with its id and epoch.
+    pub async fn checkpoint(&self) -> Result<Output> {
+        let (id, epoch) = self.take_checkpoint(CheckpointKind::Manual, None).await?;
         let schema = checkpoint_schema();
         let batch = RecordBatch::try_new(
             schema.clone(),

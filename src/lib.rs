@@ -14,6 +14,7 @@
 //! - [`types`], [`error`], [`config`]: shared vocabulary; [`clock`]: the dataflow's injectable
 //!   clock; [`rng`]: the seeded generator of tests and tools.
 
+pub mod admin;
 pub mod catalog;
 pub mod changelog;
 pub mod checkpoint;
@@ -21,6 +22,7 @@ pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod metrics;
 pub mod rng;
 pub mod server;
 pub mod session;

@@ -1,4 +1,5 @@
-//! The `weir` binary: `weir` or `weir serve` starts the server.
+//! The `weir` binary: `weir` or `weir serve` starts the server; `weir checkpoint` asks a
+//! running server for a checkpoint.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +27,15 @@ struct Cli {
 enum Command {
     /// Start the server (the default).
     Serve(ServeArgs),
+    /// Take a checkpoint on a running server; prints its id once it is complete.
+    Checkpoint(CheckpointArgs),
+}
+
+#[derive(clap::Args)]
+struct CheckpointArgs {
+    /// The server's SQL address.
+    #[arg(long, default_value = "127.0.0.1:4466")]
+    server: std::net::SocketAddr,
 }
 
 #[derive(clap::Args, Clone, Default)]
@@ -42,9 +52,12 @@ struct ServeArgs {
     /// Admit clients from other hosts without authentication (loopback only otherwise).
     #[arg(long)]
     trust_remote_clients: bool,
-    /// Parallel actors per view that can be split by key (default: the number of cores).
+    /// Parallel actors per keyed operator of a view (default: the number of cores).
     #[arg(long)]
     streaming_parallelism: Option<usize>,
+    /// Address of the admin HTTP port: checkpoint triggers and /metrics (default: off).
+    #[arg(long)]
+    admin_listen: Option<std::net::SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -56,9 +69,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Serve(a)) => a,
-        None => cli.serve,
+    let (args, checkpoint) = match cli.command {
+        Some(Command::Serve(a)) => (a, None),
+        Some(Command::Checkpoint(c)) => (cli.serve, Some(c)),
+        None => (cli.serve, None),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -70,7 +84,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    let result = match checkpoint {
+        Some(c) => runtime.block_on(request_checkpoint(c)),
+        None => runtime.block_on(serve(args)),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -93,6 +111,9 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
     if let Some(n) = args.streaming_parallelism {
         config.streaming_parallelism = n;
     }
+    if let Some(a) = args.admin_listen {
+        config.admin_listen = Some(a);
+    }
     weir::db::parse_parallelism(&config.streaming_parallelism.to_string())?;
     if args.trust_remote_clients {
         config.trust_remote_clients = true;
@@ -104,7 +125,21 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
             weir::error::Error::unavailable(format!("cannot listen on {}: {e}", config.listen))
         })?;
     let addr = listener.local_addr()?;
+    let admin = match config.admin_listen {
+        Some(a) => Some(tokio::net::TcpListener::bind(a).await.map_err(|e| {
+            weir::error::Error::unavailable(format!("cannot listen on {a} (admin): {e}"))
+        })?),
+        None => None,
+    };
     let db = Database::open(config.clone()).await?;
+    if let Some(admin) = admin {
+        tracing::info!("admin HTTP port on {}", admin.local_addr()?);
+        tokio::spawn(weir::admin::serve(
+            db.clone(),
+            admin,
+            std::future::pending(),
+        ));
+    }
     tracing::info!(
         "weir is ready: connect with psql -h {} -p {} -d {}",
         addr.ip(),
@@ -113,6 +148,30 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
     );
     weir::server::serve(db, listener, shutdown_signal()).await;
     tracing::info!("weir shut down");
+    Ok(())
+}
+
+/// `weir checkpoint`: runs `CHECKPOINT` on the server and prints the checkpoint's id.
+async fn request_checkpoint(args: CheckpointArgs) -> weir::error::Result<()> {
+    let conn = format!(
+        "host={} port={} user=weir dbname={}",
+        args.server.ip(),
+        args.server.port(),
+        weir::DATABASE_NAME
+    );
+    let unavailable = |e: tokio_postgres::Error| {
+        weir::error::Error::unavailable(format!("checkpoint on {}: {e}", args.server))
+    };
+    let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+        .await
+        .map_err(unavailable)?;
+    tokio::spawn(connection);
+    let row = client
+        .query_one("CHECKPOINT", &[])
+        .await
+        .map_err(unavailable)?;
+    let (id, epoch): (i64, i64) = (row.get("id"), row.get("epoch"));
+    println!("checkpoint {id} complete (epoch {epoch})");
     Ok(())
 }
 

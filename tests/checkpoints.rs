@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::TestServer;
+use common::{ChildServer, TestServer};
 use weir::checkpoint::manifest::Manifest;
 
 /// `SHOW CHECKPOINTS` as (id, status, files_uploaded, files_reused, bytes_uploaded,
@@ -210,4 +210,112 @@ async fn checkpoints_upload_only_new_files_and_expire_what_nothing_names() {
     assert_eq!(checkpoint(&client).await, 5);
     assert_eq!(objects(&root), named(&root, &[4, 5]));
     server.stop().await;
+}
+
+/// One HTTP request to the admin port: the status code and the body.
+async fn http(addr: std::net::SocketAddr, request_line: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(
+            format!("{request_line} HTTP/1.1\r\nHost: weir\r\nContent-Length: 0\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_and_the_command_line_take_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, "[checkpoint]\ninterval_ms = 0\n").unwrap();
+    let admin = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let data = dir.path().join("data");
+    let server = ChildServer::start_with(
+        &data,
+        &[
+            "--admin-listen",
+            &admin.to_string(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (a int); INSERT INTO t SELECT * FROM generate_series(1, 1000);",
+        )
+        .await
+        .unwrap();
+
+    // Another system triggers one, with a label.
+    let (status, body) = http(admin, "POST /api/v1/checkpoints?label=nightly%20run").await;
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["id"], 1);
+    assert!(answer["epoch"].as_u64().unwrap() > 0);
+
+    // The command line, over SQL.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["checkpoint", "--server", &server.addr.to_string()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("checkpoint 2 complete"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let (status, body) = http(admin, "GET /api/v1/checkpoints").await;
+    assert_eq!(status, 200);
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list[0]["id"], 2);
+    assert_eq!(list[0]["kind"], "manual");
+    assert_eq!(list[1]["kind"], "external");
+    assert_eq!(list[1]["label"], "nightly run");
+    assert_eq!(list[1]["status"], "completed");
+
+    let (status, metrics) = http(admin, "GET /metrics").await;
+    assert_eq!(status, 200);
+    for line in [
+        "weir_checkpoints_completed_total 2",
+        "weir_checkpoints_failed_total 0",
+        "weir_checkpoint_last_completed_id 2",
+        "weir_checkpoint_duration_seconds_count 2",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+    let barriers: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("weir_barrier_latency_seconds_count "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(barriers > 2);
+
+    assert_eq!(http(admin, "GET /nowhere").await.0, 404);
+    assert_eq!(http(admin, "DELETE /api/v1/checkpoints").await.0, 405);
+    assert!(server.stop(15).await.success());
 }

@@ -19,6 +19,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,7 @@ use self::manifest::{Kind, Manifest, Timings, FORMAT};
 use self::storage::Storage;
 use crate::config::CheckpointConfig;
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::stream::coordinator::BarrierClient;
 
 /// What `SHOW CHECKPOINTS` shows of one checkpoint.
@@ -115,6 +117,7 @@ pub struct Checkpointer {
     triggers: mpsc::Receiver<Trigger>,
     records: Arc<Mutex<Vec<Record>>>,
     files: Arc<Mutex<RetainedFiles>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Checkpointer {
@@ -125,6 +128,7 @@ impl Checkpointer {
         storage: Storage,
         barriers: BarrierClient,
         data_dir: PathBuf,
+        metrics: Arc<Metrics>,
     ) -> Result<CheckpointClient> {
         let run = run_id();
         let mut ledger = Ledger::new(run.clone(), config.retained);
@@ -166,7 +170,14 @@ impl Checkpointer {
             triggers: rx,
             records,
             files,
+            metrics,
         };
+        if let Some(last) = checkpointer.ledger.retained().last() {
+            checkpointer
+                .metrics
+                .checkpoint_last_completed_id
+                .store(last.id, Ordering::Relaxed);
+        }
         checkpointer.publish_files();
         tokio::spawn(checkpointer.run());
         Ok(client)
@@ -243,6 +254,12 @@ impl Checkpointer {
         match &result {
             Ok(()) => {
                 record.status = "completed".into();
+                let m = &self.metrics;
+                m.checkpoint_duration.observe(started.elapsed());
+                m.checkpoint_bytes_uploaded
+                    .fetch_add(record.bytes_uploaded, Ordering::Relaxed);
+                m.checkpoints_completed.fetch_add(1, Ordering::Relaxed);
+                m.checkpoint_last_completed_id.store(id, Ordering::Relaxed);
                 tracing::info!(
                     id,
                     epoch = record.epoch,
@@ -254,6 +271,9 @@ impl Checkpointer {
             }
             Err(e) => {
                 record.status = format!("failed: {}", e.message);
+                self.metrics
+                    .checkpoints_failed
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(id, "checkpoint failed: {}", e.message);
                 // No retained checkpoint names what this one uploaded: a shared file it did
                 // not reuse is not in the last completed checkpoint, and so in none (a file

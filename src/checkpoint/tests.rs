@@ -132,6 +132,7 @@ async fn setup() -> Setup {
         store.clone(),
         Duration::from_secs(3600),
         Arc::new(ManualClock::new(0)),
+        Arc::default(),
     );
     barriers.flush().await.unwrap();
     let faulty = Arc::new(Faulty {
@@ -151,6 +152,7 @@ async fn setup() -> Setup {
         Storage::over(faulty.clone(), "memory://"),
         barriers.clone(),
         dir.path().to_path_buf(),
+        Arc::default(),
     )
     .await
     .unwrap();

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::message::{ActorId, Barrier, BarrierKind, Message, Mutation};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::state::StateStore;
 
 /// What actors report to the coordinator.
@@ -162,6 +163,9 @@ pub struct Coordinator {
         mpsc::UnboundedSender<SnapshotDone>,
         mpsc::UnboundedReceiver<SnapshotDone>,
     ),
+    /// When each epoch in flight was injected, for the barrier latency metric.
+    injected_at: BTreeMap<u64, Instant>,
+    metrics: Arc<Metrics>,
 }
 
 impl Coordinator {
@@ -170,6 +174,7 @@ impl Coordinator {
         store: Arc<StateStore>,
         barrier_interval: Duration,
         clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
     ) -> (BarrierClient, mpsc::UnboundedSender<ActorEvent>) {
         let (req_tx, req_rx) = mpsc::channel(64);
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
@@ -190,6 +195,8 @@ impl Coordinator {
             snapshots: HashMap::new(),
             snapshotting: None,
             snapshot_done: mpsc::unbounded_channel(),
+            injected_at: BTreeMap::new(),
+            metrics,
         };
         tokio::spawn(coordinator.run());
         (
@@ -268,6 +275,7 @@ impl Coordinator {
             let _ = tx.send(barrier.clone());
         }
         self.in_flight.insert(epoch, self.actors.clone());
+        self.injected_at.insert(epoch, Instant::now());
         if let Some(m) = &mutation {
             // Stopped actors still acknowledge this barrier, but no later one.
             for id in &m.stop {
@@ -331,14 +339,21 @@ impl Coordinator {
                 break;
             }
             entry.remove();
-            self.store.seal(epoch);
+            self.seal(epoch);
+        }
+    }
+
+    fn seal(&mut self, epoch: u64) {
+        self.store.seal(epoch);
+        if let Some(at) = self.injected_at.remove(&epoch) {
+            self.metrics.barrier_latency.observe(at.elapsed());
         }
     }
 
     fn on_snapshot(&mut self, done: SnapshotDone) {
         self.snapshotting = None;
         self.in_flight.remove(&done.epoch);
-        self.store.seal(done.epoch);
+        self.seal(done.epoch);
         let taken = done.result.map(|files| TakenSnapshot {
             epoch: done.epoch,
             files,
@@ -368,6 +383,7 @@ mod tests {
             store.clone(),
             Duration::from_secs(3600),
             Arc::new(crate::clock::ManualClock::new(0)),
+            Arc::default(),
         );
         (dir, store, client, events)
     }

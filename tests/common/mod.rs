@@ -110,6 +110,11 @@ pub struct ChildServer {
 
 impl ChildServer {
     pub async fn start(data_dir: &std::path::Path) -> ChildServer {
+        ChildServer::start_with(data_dir, &[]).await
+    }
+
+    /// Starts the server with more command-line arguments.
+    pub async fn start_with(data_dir: &std::path::Path, args: &[&str]) -> ChildServer {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -124,6 +129,7 @@ impl ChildServer {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["serve", "--listen", &addr.to_string(), "--data-dir"])
             .arg(data_dir)
+            .args(args)
             .stdout(out.try_clone().expect("log file"))
             .stderr(out)
             .kill_on_drop(true)
