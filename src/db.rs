@@ -34,7 +34,7 @@ use crate::state::TableId;
 use crate::stream::coordinator::{BarrierClient, Coordinator};
 use crate::stream::dispatch::Partitioner;
 use crate::stream::expr::ErrorSink;
-use crate::stream::message::{ActorId, Message, Mutation, NewOutput, Target};
+use crate::stream::message::{ActorId, Feed, Message, Mutation, NewOutput, Target};
 use crate::stream::plan::{
     build_actor, ActorContext, Fragment, Keys, PlanNode, Source, StreamPlan,
 };
@@ -145,10 +145,10 @@ impl Database {
         Ok(db)
     }
 
-    /// The state store, without keeping it open: it closes once the database and every task
-    /// of its dataflow are gone.
-    pub fn state_store(&self) -> std::sync::Weak<StateStore> {
-        Arc::downgrade(&self.store)
+    /// Whether the state store has closed: it does once the database and every task of its
+    /// dataflow are gone.
+    pub fn state_store_closed(&self) -> crate::state::StoreClosed {
+        self.store.closed()
     }
 
     /// Compacts the state store into its bottom level, rewriting its files.
@@ -356,8 +356,8 @@ impl Database {
     /// Starts a table's actor and replays its change log into it.
     async fn start_table(&self, def: TableDef) -> Result<()> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
-        let (mut writer, history) =
-            TableWriter::open(def.clone(), &self.tables_dir, feed_tx.clone())?;
+        let feed = Feed::new(feed_tx);
+        let (mut writer, history) = TableWriter::open(def.clone(), &self.tables_dir, feed.clone())?;
         let schema = writer.schema().clone();
         self.catalog_mut().set_schema(def.id, schema.clone());
         let actor = build_actor(
@@ -371,15 +371,13 @@ impl Database {
         )?;
         actor.spawn();
         self.barriers
-            .inject(None, vec![def.id], vec![(def.id, feed_tx.clone())])
+            .inject(None, vec![def.id], vec![(def.id, feed.clone())])
             .await?;
         for chunk in history {
             let watermark = writer.advance_watermark(&chunk);
-            let stopped = |_| Error::internal("table actor stopped during replay");
-            feed_tx.send(Message::Chunk(chunk)).await.map_err(stopped)?;
-            if let Some(w) = watermark {
-                feed_tx.send(Message::Watermark(w)).await.map_err(stopped)?;
-            }
+            feed.send_statement(chunk, watermark)
+                .await
+                .map_err(|_| Error::internal("table actor stopped during replay"))?;
         }
         self.tables
             .write()

@@ -48,9 +48,42 @@ impl EpochWrites {
     }
 }
 
+/// The RocksDB handle, shared by the store and its snapshots. `closed` is set once RocksDB
+/// has closed (its fields drop in order), so that a restart in the same process can wait
+/// for the files to be released.
+struct Db {
+    inner: DB,
+    closed: ClosedOnDrop,
+}
+
+impl std::ops::Deref for Db {
+    type Target = DB;
+    fn deref(&self) -> &DB {
+        &self.inner
+    }
+}
+
+struct ClosedOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClosedOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Tells whether a store's RocksDB has closed (every snapshot of it gone too).
+#[derive(Debug, Clone)]
+pub struct StoreClosed(Arc<AtomicBool>);
+
+impl StoreClosed {
+    pub fn is_closed(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 /// The server's RocksDB and the epoch bookkeeping around it.
 pub struct StateStore {
-    db: Arc<DB>,
+    db: Arc<Db>,
     /// Set when a write failed: no further write is accepted, since the store may no longer
     /// reflect a whole epoch.
     poisoned: AtomicBool,
@@ -74,7 +107,10 @@ impl StateStore {
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.increase_parallelism(2);
         let db = DB::open(&opts, dir).map_err(storage_error)?;
-        let db = Arc::new(db);
+        let db = Arc::new(Db {
+            inner: db,
+            closed: ClosedOnDrop(Arc::default()),
+        });
         let snapshot = Arc::new(Snapshot::new(db.clone(), 0));
         let (sealed, _) = watch::channel(snapshot);
         Ok(Arc::new(StateStore {
@@ -151,6 +187,11 @@ impl StateStore {
         Ok(files)
     }
 
+    /// Whether this store's RocksDB has closed, to be asked after the store is dropped.
+    pub fn closed(&self) -> StoreClosed {
+        StoreClosed(self.db.closed.0.clone())
+    }
+
     /// Compacts the whole key space into the bottom level (maintenance, and tests that need
     /// RocksDB to rewrite its files).
     pub fn compact(&self) {
@@ -199,12 +240,12 @@ pub struct Snapshot {
     // Field order matters: the snapshot must be released before the database handle it
     // borrows from can go.
     inner: rocksdb::Snapshot<'static>,
-    db: Arc<DB>,
+    db: Arc<Db>,
     pub epoch: u64,
 }
 
 impl Snapshot {
-    fn new(db: Arc<DB>, epoch: u64) -> Snapshot {
+    fn new(db: Arc<Db>, epoch: u64) -> Snapshot {
         let inner = db.snapshot();
         // SAFETY: the snapshot borrows the DB, which `db` keeps alive for as long as this struct
         // exists; fields drop in declaration order, so `inner` is released before `db`.

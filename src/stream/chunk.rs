@@ -78,6 +78,24 @@ impl StreamChunk {
         self.data.schema()
     }
 
+    /// The chunk in consecutive slices of at most `rows` rows (zero-copy), in order.
+    pub fn slices(self, rows: usize) -> Vec<StreamChunk> {
+        let rows = rows.max(1);
+        if self.len() <= rows {
+            return vec![self];
+        }
+        (0..self.len())
+            .step_by(rows)
+            .map(|start| {
+                let n = rows.min(self.len() - start);
+                StreamChunk::new(
+                    self.ops[start..start + n].to_vec(),
+                    self.data.slice(start, n),
+                )
+            })
+            .collect()
+    }
+
     /// Keeps the rows where `mask` is true.
     pub fn filter(&self, mask: &BooleanArray) -> Result<StreamChunk> {
         let data = filter_record_batch(&self.data, mask)?;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::message::{ActorId, Barrier, BarrierKind, Message, Mutation};
+use super::message::{ActorId, Barrier, BarrierKind, Feed, Mutation};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -35,7 +35,7 @@ pub struct InjectRequest {
     /// Actors that start at this barrier: they receive it and must acknowledge it.
     pub add_actors: Vec<ActorId>,
     /// New sources (tables): their feed channel receives this barrier and all later ones.
-    pub add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+    pub add_sources: Vec<(ActorId, Feed)>,
     /// Makes the barrier a checkpoint barrier: the state store's checkpoint is taken into
     /// this directory once every actor has committed the epoch, before it is sealed.
     pub snapshot: Option<SnapshotRequest>,
@@ -86,7 +86,7 @@ impl BarrierClient {
         &self,
         mutation: Option<Mutation>,
         add_actors: Vec<ActorId>,
-        add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+        add_sources: Vec<(ActorId, Feed)>,
     ) -> Result<u64> {
         self.request(mutation, add_actors, add_sources, None).await
     }
@@ -107,7 +107,7 @@ impl BarrierClient {
         &self,
         mutation: Option<Mutation>,
         add_actors: Vec<ActorId>,
-        add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+        add_sources: Vec<(ActorId, Feed)>,
         snapshot: Option<SnapshotRequest>,
     ) -> Result<u64> {
         let (reply, rx) = oneshot::channel();
@@ -239,7 +239,7 @@ impl Coordinator {
         &mut self,
         mutation: Option<Arc<Mutation>>,
         add_actors: Vec<ActorId>,
-        add_sources: Vec<(ActorId, mpsc::Sender<Message>)>,
+        add_sources: Vec<(ActorId, Feed)>,
         snapshot: Option<SnapshotRequest>,
     ) -> u64 {
         self.last_epoch += 1;
@@ -248,7 +248,7 @@ impl Coordinator {
             let (tx, mut rx) = mpsc::unbounded_channel::<Barrier>();
             tokio::spawn(async move {
                 while let Some(b) = rx.recv().await {
-                    if feed.send(Message::Barrier(b)).await.is_err() {
+                    if feed.send_barrier(b).await.is_err() {
                         break;
                     }
                 }

@@ -58,6 +58,61 @@ pub struct Mutation {
     pub stop: HashSet<ActorId>,
 }
 
+/// How many rows one message of a source's feed carries at most: the feed's bound then
+/// bounds rows, not statements, so a large statement waits for the dataflow instead of
+/// queueing far ahead of the next barrier.
+pub const FEED_ROWS_MAX: usize = 4096;
+
+/// The channel into a source's actor (a table's feed), shared by its writer and the barrier
+/// coordinator. A statement's changes go in whole under the lock, so that no barrier falls
+/// between them: every statement belongs to exactly one epoch.
+#[derive(Debug, Clone)]
+pub struct Feed {
+    sender: mpsc::Sender<Message>,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Feed {
+    pub fn new(sender: mpsc::Sender<Message>) -> Feed {
+        Feed {
+            sender,
+            lock: Arc::default(),
+        }
+    }
+
+    /// Sends one statement's changes, in slices of at most `FEED_ROWS_MAX` rows, and the
+    /// watermark they advanced, with no barrier in between. Fails when the actor is gone.
+    pub async fn send_statement(
+        &self,
+        chunk: StreamChunk,
+        watermark: Option<Watermark>,
+    ) -> Result<(), ()> {
+        let _statement = self.lock.lock().await;
+        for slice in chunk.slices(FEED_ROWS_MAX) {
+            self.sender
+                .send(Message::Chunk(slice))
+                .await
+                .map_err(|_| ())?;
+        }
+        if let Some(w) = watermark {
+            self.sender
+                .send(Message::Watermark(w))
+                .await
+                .map_err(|_| ())?;
+        }
+        Ok(())
+    }
+
+    /// Sends a barrier between statements.
+    pub async fn send_barrier(&self, barrier: Barrier) -> Result<(), ()> {
+        let _between = self.lock.lock().await;
+        self.sender
+            .send(Message::Barrier(barrier))
+            .await
+            .map_err(|_| ())
+    }
+}
+
 /// A downstream actor and the channel to it.
 pub type Target = (ActorId, mpsc::Sender<Message>);
 
@@ -98,5 +153,52 @@ impl Barrier {
             .and_then(|m| m.add_outputs.get(&actor))
             .map(Vec::as_slice)
             .unwrap_or(&[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::chunk::test_util::{chunk, schema};
+    use datafusion::arrow::datatypes::DataType;
+
+    /// A statement larger than the channel goes in slices, and a barrier sent meanwhile comes
+    /// before all of them or after all of them, never between.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_statement_stays_within_one_epoch() {
+        let s = schema(&[("a", DataType::Int64)]);
+        let rows = FEED_ROWS_MAX * 3 + 5;
+        let text: String = (0..rows).map(|i| format!("+ {i}\n")).collect();
+        let statement = chunk(&s, &text);
+        for _ in 0..20 {
+            let (tx, mut rx) = mpsc::channel(1);
+            let feed = Feed::new(tx);
+            let writer = feed.clone();
+            let statement = statement.clone();
+            let write = tokio::spawn(async move { writer.send_statement(statement, None).await });
+            let barrier = Barrier {
+                epoch: 1,
+                time_us: 0,
+                kind: BarrierKind::Regular,
+                mutation: None,
+            };
+            let inject = tokio::spawn(async move { feed.send_barrier(barrier).await });
+            let mut seen = Vec::new();
+            while seen.len() < 5 {
+                match rx.recv().await.unwrap() {
+                    Message::Chunk(c) => {
+                        assert!(c.len() <= FEED_ROWS_MAX);
+                        seen.push(c.len());
+                    }
+                    Message::Barrier(_) => seen.push(0),
+                    Message::Watermark(_) => unreachable!(),
+                }
+            }
+            write.await.unwrap().unwrap();
+            inject.await.unwrap().unwrap();
+            let at = seen.iter().position(|n| *n == 0).unwrap();
+            assert!(at == 0 || at == 4, "barrier between slices: {seen:?}");
+            assert_eq!(seen.iter().sum::<usize>(), rows);
+        }
     }
 }

@@ -16,13 +16,12 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArra
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::datatypes::TimestampMicrosecondType;
-use tokio::sync::mpsc;
 
 use crate::catalog::TableDef;
 use crate::changelog::ChangeLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::chunk::{Op, StreamChunk};
-use crate::stream::message::{Message, Watermark};
+use crate::stream::message::{Feed, Watermark};
 use crate::stream::rows::RowCodec;
 use crate::types::SqlType;
 
@@ -30,7 +29,7 @@ pub struct TableWriter {
     pub def: TableDef,
     schema: SchemaRef,
     log: ChangeLog,
-    feed: mpsc::Sender<Message>,
+    feed: Feed,
     latest: LatestRows,
     /// The table's watermark so far (with `WATERMARK FOR`): the greatest time inserted, less
     /// the delay.
@@ -50,11 +49,7 @@ struct LatestRows {
 impl TableWriter {
     /// Opens the table's change log, replays it into the latest rows, and returns the writer
     /// with the replayed changes (to be sent through the table's actor).
-    pub fn open(
-        def: TableDef,
-        dir: &Path,
-        feed: mpsc::Sender<Message>,
-    ) -> Result<(TableWriter, Vec<StreamChunk>)> {
+    pub fn open(def: TableDef, dir: &Path, feed: Feed) -> Result<(TableWriter, Vec<StreamChunk>)> {
         let schema = def.schema();
         let (log, history) = ChangeLog::open(&log_path(dir, def.id))?;
         let key = if def.primary_key.is_empty() {
@@ -132,10 +127,10 @@ impl TableWriter {
             .max(chunk.ops.iter().filter(|o| **o == Op::Delete).count());
         let watermark = self.advance_watermark(&chunk);
         let gone = |_| Error::unavailable(format!("table \"{}\" is being dropped", self.def.name));
-        self.feed.send(Message::Chunk(chunk)).await.map_err(gone)?;
-        if let Some(w) = watermark {
-            self.feed.send(Message::Watermark(w)).await.map_err(gone)?;
-        }
+        self.feed
+            .send_statement(chunk, watermark)
+            .await
+            .map_err(gone)?;
         Ok(affected)
     }
 

@@ -88,10 +88,10 @@ impl TestServer {
     /// nothing else writing to it. Returns the data directory.
     #[allow(dead_code)]
     pub async fn stop_and_close(self) -> tempfile::TempDir {
-        let store = self.db.state_store();
+        let store = self.db.state_store_closed();
         let dir = self.stop().await;
         for _ in 0..3000 {
-            if store.upgrade().is_none() {
+            if store.is_closed() {
                 return dir;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
