@@ -113,6 +113,9 @@ async fn checkpoints_upload_only_new_files_and_expire_what_nothing_names() {
         "the first checkpoint uploads everything"
     );
     assert!(bytes_up > 3 << 20, "several MB of state: {bytes_up}");
+    // The manifest records the table's offset: the 8 statements fed before the barrier.
+    let offsets: Vec<u64> = manifest(&root, 1).offsets.values().copied().collect();
+    assert_eq!(offsets, [8]);
 
     // A small change: the second checkpoint uploads a small fraction of the first.
     client
@@ -122,6 +125,8 @@ async fn checkpoints_upload_only_new_files_and_expire_what_nothing_names() {
         .await
         .unwrap();
     assert_eq!(checkpoint(&client).await, 2);
+    let offsets: Vec<u64> = manifest(&root, 2).offsets.values().copied().collect();
+    assert_eq!(offsets, [10]);
     let (_, status, _, reused, small_up, small_ref) = shown(&client).await[0].clone();
     assert_eq!(status, "completed");
     assert!(reused > 0);

@@ -57,7 +57,8 @@ pub struct Manifest {
     pub files: Vec<FileRef>,
     pub files_uploaded: u64,
     pub bytes_uploaded: u64,
-    /// Each input's offset at the epoch (table change logs), by relation id.
+    /// Each table's offset at the epoch, by relation id: the records of its change log fed
+    /// into the dataflow before the checkpoint's barrier (replay resumes after them).
     pub offsets: BTreeMap<u32, u64>,
     /// The catalog as saved in the data directory when the checkpoint was taken.
     pub catalog: serde_json::Value,

@@ -352,7 +352,7 @@ impl Checkpointer {
             files: refs.clone(),
             files_uploaded: record.files_uploaded,
             bytes_uploaded: record.bytes_uploaded,
-            offsets: BTreeMap::new(),
+            offsets: taken.offsets.clone(),
             catalog,
             timings: record.timings.clone(),
         };

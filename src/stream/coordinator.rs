@@ -57,6 +57,8 @@ pub struct TakenSnapshot {
     pub align: Duration,
     /// Flushing and linking the files.
     pub snapshot: Duration,
+    /// Each source's offset at the epoch: the statements it had fed before the barrier.
+    pub offsets: BTreeMap<ActorId, u64>,
 }
 
 /// A snapshot the coordinator took off its own task, coming back to be sealed.
@@ -165,6 +167,8 @@ pub struct Coordinator {
     ),
     /// When each epoch in flight was injected, for the barrier latency metric.
     injected_at: BTreeMap<u64, Instant>,
+    /// Sources' offsets at checkpoint barriers, recorded by their injectors as they send them.
+    offsets: Arc<Mutex<HashMap<u64, BTreeMap<ActorId, u64>>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -196,6 +200,7 @@ impl Coordinator {
             snapshotting: None,
             snapshot_done: mpsc::unbounded_channel(),
             injected_at: BTreeMap::new(),
+            offsets: Arc::default(),
             metrics,
         };
         tokio::spawn(coordinator.run());
@@ -246,10 +251,22 @@ impl Coordinator {
         let epoch = self.last_epoch;
         for (id, feed) in add_sources {
             let (tx, mut rx) = mpsc::unbounded_channel::<Barrier>();
+            let offsets = self.offsets.clone();
             tokio::spawn(async move {
                 while let Some(b) = rx.recv().await {
-                    if feed.send_barrier(b).await.is_err() {
+                    let (epoch, checkpoint) = (b.epoch, b.kind == BarrierKind::Checkpoint);
+                    let Ok(offset) = feed.send_barrier(b).await else {
                         break;
+                    };
+                    // Recorded before the source's actor can acknowledge the barrier, so
+                    // before the epoch's snapshot is taken.
+                    if checkpoint {
+                        offsets
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .entry(epoch)
+                            .or_default()
+                            .insert(id, offset);
                     }
                 }
             });
@@ -354,11 +371,18 @@ impl Coordinator {
         self.snapshotting = None;
         self.in_flight.remove(&done.epoch);
         self.seal(done.epoch);
+        let offsets = self
+            .offsets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&done.epoch)
+            .unwrap_or_default();
         let taken = done.result.map(|files| TakenSnapshot {
             epoch: done.epoch,
             files,
             align: done.align,
             snapshot: done.snapshot,
+            offsets,
         });
         let _ = done.reply.send(taken);
         self.try_seal();

@@ -69,7 +69,9 @@ pub const FEED_ROWS_MAX: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct Feed {
     sender: mpsc::Sender<Message>,
-    lock: Arc<tokio::sync::Mutex<()>>,
+    /// Held while a statement or a barrier goes in; counts the statements sent (the
+    /// source's offset: its change-log records fed so far, replayed ones included).
+    lock: Arc<tokio::sync::Mutex<u64>>,
 }
 
 impl Feed {
@@ -87,7 +89,7 @@ impl Feed {
         chunk: StreamChunk,
         watermark: Option<Watermark>,
     ) -> Result<(), ()> {
-        let _statement = self.lock.lock().await;
+        let mut sent = self.lock.lock().await;
         for slice in chunk.slices(FEED_ROWS_MAX) {
             self.sender
                 .send(Message::Chunk(slice))
@@ -100,16 +102,18 @@ impl Feed {
                 .await
                 .map_err(|_| ())?;
         }
+        *sent += 1;
         Ok(())
     }
 
-    /// Sends a barrier between statements.
-    pub async fn send_barrier(&self, barrier: Barrier) -> Result<(), ()> {
-        let _between = self.lock.lock().await;
+    /// Sends a barrier between statements; returns how many statements came before it.
+    pub async fn send_barrier(&self, barrier: Barrier) -> Result<u64, ()> {
+        let sent = self.lock.lock().await;
         self.sender
             .send(Message::Barrier(barrier))
             .await
-            .map_err(|_| ())
+            .map_err(|_| ())?;
+        Ok(*sent)
     }
 }
 
@@ -195,9 +199,11 @@ mod tests {
                 }
             }
             write.await.unwrap().unwrap();
-            inject.await.unwrap().unwrap();
+            let offset = inject.await.unwrap().unwrap();
             let at = seen.iter().position(|n| *n == 0).unwrap();
             assert!(at == 0 || at == 4, "barrier between slices: {seen:?}");
+            // The barrier's offset counts the statement exactly when it came first.
+            assert_eq!(offset, if at == 0 { 0 } else { 1 });
             assert_eq!(seen.iter().sum::<usize>(), rows);
         }
     }
