@@ -79,7 +79,7 @@ pub struct Database {
     /// Row-level expression errors, per view.
     view_errors: Mutex<HashMap<ObjectId, ErrorSink>>,
     /// DDL statements run one at a time.
-    ddl: tokio::sync::Mutex<()>,
+    ddl: Arc<tokio::sync::Mutex<()>>,
     tables_dir: PathBuf,
     /// Started once every table and view is running.
     checkpoints: std::sync::OnceLock<CheckpointClient>,
@@ -115,7 +115,7 @@ impl Database {
             tables: RwLock::new(HashMap::new()),
             barriers,
             view_errors: Mutex::new(HashMap::new()),
-            ddl: tokio::sync::Mutex::new(()),
+            ddl: Arc::default(),
             tables_dir,
             checkpoints: std::sync::OnceLock::new(),
             metrics,
@@ -138,6 +138,7 @@ impl Database {
             storage,
             db.barriers.clone(),
             db.config.data_dir.clone(),
+            db.ddl.clone(),
             db.metrics.clone(),
         )
         .await?;

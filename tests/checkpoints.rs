@@ -114,8 +114,14 @@ async fn checkpoints_upload_only_new_files_and_expire_what_nothing_names() {
     );
     assert!(bytes_up > 3 << 20, "several MB of state: {bytes_up}");
     // The manifest records the table's offset: the 8 statements fed before the barrier.
-    let offsets: Vec<u64> = manifest(&root, 1).offsets.values().copied().collect();
+    let first_manifest = manifest(&root, 1);
+    let offsets: Vec<u64> = first_manifest.offsets.values().copied().collect();
     assert_eq!(offsets, [8]);
+    // And the catalog at that epoch: the table and both views.
+    let catalog = first_manifest.catalog.to_string();
+    for name in ["\"t\"", "\"by_g\"", "\"copy\""] {
+        assert!(catalog.contains(name), "{name} in {catalog}");
+    }
 
     // A small change: the second checkpoint uploads a small fraction of the first.
     client

@@ -60,7 +60,8 @@ pub struct Manifest {
     /// Each table's offset at the epoch, by relation id: the records of its change log fed
     /// into the dataflow before the checkpoint's barrier (replay resumes after them).
     pub offsets: BTreeMap<u32, u64>,
-    /// The catalog as saved in the data directory when the checkpoint was taken.
+    /// The catalog at the checkpoint's epoch (read with DDL held off while the barrier was
+    /// injected).
     pub catalog: serde_json::Value,
     pub timings: Timings,
 }

@@ -117,6 +117,10 @@ pub struct Checkpointer {
     triggers: mpsc::Receiver<Trigger>,
     records: Arc<Mutex<Vec<Record>>>,
     files: Arc<Mutex<RetainedFiles>>,
+    /// Held by every DDL statement while it changes the catalog and the dataflow; held here
+    /// while the checkpoint barrier is injected and the catalog read, so that both describe
+    /// the same epoch.
+    ddl: Arc<tokio::sync::Mutex<()>>,
     metrics: Arc<Metrics>,
 }
 
@@ -128,6 +132,7 @@ impl Checkpointer {
         storage: Storage,
         barriers: BarrierClient,
         data_dir: PathBuf,
+        ddl: Arc<tokio::sync::Mutex<()>>,
         metrics: Arc<Metrics>,
     ) -> Result<CheckpointClient> {
         let run = run_id();
@@ -170,6 +175,7 @@ impl Checkpointer {
             triggers: rx,
             records,
             files,
+            ddl,
             metrics,
         };
         if let Some(last) = checkpointer.ledger.retained().last() {
@@ -303,20 +309,22 @@ impl Checkpointer {
         record: &mut Record,
         uploaded: &mut Vec<String>,
     ) -> Result<()> {
-        let taken = self
-            .barriers
-            .checkpoint_barrier(dir.to_path_buf())
-            .await?
+        let (catalog, snapshot) = {
+            let _ddl = self.ddl.lock().await;
+            let catalog = std::fs::read(&self.catalog_path)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or(serde_json::Value::Null);
+            let snapshot = self.barriers.checkpoint_barrier(dir.to_path_buf()).await?;
+            (catalog, snapshot)
+        };
+        let taken = snapshot
             .await
             .map_err(|_| Error::unavailable("the barrier coordinator has stopped"))??;
         record.epoch = Some(taken.epoch);
         record.timings.align_ms = taken.align.as_millis() as u64;
         record.timings.snapshot_ms = taken.snapshot.as_millis() as u64;
         self.set_record(record);
-        let catalog = std::fs::read(&self.catalog_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or(serde_json::Value::Null);
         let files: Vec<LocalFile> = taken
             .files
             .into_iter()

@@ -153,6 +153,7 @@ async fn setup() -> Setup {
         barriers.clone(),
         dir.path().to_path_buf(),
         Arc::default(),
+        Arc::default(),
     )
     .await
     .unwrap();
