@@ -45,3 +45,48 @@ pub trait Operator: Send {
         Ok(())
     }
 }
+
+#[cfg(test)]
+pub mod test_util {
+    //! A state store for operator tests, and the epochs ended on it.
+    use std::sync::Arc;
+
+    use super::Operator;
+    use crate::state::{EpochWrites, StateStore};
+    use crate::stream::chunk::StreamChunk;
+
+    pub struct Epochs {
+        _dir: tempfile::TempDir,
+        pub store: Arc<StateStore>,
+        /// The last epoch ended.
+        epoch: u64,
+    }
+
+    impl Default for Epochs {
+        fn default() -> Epochs {
+            Epochs::new()
+        }
+    }
+
+    impl Epochs {
+        pub fn new() -> Epochs {
+            let dir = tempfile::tempdir().unwrap();
+            let store = StateStore::open_fresh(dir.path()).unwrap();
+            Epochs {
+                _dir: dir,
+                store,
+                epoch: 0,
+            }
+        }
+
+        /// Ends the next epoch of `op`: its barrier hook runs, appending what it emits to
+        /// `out`, and its writes are committed and sealed, so later reads come from RocksDB.
+        pub async fn end(&mut self, op: &mut dyn Operator, out: &mut Vec<StreamChunk>) {
+            self.epoch += 1;
+            let mut writes = EpochWrites::default();
+            op.on_barrier(self.epoch, out, &mut writes).unwrap();
+            self.store.commit(self.epoch, writes).await.unwrap();
+            self.store.seal(self.epoch);
+        }
+    }
+}

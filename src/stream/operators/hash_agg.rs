@@ -858,21 +858,19 @@ fn decode_state(bytes: &[u8]) -> Result<GroupState> {
 mod tests {
     use super::*;
     use crate::stream::chunk::test_util::{chunk, render_sorted, schema};
+    use crate::stream::operator::test_util::Epochs;
     use datafusion::physical_expr::expressions::{col, lit};
 
     struct Harness {
-        _dir: tempfile::TempDir,
-        store: Arc<StateStore>,
+        epochs: Epochs,
         agg: HashAgg,
         input: SchemaRef,
-        epoch: u64,
     }
 
     /// `SELECT g, count(*), count(v), sum(v), min(v), max(v), avg(v) FROM t [GROUP BY g]` over
     /// a table t(g int, v bigint).
     fn harness(grouped: bool) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let epochs = Epochs::new();
         let input = schema(&[("g", DataType::Int32), ("v", DataType::Int64)]);
         let v = col("v", &input).unwrap();
         let call = |kind, arg: Arc<dyn PhysicalExpr>, arg_type: DataType, out: DataType| AggCall {
@@ -909,7 +907,7 @@ mod tests {
             (vec![], vec![])
         };
         let agg = HashAgg::new(
-            store.clone(),
+            epochs.store.clone(),
             1,
             2,
             group_exprs,
@@ -920,13 +918,7 @@ mod tests {
             ErrorSink::new("v"),
         )
         .unwrap();
-        Harness {
-            _dir: dir,
-            store,
-            agg,
-            input,
-            epoch: 0,
-        }
+        Harness { epochs, agg, input }
     }
 
     impl Harness {
@@ -937,13 +929,7 @@ mod tests {
                 .on_chunk(0, chunk(&self.input, changes), &mut out)
                 .unwrap();
             assert!(out.is_empty(), "output waits for the barrier");
-            self.epoch += 1;
-            let mut writes = EpochWrites::default();
-            self.agg
-                .on_barrier(self.epoch, &mut out, &mut writes)
-                .unwrap();
-            self.store.commit(self.epoch, writes).await.unwrap();
-            self.store.seal(self.epoch);
+            self.epochs.end(&mut self.agg, &mut out).await;
             render_sorted(&out)
         }
     }
@@ -1005,8 +991,8 @@ mod tests {
     async fn closed_windows_leave_no_state_behind() {
         use datafusion::arrow::array::TimestampMicrosecondArray;
         use datafusion::arrow::datatypes::TimeUnit;
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let mut epochs = Epochs::new();
+        let store = epochs.store.clone();
         let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
         let input = schema(&[("w", ts.clone()), ("v", DataType::Int64)]);
         let call = |kind, arg| AggCall {
@@ -1073,10 +1059,7 @@ mod tests {
                     value: i * 10
                 }]
             );
-            let mut writes = EpochWrites::default();
-            agg.on_barrier(i as u64 + 1, &mut out, &mut writes).unwrap();
-            store.commit(i as u64 + 1, writes).await.unwrap();
-            store.seal(i as u64 + 1);
+            epochs.end(&mut agg, &mut out).await;
             emitted.extend(out.iter().flat_map(|c| {
                 c.to_string()
                     .lines()

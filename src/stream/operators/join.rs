@@ -469,23 +469,21 @@ impl Operator for HashJoin {
 mod tests {
     use super::*;
     use crate::stream::chunk::test_util::{chunk, render_sorted, schema};
+    use crate::stream::operator::test_util::Epochs;
     use datafusion::logical_expr::Operator as BinOp;
     use datafusion::physical_expr::expressions::{col, BinaryExpr, Column};
 
     struct Harness {
-        _dir: tempfile::TempDir,
-        store: Arc<StateStore>,
+        epochs: Epochs,
         join: HashJoin,
         left: SchemaRef,
         right: SchemaRef,
-        epoch: u64,
     }
 
     /// `t1(k bigint, a text) <kind> JOIN t2(k bigint, b text) ON t1.k = t2.k`, with an extra
     /// condition `a <> b` when asked.
     fn harness(kind: JoinKind, condition: bool) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let epochs = Epochs::new();
         let left = schema(&[("k", DataType::Int64), ("a", DataType::Utf8)]);
         let right = schema(&[("k", DataType::Int64), ("b", DataType::Utf8)]);
         let output = match kind {
@@ -516,14 +514,12 @@ mod tests {
             right_schema: right.clone(),
             schema: output,
         };
-        let join = HashJoin::new(store.clone(), [1, 2], spec, ErrorSink::new("v")).unwrap();
+        let join = HashJoin::new(epochs.store.clone(), [1, 2], spec, ErrorSink::new("v")).unwrap();
         Harness {
-            _dir: dir,
-            store,
+            epochs,
             join,
             left,
             right,
-            epoch: 0,
         }
     }
 
@@ -544,13 +540,7 @@ mod tests {
 
         /// Ends the epoch: state goes to RocksDB, and later reads come from there.
         async fn barrier(&mut self) {
-            self.epoch += 1;
-            let mut writes = EpochWrites::default();
-            self.join
-                .on_barrier(self.epoch, &mut vec![], &mut writes)
-                .unwrap();
-            self.store.commit(self.epoch, writes).await.unwrap();
-            self.store.seal(self.epoch);
+            self.epochs.end(&mut self.join, &mut vec![]).await;
         }
     }
 

@@ -237,20 +237,18 @@ impl Operator for TemporalFilter {
 mod tests {
     use super::*;
     use crate::stream::chunk::test_util::{chunk, render_sorted, schema};
+    use crate::stream::operator::test_util::Epochs;
     use datafusion::physical_expr::expressions::col;
 
     struct Harness {
-        _dir: tempfile::TempDir,
-        store: Arc<StateStore>,
+        epochs: Epochs,
         op: TemporalFilter,
         input: SchemaRef,
-        epoch: u64,
     }
 
     /// Over t(id int, t bigint used as microseconds): `t <op> now() - 10`.
     fn harness(visible: Visible) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let epochs = Epochs::new();
         let input = schema(&[("id", DataType::Int32), ("t", DataType::Int64)]);
         let spec = TemporalSpec {
             row_time: col("t", &input).unwrap(),
@@ -258,14 +256,8 @@ mod tests {
             visible,
             schema: input.clone(),
         };
-        let op = TemporalFilter::new(store.clone(), 1, spec, ErrorSink::new("v")).unwrap();
-        Harness {
-            _dir: dir,
-            store,
-            op,
-            input,
-            epoch: 0,
-        }
+        let op = TemporalFilter::new(epochs.store.clone(), 1, spec, ErrorSink::new("v")).unwrap();
+        Harness { epochs, op, input }
     }
 
     impl Harness {
@@ -274,14 +266,8 @@ mod tests {
             self.op
                 .on_chunk(0, chunk(&self.input, changes), &mut out)
                 .unwrap();
-            self.epoch += 1;
             self.op.on_tick(now);
-            let mut writes = EpochWrites::default();
-            self.op
-                .on_barrier(self.epoch, &mut out, &mut writes)
-                .unwrap();
-            self.store.commit(self.epoch, writes).await.unwrap();
-            self.store.seal(self.epoch);
+            self.epochs.end(&mut self.op, &mut out).await;
             render_sorted(&out)
         }
 

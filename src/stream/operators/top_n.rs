@@ -300,22 +300,20 @@ impl Operator for TopN {
 mod tests {
     use super::*;
     use crate::stream::chunk::test_util::{chunk, render_sorted, schema};
+    use crate::stream::operator::test_util::Epochs;
     use datafusion::arrow::compute::SortOptions;
     use datafusion::physical_expr::expressions::col;
 
     struct Harness {
-        _dir: tempfile::TempDir,
-        store: Arc<StateStore>,
+        epochs: Epochs,
         op: TopN,
         input: SchemaRef,
-        epoch: u64,
     }
 
     /// Over t(g int, v bigint): `ORDER BY v DESC LIMIT limit OFFSET offset`, or with `rank`,
     /// `<rank>() OVER (PARTITION BY g ORDER BY v DESC) <= limit`.
     fn harness(rank: Option<RankKind>, offset: u64, limit: u64) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let epochs = Epochs::new();
         let input = schema(&[("g", DataType::Int32), ("v", DataType::Int64)]);
         let descending = SortOptions {
             descending: true,
@@ -344,14 +342,8 @@ mod tests {
             input_schema: input.clone(),
             schema: output,
         };
-        let op = TopN::new(store.clone(), [1, 2], spec, ErrorSink::new("v")).unwrap();
-        Harness {
-            _dir: dir,
-            store,
-            op,
-            input,
-            epoch: 0,
-        }
+        let op = TopN::new(epochs.store.clone(), [1, 2], spec, ErrorSink::new("v")).unwrap();
+        Harness { epochs, op, input }
     }
 
     impl Harness {
@@ -360,13 +352,7 @@ mod tests {
             self.op
                 .on_chunk(0, chunk(&self.input, changes), &mut out)
                 .unwrap();
-            self.epoch += 1;
-            let mut writes = EpochWrites::default();
-            self.op
-                .on_barrier(self.epoch, &mut out, &mut writes)
-                .unwrap();
-            self.store.commit(self.epoch, writes).await.unwrap();
-            self.store.seal(self.epoch);
+            self.epochs.end(&mut self.op, &mut out).await;
             render_sorted(&out)
         }
     }
