@@ -173,15 +173,7 @@ impl Database {
         kind: CheckpointKind,
         label: Option<String>,
     ) -> Result<(u64, u64)> {
-        let checkpoints = self.checkpoints()?;
-        let id = checkpoints.trigger(kind, label).await?;
-        let epoch = checkpoints
-            .records()
-            .iter()
-            .find(|r| r.id == id)
-            .and_then(|r| r.epoch)
-            .unwrap_or_default();
-        Ok((id, epoch))
+        self.checkpoints()?.trigger(kind, label).await
     }
 
     /// The checkpoints of this run and those found in the store, newest first.

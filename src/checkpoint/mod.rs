@@ -61,7 +61,7 @@ const RECORDS_MAX: usize = 100;
 struct Trigger {
     kind: Kind,
     label: Option<String>,
-    reply: oneshot::Sender<Result<u64>>,
+    reply: oneshot::Sender<Result<(u64, u64)>>,
 }
 
 /// The handle the rest of the server uses: trigger a checkpoint, read the records.
@@ -73,9 +73,9 @@ pub struct CheckpointClient {
 }
 
 impl CheckpointClient {
-    /// Takes a checkpoint after the one in flight, if any; returns its id once it is complete,
-    /// or why it failed.
-    pub async fn trigger(&self, kind: Kind, label: Option<String>) -> Result<u64> {
+    /// Takes a checkpoint after the one in flight, if any; returns its id and epoch once it is
+    /// complete, or why it failed.
+    pub async fn trigger(&self, kind: Kind, label: Option<String>) -> Result<(u64, u64)> {
         let (reply, rx) = oneshot::channel();
         self.triggers
             .send(Trigger { kind, label, reply })
@@ -221,8 +221,8 @@ impl Checkpointer {
         }
     }
 
-    /// Takes one checkpoint, start to finish.
-    async fn checkpoint(&mut self, kind: Kind, label: Option<String>) -> Result<u64> {
+    /// Takes one checkpoint, start to finish; returns its id and epoch.
+    async fn checkpoint(&mut self, kind: Kind, label: Option<String>) -> Result<(u64, u64)> {
         let id = self.next_id;
         self.next_id += 1;
         let started_at_ms = chrono::Utc::now().timestamp_millis();
@@ -295,7 +295,7 @@ impl Checkpointer {
             }
         }
         self.set_record(&record);
-        result.map(|()| id)
+        result.map(|()| (id, record.epoch.unwrap_or_default()))
     }
 
     #[allow(clippy::too_many_arguments)]

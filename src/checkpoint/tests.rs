@@ -229,7 +229,10 @@ impl Setup {
 async fn failed_checkpoints_leave_the_last_one_whole_and_uploads_never_hold_the_dataflow() {
     let mut s = setup().await;
     s.write(5000).await;
-    assert_eq!(s.checkpoints.trigger(Kind::Manual, None).await.unwrap(), 1);
+    assert_eq!(
+        s.checkpoints.trigger(Kind::Manual, None).await.unwrap().0,
+        1
+    );
     assert_eq!(s.objects().await, s.named(&[1]).await);
 
     // A failing upload: the checkpoint fails, and what it uploaded is removed.
@@ -277,7 +280,7 @@ async fn failed_checkpoints_leave_the_last_one_whole_and_uploads_never_hold_the_
     assert_eq!(s.status(4), "in progress");
     *s.faulty.gated.lock().unwrap() = false;
     s.faulty.gate.add_permits(1000);
-    assert_eq!(pending.await.unwrap().unwrap(), 4);
+    assert_eq!(pending.await.unwrap().unwrap().0, 4);
 
     // Checkpoints 1 and 4 are retained, and nothing else is in the store.
     assert_eq!(s.objects().await, s.named(&[1, 4]).await);
