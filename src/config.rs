@@ -1,5 +1,6 @@
 //! Server configuration: embedded defaults, overridden by a TOML file, overridden by flags.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,9 +45,14 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CheckpointConfig {
-    /// Where checkpoints go, as an object store URL; by default `file://` under the data
-    /// directory (`<data_dir>/checkpoint-store`).
+    /// Where checkpoints go, as an object store URL: `file:///absolute/path` or
+    /// `s3://bucket/prefix`; by default `file://` under the data directory
+    /// (`<data_dir>/checkpoint-store`).
     pub storage: Option<String>,
+    /// Options of an `s3://` store (`[checkpoint.s3]`), over the `AWS_*` environment variables:
+    /// `endpoint`, `region`, `access_key_id`, `secret_access_key`, `allow_http`,
+    /// `virtual_hosted_style_request`, ... (object_store's names).
+    pub s3: BTreeMap<String, String>,
     /// How often a checkpoint is taken; 0 takes none but those asked for (`CHECKPOINT;`).
     pub interval_ms: u64,
     /// At least this long between the end of one checkpoint and the start of the next.
@@ -61,6 +67,7 @@ impl Default for CheckpointConfig {
     fn default() -> Self {
         CheckpointConfig {
             storage: None,
+            s3: BTreeMap::new(),
             interval_ms: 10_000,
             min_pause_ms: 1_000,
             retained: 2,
@@ -141,5 +148,10 @@ mod tests {
         assert_eq!(c.checkpoint.interval_ms, 1000);
         assert_eq!(c.checkpoint.retained, 3);
         assert!(c.checkpoint.incremental);
+        let c: Config = toml::from_str(
+            "[checkpoint]\nstorage = \"s3://b/p\"\n[checkpoint.s3]\nendpoint = \"http://127.0.0.1:9000\"",
+        )
+        .unwrap();
+        assert_eq!(c.checkpoint.s3["endpoint"], "http://127.0.0.1:9000");
     }
 }

@@ -132,7 +132,7 @@ impl Database {
             }
         }
         db.barriers.flush().await?;
-        let storage = Storage::open(&db.config.checkpoint_storage()?)?;
+        let storage = Storage::open(&db.config.checkpoint_storage()?, &db.config.checkpoint.s3)?;
         let checkpoints = Checkpointer::start(
             db.config.checkpoint.clone(),
             storage,

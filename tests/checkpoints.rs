@@ -1,6 +1,6 @@
-//! Checkpoints against a real RocksDB and a real (local) object store: what each uploads and
-//! reuses, what expiry deletes, and that the store never holds an object no retained
-//! checkpoint names.
+//! Checkpoints against a real RocksDB and real object stores (a local directory, and moto's
+//! S3-compatible server): what each uploads and reuses, what expiry deletes, and that the store
+//! never holds an object no retained checkpoint names.
 
 mod common;
 
@@ -9,6 +9,7 @@ use std::path::Path;
 
 use common::{ChildServer, TestServer};
 use weir::checkpoint::manifest::Manifest;
+use weir::checkpoint::storage::Storage;
 
 /// `SHOW CHECKPOINTS` as (id, status, files_uploaded, files_reused, bytes_uploaded,
 /// bytes_referenced), newest first.
@@ -223,13 +224,13 @@ async fn checkpoints_upload_only_new_files_and_expire_what_nothing_names() {
     server.stop().await;
 }
 
-/// One HTTP request to the admin port: the status code and the body.
+/// One HTTP request: the status code and the body.
 async fn http(addr: std::net::SocketAddr, request_line: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
     socket
         .write_all(
-            format!("{request_line} HTTP/1.1\r\nHost: weir\r\nContent-Length: 0\r\n\r\n")
+            format!("{request_line} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 .as_bytes(),
         )
         .await
@@ -329,4 +330,161 @@ async fn the_admin_port_and_the_command_line_take_checkpoints() {
     assert_eq!(http(admin, "GET /nowhere").await.0, 404);
     assert_eq!(http(admin, "DELETE /api/v1/checkpoints").await.0, 405);
     assert!(server.stop(15).await.success());
+}
+
+/// A real S3-compatible server for the test's lifetime: moto's (`python3 -m moto.server`,
+/// installed by `scripts/deps`), on a free loopback port, killed when dropped.
+struct S3Server {
+    addr: std::net::SocketAddr,
+    _child: tokio::process::Child,
+}
+
+impl S3Server {
+    async fn start() -> S3Server {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let child = tokio::process::Command::new("python3")
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p"])
+            .arg(addr.port().to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 runs");
+        for _ in 0..300 {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return S3Server {
+                    addr,
+                    _child: child,
+                };
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("moto's S3 server did not start: run scripts/deps (pip install 'moto[server]')");
+    }
+
+    /// The options a Weir server needs to reach it.
+    fn options(&self) -> std::collections::BTreeMap<String, String> {
+        [
+            ("endpoint", format!("http://{}", self.addr)),
+            ("allow_http", "true".into()),
+            ("region", "us-east-1".into()),
+            ("access_key_id", "weir".into()),
+            ("secret_access_key", "weir-secret".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    async fn create_bucket(&self, bucket: &str) {
+        let (status, body) = http(self.addr, &format!("PUT /{bucket}")).await;
+        assert_eq!(status, 200, "create bucket: {body}");
+    }
+}
+
+/// The objects the manifests of checkpoints `ids` name (with their manifests), each checked
+/// against the size the store reports.
+async fn named_in(store: &Storage, ids: &[i64]) -> BTreeSet<String> {
+    let sizes: std::collections::BTreeMap<String, u64> =
+        store.list("").await.unwrap().into_iter().collect();
+    let mut out = BTreeSet::new();
+    for id in ids {
+        let name = format!("checkpoints/{id:020}/manifest.json");
+        let m = Manifest::decode(&store.get(&name).await.unwrap()).unwrap();
+        assert_eq!(m.id, *id as u64);
+        for f in &m.files {
+            assert_eq!(sizes.get(&f.object), Some(&f.size), "{}", f.object);
+            out.insert(f.object.clone());
+        }
+        out.insert(name);
+    }
+    out
+}
+
+async fn listed(store: &Storage) -> BTreeSet<String> {
+    store
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.0)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_go_to_an_s3_compatible_store() {
+    let s3 = S3Server::start().await;
+    s3.create_bucket("weir-checkpoints").await;
+    let url = "s3://weir-checkpoints/cluster-a";
+    let configure = |c: &mut weir::config::Config| {
+        c.checkpoint.storage = Some(url.into());
+        c.checkpoint.s3 = s3.options();
+        c.checkpoint.interval_ms = 0;
+        c.checkpoint.retained = 2;
+    };
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g int, payload text);
+             CREATE MATERIALIZED VIEW by_g AS SELECT g, count(*) AS n FROM t GROUP BY g;
+             INSERT INTO t SELECT value, value % 31, repeat(md5(value::text), 4)
+             FROM generate_series(1, 20000);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 1);
+    client
+        .batch_execute("INSERT INTO t VALUES (-1, 1, 'x')")
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 2);
+    let s = shown(&client).await;
+    assert_eq!(s[0].1, "completed");
+    assert!(s[0].3 > 0, "the second checkpoint reuses files: {s:?}");
+    assert!(s[0].4 * 10 < s[1].4, "and uploads a small part: {s:?}");
+
+    // What the bucket holds, read with the same options: exactly what 1 and 2 name, all of
+    // it under the URL's prefix.
+    let store = Storage::open(url, &s3.options()).unwrap();
+    assert_eq!(listed(&store).await, named_in(&store, &[1, 2]).await);
+    let bucket = Storage::open("s3://weir-checkpoints", &s3.options()).unwrap();
+    let everything = listed(&bucket).await;
+    assert!(everything.iter().all(|o| o.starts_with("cluster-a/")));
+    assert_eq!(everything.len(), listed(&store).await.len());
+
+    // Compaction, a third checkpoint: the first expires and its own files leave the bucket.
+    server.db.compact_state().await.unwrap();
+    assert_eq!(checkpoint(&client).await, 3);
+    assert_eq!(listed(&store).await, named_in(&store, &[2, 3]).await);
+
+    // A restart adopts the bucket's checkpoints; ids continue.
+    drop(client);
+    let dir = server.stop_and_close().await;
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    let ids: Vec<i64> = shown(&client).await.iter().map(|r| r.0).collect();
+    assert_eq!(ids, [3, 2]);
+    assert_eq!(checkpoint(&client).await, 4);
+    assert_eq!(listed(&store).await, named_in(&store, &[3, 4]).await);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_storage_url_is_refused_clearly() {
+    let none = std::collections::BTreeMap::new();
+    for (url, says) in [
+        ("gs://bucket/x", "must start with file:// or s3://"),
+        ("file://relative/x", "needs an absolute path"),
+        ("s3:///x", "names no bucket"),
+    ] {
+        let e = Storage::open(url, &none).err().expect(url).to_string();
+        assert!(e.contains(says), "{url}: {e}");
+    }
+    let bad = [("no_such_option".to_string(), "1".to_string())].into();
+    let e = Storage::open("s3://b/p", &bad).err().unwrap().to_string();
+    assert!(e.contains("unknown S3 option \"no_such_option\""), "{e}");
 }

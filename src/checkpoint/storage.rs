@@ -1,15 +1,19 @@
 //! Where checkpoints go: an object store named by URL (`checkpoint.storage`). A local directory
 //! (`file://`) is written with fsync, so that a checkpoint survives a power loss once its
-//! manifest is written.
+//! manifest is written; S3 and S3-compatible stores (`s3://bucket/prefix`) acknowledge a put
+//! only once it is durable.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use datafusion::object_store::local::LocalFileSystem;
-use datafusion::object_store::path::Path as ObjectPath;
-use datafusion::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use futures::TryStreamExt;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -20,7 +24,7 @@ pub struct Storage {
     url: String,
 }
 
-fn store_error(what: &str, e: datafusion::object_store::Error) -> Error {
+fn store_error(what: &str, e: object_store::Error) -> Error {
     Error::new(
         ErrorKind::Unavailable,
         format!("checkpoint storage: {what}: {e}"),
@@ -28,15 +32,24 @@ fn store_error(what: &str, e: datafusion::object_store::Error) -> Error {
 }
 
 impl Storage {
-    /// Opens the store at `url`: `file:///absolute/path` (created if missing). Other schemes
-    /// are refused with a clear message.
-    pub fn open(url: &str) -> Result<Storage> {
-        let Some(path) = url.strip_prefix("file://") else {
-            return Err(Error::new(
-                ErrorKind::InvalidParameter,
-                format!("checkpoint storage \"{url}\": only file:// URLs are supported so far"),
-            ));
-        };
+    /// Opens the store at `url`: `file:///absolute/path` (created if missing) or
+    /// `s3://bucket/prefix`, configured by the usual `AWS_*` environment variables and then by
+    /// `s3` (keys as object_store names them: `endpoint`, `region`, `access_key_id`,
+    /// `secret_access_key`, `allow_http`, `virtual_hosted_style_request`, ...).
+    pub fn open(url: &str, s3: &BTreeMap<String, String>) -> Result<Storage> {
+        if let Some(path) = url.strip_prefix("file://") {
+            return Storage::open_local(url, path);
+        }
+        if url.starts_with("s3://") {
+            return Storage::open_s3(url, s3);
+        }
+        Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!("checkpoint storage \"{url}\": the URL must start with file:// or s3://"),
+        ))
+    }
+
+    fn open_local(url: &str, path: &str) -> Result<Storage> {
         if !path.starts_with('/') {
             return Err(Error::new(
                 ErrorKind::InvalidParameter,
@@ -49,6 +62,41 @@ impl Storage {
         Ok(Storage {
             store: Arc::new(store),
             local_root: Some(PathBuf::from(path)),
+            url: url.to_string(),
+        })
+    }
+
+    fn open_s3(url: &str, options: &BTreeMap<String, String>) -> Result<Storage> {
+        let invalid = |why: String| {
+            Error::new(
+                ErrorKind::InvalidParameter,
+                format!("checkpoint storage \"{url}\": {why}"),
+            )
+        };
+        let rest = &url["s3://".len()..];
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(invalid("the URL names no bucket".into()));
+        }
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        for (key, value) in options {
+            let key: AmazonS3ConfigKey = key
+                .parse()
+                .map_err(|_| invalid(format!("unknown S3 option \"{key}\"")))?;
+            builder = builder.with_config(key, value);
+        }
+        let store = builder
+            .build()
+            .map_err(|e| invalid(format!("cannot configure S3: {e}")))?;
+        let prefix = prefix.trim_end_matches('/');
+        let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+            Arc::new(store)
+        } else {
+            Arc::new(PrefixStore::new(store, prefix))
+        };
+        Ok(Storage {
+            store,
+            local_root: None,
             url: url.to_string(),
         })
     }
@@ -92,7 +140,7 @@ impl Storage {
     /// Deletes an object; one that is already gone is not an error.
     pub async fn delete(&self, name: &str) -> Result<()> {
         match self.store.delete(&ObjectPath::from(name)).await {
-            Ok(()) | Err(datafusion::object_store::Error::NotFound { .. }) => Ok(()),
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(store_error(&format!("cannot delete {name}"), e)),
         }
     }

@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::object_store::memory::InMemory;
-use datafusion::object_store::path::Path as ObjectPath;
-use datafusion::object_store::{
+use futures::stream::BoxStream;
+use object_store::memory::InMemory;
+use object_store::path::Path as ObjectPath;
+use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
-use futures::stream::BoxStream;
 use tokio::sync::Semaphore;
 
 use super::manifest::Kind;
@@ -49,7 +49,7 @@ impl ObjectStore for Faulty {
         location: &ObjectPath,
         payload: PutPayload,
         opts: PutOptions,
-    ) -> datafusion::object_store::Result<PutResult> {
+    ) -> object_store::Result<PutResult> {
         self.puts.lock().unwrap().push(location.to_string());
         let gated = *self.gated.lock().unwrap();
         if gated {
@@ -57,7 +57,7 @@ impl ObjectStore for Faulty {
         }
         let fail = self.fail_on.lock().unwrap().clone();
         if fail.is_some_and(|f| location.as_ref().contains(&f)) {
-            return Err(datafusion::object_store::Error::Generic {
+            return Err(object_store::Error::Generic {
                 store: "Faulty",
                 source: "injected failure".into(),
             });
@@ -69,7 +69,7 @@ impl ObjectStore for Faulty {
         &self,
         location: &ObjectPath,
         opts: PutMultipartOptions,
-    ) -> datafusion::object_store::Result<Box<dyn MultipartUpload>> {
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -77,28 +77,28 @@ impl ObjectStore for Faulty {
         &self,
         location: &ObjectPath,
         options: GetOptions,
-    ) -> datafusion::object_store::Result<GetResult> {
+    ) -> object_store::Result<GetResult> {
         self.inner.get_opts(location, options).await
     }
 
     fn delete_stream(
         &self,
-        locations: BoxStream<'static, datafusion::object_store::Result<ObjectPath>>,
-    ) -> BoxStream<'static, datafusion::object_store::Result<ObjectPath>> {
+        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
+    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
         self.inner.delete_stream(locations)
     }
 
     fn list(
         &self,
         prefix: Option<&ObjectPath>,
-    ) -> BoxStream<'static, datafusion::object_store::Result<ObjectMeta>> {
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         self.inner.list(prefix)
     }
 
     async fn list_with_delimiter(
         &self,
         prefix: Option<&ObjectPath>,
-    ) -> datafusion::object_store::Result<ListResult> {
+    ) -> object_store::Result<ListResult> {
         self.inner.list_with_delimiter(prefix).await
     }
 
@@ -107,7 +107,7 @@ impl ObjectStore for Faulty {
         from: &ObjectPath,
         to: &ObjectPath,
         options: CopyOptions,
-    ) -> datafusion::object_store::Result<()> {
+    ) -> object_store::Result<()> {
         self.inner.copy_opts(from, to, options).await
     }
 }
