@@ -334,8 +334,16 @@ impl Checkpointer {
         let upload_started = Instant::now();
         let mut refs = plan.reuse.clone();
         for (file, object) in &plan.upload {
-            let bytes = Bytes::from(std::fs::read(dir.join(&file.name))?);
-            let crc32 = crc32fast::hash(&bytes);
+            // Read and checksummed off the async threads: an SST can be hundreds of MB.
+            let path = dir.join(&file.name);
+            let (bytes, crc32) = tokio::task::spawn_blocking(move || {
+                std::fs::read(path).map(|b| {
+                    let crc32 = crc32fast::hash(&b);
+                    (Bytes::from(b), crc32)
+                })
+            })
+            .await
+            .map_err(|e| Error::internal(format!("reading a checkpoint file: {e}")))??;
             uploaded.push(object.clone());
             self.storage.put(object, bytes).await?;
             refs.push(FileRef {
