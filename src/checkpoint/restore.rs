@@ -1,0 +1,349 @@
+//! Restoring a checkpoint (`docs/design/0004-recovery.md`): finding the newest whole one in
+//! the store, rebuilding RocksDB's directory from it in a fresh directory, and putting that
+//! directory in place. Not wired into the start of the server yet.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::ledger::FileRef;
+use super::manifest::Manifest;
+use super::storage::Storage;
+use crate::error::{Error, ErrorKind, Result};
+
+/// A checkpoint newer than the one restored that could not be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged {
+    pub manifest: String,
+    pub reason: String,
+}
+
+/// What a restore found in the store.
+#[derive(Debug)]
+pub struct Found {
+    /// The newest whole checkpoint, if any.
+    pub newest: Option<Manifest>,
+    /// Every newer manifest that was not whole, newest first.
+    pub damaged: Vec<Damaged>,
+}
+
+/// What rebuilding a directory took.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Rebuilt {
+    pub files_reused: u64,
+    pub files_downloaded: u64,
+    pub bytes_downloaded: u64,
+}
+
+fn corrupt(what: String) -> Error {
+    Error::new(ErrorKind::DataCorruption, what)
+}
+
+/// Finds the newest checkpoint whose manifest checks and whose every file is in the store
+/// with its recorded size.
+pub async fn newest_whole(storage: &Storage) -> Result<Found> {
+    let objects: BTreeMap<String, u64> = storage.list("").await?.into_iter().collect();
+    let mut manifests: Vec<&String> = objects
+        .keys()
+        .filter(|n| n.starts_with("checkpoints/") && n.ends_with("/manifest.json"))
+        .collect();
+    // Ids are zero-padded, so name order is id order.
+    manifests.sort();
+    let mut damaged = Vec::new();
+    for name in manifests.into_iter().rev() {
+        let bytes = storage.get(name).await?;
+        let problem = match Manifest::decode(&bytes) {
+            Err(e) => Some(e.to_string()),
+            Ok(m) => match m.files.iter().find_map(|f| missing(f, &objects)) {
+                Some(reason) => Some(reason),
+                None => {
+                    return Ok(Found {
+                        newest: Some(m),
+                        damaged,
+                    })
+                }
+            },
+        };
+        if let Some(reason) = problem {
+            damaged.push(Damaged {
+                manifest: name.clone(),
+                reason,
+            });
+        }
+    }
+    Ok(Found {
+        newest: None,
+        damaged,
+    })
+}
+
+fn missing(file: &FileRef, objects: &BTreeMap<String, u64>) -> Option<String> {
+    match objects.get(&file.object) {
+        None => Some(format!("{} is missing", file.object)),
+        Some(size) if *size != file.size => Some(format!(
+            "{} has {size} bytes, the manifest says {}",
+            file.object, file.size
+        )),
+        Some(_) => None,
+    }
+}
+
+/// Builds `target` (which must not exist) as the RocksDB directory of `manifest`: each file is
+/// hard-linked from `previous` (the directory a crash left behind) when one of its name has
+/// the recorded size and checksum, and downloaded and checked otherwise. Every file and the
+/// directory are synced before this returns.
+pub async fn rebuild(
+    storage: &Storage,
+    manifest: &Manifest,
+    previous: &Path,
+    target: &Path,
+) -> Result<Rebuilt> {
+    std::fs::create_dir_all(target)?;
+    let mut done = Rebuilt::default();
+    for file in &manifest.files {
+        if file.local.contains('/') || file.local.starts_with('.') {
+            return Err(corrupt(format!(
+                "checkpoint {}: file name \"{}\" is not a plain name",
+                manifest.id, file.local
+            )));
+        }
+        let local = previous.join(&file.local);
+        let path = target.join(&file.local);
+        if local_matches(&local, file).await? {
+            if std::fs::hard_link(&local, &path).is_err() {
+                std::fs::copy(&local, &path)?;
+            }
+            done.files_reused += 1;
+            continue;
+        }
+        let bytes = storage.get(&file.object).await?;
+        if bytes.len() as u64 != file.size || crc32fast::hash(&bytes) != file.crc32 {
+            return Err(corrupt(format!(
+                "checkpoint {}: {} does not have the size and checksum its manifest records",
+                manifest.id, file.object
+            )));
+        }
+        let len = bytes.len() as u64;
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            std::fs::write(&path, &bytes)?;
+            std::fs::File::open(&path)?.sync_all()?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| Error::internal(format!("writing a restored file: {e}")))??;
+        done.files_downloaded += 1;
+        done.bytes_downloaded += len;
+    }
+    std::fs::File::open(target)?.sync_all()?;
+    Ok(done)
+}
+
+/// Whether `path` exists with the size and checksum `file` records.
+async fn local_matches(path: &Path, file: &FileRef) -> Result<bool> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() == file.size => {}
+        _ => return Ok(false),
+    }
+    let path = path.to_path_buf();
+    let crc = tokio::task::spawn_blocking(move || std::fs::read(path).map(|b| crc32fast::hash(&b)))
+        .await
+        .map_err(|e| Error::internal(format!("checking a local file: {e}")))??;
+    Ok(crc == file.crc32)
+}
+
+/// Puts the rebuilt directory `restored` in the place of `state`: `state` becomes
+/// `<state>.old`, `restored` becomes `state` (each rename atomic), and the old one is
+/// deleted. A crash in between leaves either the old directory or the new one whole in place.
+pub fn install(restored: &Path, state: &Path) -> Result<()> {
+    let old = state.with_extension("old");
+    if old.exists() {
+        std::fs::remove_dir_all(&old)?;
+    }
+    if state.exists() {
+        std::fs::rename(state, &old)?;
+    }
+    std::fs::rename(restored, state)?;
+    if let Some(parent) = state.parent() {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    if old.exists() {
+        std::fs::remove_dir_all(&old)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::checkpoint::manifest::{Kind, Timings, FORMAT};
+
+    fn file(object: &str, local: &str, bytes: &[u8]) -> FileRef {
+        FileRef {
+            object: object.into(),
+            local: local.into(),
+            size: bytes.len() as u64,
+            crc32: crc32fast::hash(bytes),
+        }
+    }
+
+    fn manifest(id: u64, files: Vec<FileRef>) -> Manifest {
+        Manifest {
+            format: FORMAT,
+            id,
+            epoch: id * 10,
+            kind: Kind::Periodic,
+            label: None,
+            run: "r".into(),
+            started_at_ms: 0,
+            files,
+            files_uploaded: 0,
+            bytes_uploaded: 0,
+            offsets: BTreeMap::new(),
+            catalog: serde_json::json!({}),
+            timings: Timings::default(),
+        }
+    }
+
+    async fn put(storage: &Storage, name: &str, bytes: &[u8]) {
+        storage
+            .put(name, Bytes::copy_from_slice(bytes))
+            .await
+            .unwrap();
+    }
+
+    async fn put_manifest(storage: &Storage, m: &Manifest) {
+        let name = format!("checkpoints/{:020}/manifest.json", m.id);
+        put(storage, &name, &m.encode().unwrap()).await;
+    }
+
+    fn store() -> Storage {
+        Storage::over(Arc::new(InMemory::new()), "memory://")
+    }
+
+    #[tokio::test]
+    async fn the_newest_whole_checkpoint_is_found_past_damaged_ones() {
+        let s = store();
+        let a = file("shared/r-000001.sst", "000001.sst", b"first");
+        let b = file("shared/r-000002.sst", "000002.sst", b"second");
+        put(&s, &a.object, b"first").await;
+        put(&s, &b.object, b"second").await;
+        put_manifest(&s, &manifest(1, vec![a.clone()])).await;
+        put_manifest(&s, &manifest(2, vec![a.clone(), b.clone()])).await;
+        let found = newest_whole(&s).await.unwrap();
+        assert_eq!(found.newest.unwrap().id, 2);
+        assert!(found.damaged.is_empty());
+
+        // 3 names a file the store lacks, 4 names one of another size, 5's manifest is
+        // damaged: 2 is still the newest whole one, and the three are reported, newest first.
+        let gone = file("shared/r-000003.sst", "000003.sst", b"never uploaded");
+        put_manifest(&s, &manifest(3, vec![a.clone(), gone])).await;
+        let mut short = b.clone();
+        short.size += 1;
+        put_manifest(&s, &manifest(4, vec![short])).await;
+        let mut bytes = manifest(5, vec![a.clone()]).encode().unwrap();
+        bytes[5] ^= 1;
+        put(&s, &format!("checkpoints/{:020}/manifest.json", 5), &bytes).await;
+        let found = newest_whole(&s).await.unwrap();
+        assert_eq!(found.newest.unwrap().id, 2);
+        let reasons: Vec<(&str, &str)> = found
+            .damaged
+            .iter()
+            .map(|d| (d.manifest.as_str(), d.reason.as_str()))
+            .collect();
+        assert_eq!(reasons.len(), 3);
+        assert!(reasons[0].0.contains("00000000000000000005"));
+        assert!(reasons[0].1.contains("damaged checkpoint manifest"));
+        assert!(reasons[1].1.contains("has 6 bytes, the manifest says 7"));
+        assert!(reasons[2].1.contains("shared/r-000003.sst is missing"));
+
+        // Nothing whole at all.
+        let s = store();
+        put_manifest(&s, &manifest(1, vec![a])).await;
+        let found = newest_whole(&s).await.unwrap();
+        assert!(found.newest.is_none());
+        assert_eq!(found.damaged.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_rebuild_reuses_matching_local_files_and_downloads_the_rest() {
+        let s = store();
+        let same = file("shared/r-000007.sst", "000007.sst", b"kept locally");
+        let other = file("shared/r-000008.sst", "000008.sst", b"uploaded bytes");
+        let absent = file("checkpoints/1/MANIFEST-000005", "MANIFEST-000005", b"m");
+        for (f, bytes) in [
+            (&same, &b"kept locally"[..]),
+            (&other, b"uploaded bytes"),
+            (&absent, b"m"),
+        ] {
+            put(&s, &f.object, bytes).await;
+        }
+        let m = manifest(1, vec![same.clone(), other.clone(), absent.clone()]);
+        let dir = tempfile::tempdir().unwrap();
+        let previous = dir.path().join("state");
+        std::fs::create_dir_all(&previous).unwrap();
+        std::fs::write(previous.join("000007.sst"), b"kept locally").unwrap();
+        // The same name and size with other bytes (a file number reused after a restore):
+        // not reused.
+        std::fs::write(previous.join("000008.sst"), b"other contents").unwrap();
+        let target = dir.path().join("state.restoring");
+        let done = rebuild(&s, &m, &previous, &target).await.unwrap();
+        assert_eq!(
+            done,
+            Rebuilt {
+                files_reused: 1,
+                files_downloaded: 2,
+                bytes_downloaded: (b"uploaded bytes".len() + 1) as u64,
+            }
+        );
+        assert_eq!(
+            std::fs::read(target.join("000008.sst")).unwrap(),
+            b"uploaded bytes"
+        );
+        assert_eq!(
+            std::fs::read(target.join("000007.sst")).unwrap(),
+            b"kept locally"
+        );
+
+        install(&target, &previous).unwrap();
+        assert!(!target.exists());
+        assert!(!dir.path().join("state.old").exists());
+        assert_eq!(
+            std::fs::read(previous.join("000008.sst")).unwrap(),
+            b"uploaded bytes"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_damaged_object_stops_the_rebuild() {
+        let s = store();
+        let f = file("shared/r-000009.sst", "000009.sst", b"good bytes");
+        put(&s, &f.object, b"bad! bytes").await;
+        let dir = tempfile::tempdir().unwrap();
+        let err = rebuild(
+            &s,
+            &manifest(3, vec![f]),
+            &dir.path().join("state"),
+            &dir.path().join("restoring"),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::DataCorruption);
+        assert!(err.to_string().contains("shared/r-000009.sst"), "{err}");
+        // A name that would leave the directory is refused before anything is read.
+        let evil = file("shared/x", "../escape", b"x");
+        let err = rebuild(
+            &s,
+            &manifest(4, vec![evil]),
+            &dir.path().join("state"),
+            &dir.path().join("restoring2"),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("not a plain name"), "{err}");
+    }
+}
