@@ -75,6 +75,10 @@ pub struct Ledger {
     refs: BTreeMap<String, usize>,
     /// Objects uploaded by checkpoints that failed, to delete unless a later one names them.
     orphans: BTreeSet<String>,
+    /// The checkpoint this run's RocksDB was restored from: its files are on disk under their
+    /// local names, byte for byte, so they are reused by name although another run uploaded
+    /// them.
+    restored: Option<u64>,
 }
 
 impl Ledger {
@@ -85,7 +89,13 @@ impl Ledger {
             retained: VecDeque::new(),
             refs: BTreeMap::new(),
             orphans: BTreeSet::new(),
+            restored: None,
         }
+    }
+
+    /// Says that this run's RocksDB was restored from adopted checkpoint `id`.
+    pub fn restored_from(&mut self, id: u64) {
+        self.restored = Some(id);
     }
 
     /// The objects that retained checkpoints name, with how many name each.
@@ -99,20 +109,27 @@ impl Ledger {
     }
 
     /// Decides, for checkpoint `id` of `files`, what to upload and what to reuse. Only files of
-    /// the last completed checkpoint are reused, and only SSTs whose name and size match; in
-    /// full mode (`incremental` false) every file is uploaded into the checkpoint's own
-    /// directory.
+    /// the last completed checkpoint are reused, and only SSTs whose name and size match: this
+    /// run's uploads, or any of the checkpoint this run was restored from; in full mode
+    /// (`incremental` false) every file is uploaded into the checkpoint's own directory.
     pub fn plan(&self, id: u64, files: &[LocalFile], incremental: bool) -> Plan {
         let last: HashMap<&str, &FileRef> = match (incremental, self.retained.back()) {
             (true, Some(c)) => c.files.iter().map(|f| (f.local.as_str(), f)).collect(),
             _ => HashMap::new(),
         };
+        let from_restored =
+            self.restored.is_some() && self.retained.back().map(|c| c.id) == self.restored;
         let mut plan = Plan::default();
         for file in files {
             let shared = format!("shared/{}-{}", self.run, file.name);
             match last.get(file.name.as_str()) {
-                // Only this run's uploads: another run's file of the same name is another file.
-                Some(f) if file.is_sst() && f.size == file.size && f.object == shared => {
+                // Only this run's uploads, or the restored checkpoint's: another run's file of
+                // the same name is another file.
+                Some(f)
+                    if file.is_sst()
+                        && f.size == file.size
+                        && (f.object == shared || from_restored) =>
+                {
                     plan.reuse.push((*f).clone())
                 }
                 _ => {
@@ -129,7 +146,8 @@ impl Ledger {
     }
 
     /// Takes in a checkpoint found in the store, as retained: it expires in its turn. Its
-    /// files are not reused by name: they are another run's.
+    /// files are not reused by name (they are another run's), unless this run was restored
+    /// from it (`restored_from`).
     pub fn adopt(&mut self, checkpoint: Completed) {
         for f in &checkpoint.files {
             *self.refs.entry(f.object.clone()).or_default() += 1;
@@ -304,6 +322,42 @@ mod tests {
         });
         assert_eq!(retired.expired, [1]);
         assert_eq!(retired.delete, ["shared/old-1.sst", "shared/old-2.sst"]);
+    }
+
+    #[test]
+    fn the_files_of_the_restored_checkpoint_are_reused_by_name() {
+        let mut previous = Ledger::new("old", 2);
+        checkpoint(&mut previous, 1, &["1"]);
+        checkpoint(&mut previous, 2, &["1", "2"]);
+        let mut ledger = Ledger::new("run", 2);
+        for c in previous.retained() {
+            ledger.adopt(c.clone());
+        }
+        ledger.restored_from(2);
+        // A file of the restored checkpoint's name but another size is another file.
+        let mut grown = sst("2");
+        grown.size += 1;
+        assert!(ledger.plan(3, &[grown], true).reuse.is_empty());
+        // RocksDB restored from 2 holds its files and numbers new ones above them.
+        let (up, deleted) = checkpoint(&mut ledger, 3, &["1", "3"]);
+        assert_eq!(up, ["3"]);
+        assert_eq!(
+            deleted,
+            Vec::<String>::new(),
+            "1 expired, its file still named"
+        );
+        assert_eq!(
+            ledger.retained().last().unwrap().files[0].object,
+            "shared/old-1.sst"
+        );
+
+        // Restored from an older checkpoint than the newest adopted: nothing is reused.
+        let mut ledger = Ledger::new("run", 2);
+        for c in previous.retained() {
+            ledger.adopt(c.clone());
+        }
+        ledger.restored_from(1);
+        assert!(ledger.plan(3, &[sst("1")], true).reuse.is_empty());
     }
 
     #[test]
