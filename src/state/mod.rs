@@ -102,8 +102,19 @@ impl StateStore {
             std::fs::remove_dir_all(dir)?;
         }
         std::fs::create_dir_all(dir)?;
+        StateStore::open(dir, 0, true)
+    }
+
+    /// Opens a directory restored from a checkpoint of `epoch`
+    /// (`docs/design/0004-recovery.md`): readers see that epoch, and the next one committed is
+    /// `epoch + 1`. A directory that holds no RocksDB is refused.
+    pub fn open_restored(dir: &Path, epoch: u64) -> Result<Arc<StateStore>> {
+        StateStore::open(dir, epoch, false)
+    }
+
+    fn open(dir: &Path, epoch: u64, create: bool) -> Result<Arc<StateStore>> {
         let mut opts = Options::default();
-        opts.create_if_missing(true);
+        opts.create_if_missing(create);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.increase_parallelism(2);
         set_compaction(&mut opts);
@@ -112,7 +123,7 @@ impl StateStore {
             inner: db,
             closed: ClosedOnDrop(Arc::default()),
         });
-        let snapshot = Arc::new(Snapshot::new(db.clone(), 0));
+        let snapshot = Arc::new(Snapshot::new(db.clone(), epoch));
         let (sealed, _) = watch::channel(snapshot);
         Ok(Arc::new(StateStore {
             db,
@@ -394,6 +405,50 @@ mod tests {
         store.seal(1);
         assert_eq!(count(&store.snapshot()), 1);
         assert_eq!(t.get(b"a").unwrap(), Some(b"1".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_reopens_at_its_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(&dir.path().join("live")).unwrap();
+        let mut t = StateTable::new(store.clone(), 7);
+        t.put(b"a".to_vec(), b"1".to_vec());
+        t.put(b"b".to_vec(), b"2".to_vec());
+        let mut w = EpochWrites::default();
+        t.take_writes(&mut w);
+        store.commit(1, w).await.unwrap();
+        let copy = dir.path().join("copy");
+        store.checkpoint(&copy).unwrap();
+        store.seal(1);
+        // Written after the checkpoint: not in it.
+        t.put(b"c".to_vec(), b"3".to_vec());
+        let mut w = EpochWrites::default();
+        t.take_writes(&mut w);
+        store.commit(2, w).await.unwrap();
+
+        let restored = StateStore::open_restored(&copy, 1).unwrap();
+        assert_eq!(restored.sealed_epoch(), 1);
+        let mut rows = Vec::new();
+        restored
+            .snapshot()
+            .scan_table(7, &mut |k, v| {
+                rows.push((k.to_vec(), v.to_vec()));
+                true
+            })
+            .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (b"a".to_vec(), b"1".to_vec()),
+                (b"b".to_vec(), b"2".to_vec())
+            ]
+        );
+        // The next epoch commits at once: the restored one counts as sealed.
+        restored.commit(2, EpochWrites::default()).await.unwrap();
+        // A directory without a RocksDB is refused, not created.
+        let empty = dir.path().join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        assert!(StateStore::open_restored(&empty, 1).is_err());
     }
 
     #[tokio::test]
