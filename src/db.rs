@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, Object, ObjectId, TableDef, ViewDef};
 use crate::checkpoint::manifest::Kind as CheckpointKind;
+use crate::checkpoint::restore;
 use crate::checkpoint::storage::Storage;
 use crate::checkpoint::{CheckpointClient, Checkpointer};
 use crate::config::Config;
@@ -87,14 +88,66 @@ pub struct Database {
 }
 
 impl Database {
-    /// Opens the data directory: loads the catalog, replays every table's change log and
-    /// rebuilds every view. State is rebuilt from the logs on each start.
+    /// Opens the data directory: restores the newest whole checkpoint when the store holds
+    /// one (`docs/design/0004-recovery.md`), replays every table's change log after the
+    /// checkpoint's offset (all of it without a checkpoint) and starts every view, restored
+    /// or rebuilt from its inputs.
     pub async fn open(config: Config) -> Result<Arc<Database>> {
         std::fs::create_dir_all(&config.data_dir)?;
         let tables_dir = config.data_dir.join("tables");
         std::fs::create_dir_all(&tables_dir)?;
-        let store = StateStore::open_fresh(&config.data_dir.join("state"))?;
+        let storage = Storage::open(&config.checkpoint_storage()?, &config.checkpoint.s3)?;
+        let state_dir = config.data_dir.join("state");
+        let found = restore::newest_whole(&storage).await?;
+        for d in &found.damaged {
+            tracing::error!(
+                "checkpoint {} cannot be restored: {}; an older one is used",
+                d.manifest,
+                d.reason
+            );
+        }
+        let (store, restored) = match found.newest {
+            Some(m) => {
+                let rebuilding = config.data_dir.join("state.restoring");
+                if rebuilding.exists() {
+                    std::fs::remove_dir_all(&rebuilding)?;
+                }
+                let rebuilt = restore::rebuild(&storage, &m, &state_dir, &rebuilding).await?;
+                restore::install(&rebuilding, &state_dir)?;
+                tracing::info!(
+                    "restored checkpoint {} (epoch {}): {} files reused, {} downloaded ({} bytes)",
+                    m.id,
+                    m.epoch,
+                    rebuilt.files_reused,
+                    rebuilt.files_downloaded,
+                    rebuilt.bytes_downloaded
+                );
+                (StateStore::open_restored(&state_dir, m.epoch)?, Some(m))
+            }
+            None => (StateStore::open_fresh(&state_dir)?, None),
+        };
         let catalog = Catalog::load(&config.data_dir)?;
+        let objects: Vec<Object> = catalog.objects().to_vec();
+        // What the checkpoint holds state for; the state of objects dropped since goes.
+        let in_checkpoint: HashMap<ObjectId, Object> = match &restored {
+            Some(m) => Catalog::objects_in(&m.catalog)?
+                .into_iter()
+                .map(|o| (o.id(), o))
+                .collect(),
+            None => HashMap::new(),
+        };
+        let live: HashSet<ObjectId> = objects.iter().map(Object::id).collect();
+        let dropped: Vec<TableId> = in_checkpoint
+            .values()
+            .filter(|o| !live.contains(&o.id()))
+            .flat_map(|o| match o {
+                Object::Table(t) => vec![t.id],
+                Object::View(v) => std::iter::once(v.id)
+                    .chain(v.state_tables.iter().copied())
+                    .collect(),
+            })
+            .collect();
+        store.delete_tables(&dropped)?;
         let metrics = Arc::new(Metrics::default());
         let (barriers, events) = Coordinator::start(
             store.clone(),
@@ -102,7 +155,6 @@ impl Database {
             config.clock.clone(),
             metrics.clone(),
         );
-        let objects: Vec<Object> = catalog.objects().to_vec();
         let db = Arc::new(Database {
             actors: ActorContext {
                 store: store.clone(),
@@ -120,22 +172,52 @@ impl Database {
             checkpoints: std::sync::OnceLock::new(),
             metrics,
         });
-        for object in objects {
+        // Restored objects first: tables started, views connected to them without backfill,
+        // then the tables' log records after the checkpoint fed to both. Then the objects
+        // created after the checkpoint, in catalog order, as on a first start.
+        let (restored_objects, new_objects): (Vec<Object>, Vec<Object>) = objects
+            .into_iter()
+            .partition(|o| in_checkpoint.contains_key(&o.id()));
+        let offsets = restored
+            .as_ref()
+            .map(|m| m.offsets.clone())
+            .unwrap_or_default();
+        let mut replays = Vec::new();
+        for object in &restored_objects {
             match object {
-                Object::Table(t) => db.start_table(t).await?,
-                Object::View(v) => {
-                    let (plan, _) = db
-                        .plan_view(&v.query, &HashMap::new(), v.emit_on_window_close)
-                        .await?;
-                    db.start_view(&v, plan).await?;
+                Object::Table(t) => {
+                    let offset = offsets.get(&t.id).copied().ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::DataCorruption,
+                            format!(
+                                "the checkpoint restored holds table \"{}\" but no offset in \
+                                 its change log",
+                                t.name
+                            ),
+                        )
+                    })?;
+                    replays.push(db.start_table(t.clone(), offset).await?);
                 }
+                Object::View(v) => db.start_view_from_catalog(v, false).await?,
+            }
+        }
+        for replay in replays {
+            db.replay(replay).await?;
+        }
+        for object in new_objects {
+            match object {
+                Object::Table(t) => {
+                    let replay = db.start_table(t, 0).await?;
+                    db.replay(replay).await?;
+                }
+                Object::View(v) => db.start_view_from_catalog(&v, true).await?,
             }
         }
         db.barriers.flush().await?;
-        let storage = Storage::open(&db.config.checkpoint_storage()?, &db.config.checkpoint.s3)?;
         let checkpoints = Checkpointer::start(
             db.config.checkpoint.clone(),
             storage,
+            restored.as_ref().map(|m| m.id),
             db.barriers.clone(),
             db.config.data_dir.clone(),
             db.ddl.clone(),
@@ -144,6 +226,14 @@ impl Database {
         .await?;
         let _ = db.checkpoints.set(checkpoints);
         Ok(db)
+    }
+
+    /// Starts a view of the catalog (at start), planning its query again.
+    async fn start_view_from_catalog(&self, v: &ViewDef, backfill: bool) -> Result<()> {
+        let (plan, _) = self
+            .plan_view(&v.query, &HashMap::new(), v.emit_on_window_close)
+            .await?;
+        self.start_view(v, plan, backfill).await
     }
 
     /// Whether the state store has closed: it does once the database and every task of its
@@ -347,10 +437,32 @@ impl Database {
     // ---- tables ----
 
     /// Starts a table's actor and replays its change log into it.
-    async fn start_table(&self, def: TableDef) -> Result<()> {
+    /// Starts a table's actor, with its writer's rows rebuilt from the whole change log, and
+    /// returns what to feed it: the log's records from `offset` on (records before it are in
+    /// state restored from a checkpoint).
+    async fn start_table(&self, def: TableDef, offset: u64) -> Result<Replay> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
-        let feed = Feed::new(feed_tx);
-        let (mut writer, history) = TableWriter::open(def.clone(), &self.tables_dir, feed.clone())?;
+        let feed = Feed::starting_at(feed_tx, offset);
+        let (mut writer, mut history) =
+            TableWriter::open(def.clone(), &self.tables_dir, feed.clone())?;
+        let skip = usize::try_from(offset)
+            .ok()
+            .filter(|n| *n <= history.len())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::DataCorruption,
+                    format!(
+                        "table \"{}\": the checkpoint restored has read {offset} records of its \
+                         change log, which holds {}",
+                        def.name,
+                        history.len()
+                    ),
+                )
+            })?;
+        for chunk in &history[..skip] {
+            writer.advance_watermark(chunk);
+        }
+        history.drain(..skip);
         let schema = writer.schema().clone();
         self.catalog_mut().set_schema(def.id, schema.clone());
         let actor = build_actor(
@@ -366,6 +478,22 @@ impl Database {
         self.barriers
             .inject(None, vec![def.id], vec![(def.id, feed.clone())])
             .await?;
+        Ok(Replay {
+            id: def.id,
+            feed,
+            writer,
+            history,
+        })
+    }
+
+    /// Feeds a started table its log's records and opens it to writes.
+    async fn replay(&self, replay: Replay) -> Result<()> {
+        let Replay {
+            id,
+            feed,
+            mut writer,
+            history,
+        } = replay;
         for chunk in history {
             let watermark = writer.advance_watermark(&chunk);
             feed.send_statement(chunk, watermark)
@@ -375,7 +503,7 @@ impl Database {
         self.tables
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(def.id, Arc::new(tokio::sync::Mutex::new(writer)));
+            .insert(id, Arc::new(tokio::sync::Mutex::new(writer)));
         Ok(())
     }
 
@@ -391,7 +519,8 @@ impl Database {
         // A log left behind by a table of the same id cannot exist (ids are never reused),
         // but make sure the new table starts empty.
         let _ = std::fs::remove_file(crate::table::log_path(&self.tables_dir, id));
-        self.start_table(def.clone()).await?;
+        let replay = self.start_table(def.clone(), 0).await?;
+        self.replay(replay).await?;
         self.catalog_mut().add(Object::Table(def))?;
         Ok(Output::command("CREATE TABLE"))
     }
@@ -437,7 +566,9 @@ impl Database {
     /// which keeps its rows, and the parallel actors that compute them, connected by channels
     /// and hash exchanges. The relations the view reads start feeding it at the barrier that
     /// adds it, with their current contents first.
-    async fn start_view(&self, def: &ViewDef, plan: StreamPlan) -> Result<()> {
+    /// Starts a view's actors and connects them to its inputs at the next barrier: with the
+    /// inputs' contents first (`backfill`), or not, for a view whose state was restored.
+    async fn start_view(&self, def: &ViewDef, plan: StreamPlan, backfill: bool) -> Result<()> {
         let schema = plan.schema.clone();
         let relations = plan.inputs.clone();
         let fragments = cut(plan, def.parallelism())?;
@@ -510,6 +641,7 @@ impl Database {
                         .push(NewOutput {
                             targets,
                             partitioner: partitioner(keys.as_ref(), fragment.actors),
+                            backfill,
                         });
                 }
             }
@@ -538,6 +670,7 @@ impl Database {
                     actor.outputs.push(NewOutput {
                         targets,
                         partitioner,
+                        backfill: false,
                     });
                 }
                 spawned.push(actor);
@@ -645,7 +778,7 @@ impl Database {
             workers: ids[1 + needed..].to_vec(),
             parallelism,
         };
-        self.start_view(&def, plan).await?;
+        self.start_view(&def, plan, true).await?;
         self.catalog_mut().add(Object::View(def))?;
         Ok(Output::command("CREATE MATERIALIZED VIEW"))
     }
@@ -1365,4 +1498,12 @@ pub fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> Result<Output> {
         schema,
         batches: vec![batch],
     })
+}
+
+/// A started table and the log records still to feed it.
+struct Replay {
+    id: ObjectId,
+    feed: Feed,
+    writer: TableWriter,
+    history: Vec<crate::stream::chunk::StreamChunk>,
 }

@@ -488,3 +488,121 @@ async fn a_bad_storage_url_is_refused_clearly() {
     let e = Storage::open("s3://b/p", &bad).err().unwrap().to_string();
     assert!(e.contains("unknown S3 option \"no_such_option\""), "{e}");
 }
+
+/// Every row of `sql`, as text, columns joined by `|`.
+async fn texts(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it() {
+    let configure = |c: &mut weir::config::Config| {
+        c.checkpoint.interval_ms = 0;
+        c.streaming_parallelism = 2;
+    };
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g int, v int);
+             CREATE MATERIALIZED VIEW by_g AS
+               SELECT g, count(*) AS n, sum(v) AS s, max(v) AS top FROM t GROUP BY g;
+             CREATE MATERIALIZED VIEW gone AS SELECT id FROM t WHERE v > 10;
+             INSERT INTO t SELECT value, value % 7, value % 13 FROM generate_series(1, 5000);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 1);
+    // After the checkpoint: changes, a view dropped, a table and views created.
+    client
+        .batch_execute(
+            "INSERT INTO t SELECT value, value % 7, value % 5 FROM generate_series(5001, 6000);
+             DELETE FROM t WHERE id % 10 = 0;
+             UPDATE t SET v = v + 100 WHERE id % 9 = 0;
+             DROP MATERIALIZED VIEW gone;
+             CREATE TABLE u (k int);
+             INSERT INTO u VALUES (1), (2), (2);
+             CREATE MATERIALIZED VIEW u_n AS SELECT k, count(*) AS n FROM u GROUP BY k;
+             CREATE MATERIALIZED VIEW late AS SELECT g, min(v) AS lo FROM t GROUP BY g;",
+        )
+        .await
+        .unwrap();
+    let checks = [
+        (
+            "SELECT * FROM by_g ORDER BY g",
+            "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS top FROM t GROUP BY g ORDER BY g",
+        ),
+        (
+            "SELECT * FROM u_n ORDER BY k",
+            "SELECT k, count(*) AS n FROM u GROUP BY k ORDER BY k",
+        ),
+        (
+            "SELECT * FROM late ORDER BY g",
+            "SELECT g, min(v) AS lo FROM t GROUP BY g ORDER BY g",
+        ),
+    ];
+    let mut before = Vec::new();
+    for (view, query) in checks {
+        let rows = texts(&client, view).await;
+        assert_eq!(rows, texts(&client, query).await, "{view}");
+        before.push(rows);
+    }
+    drop(client);
+    let dir = server.stop_and_close().await;
+
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    for ((view, query), rows) in checks.iter().zip(&before) {
+        assert_eq!(
+            &texts(&client, view).await,
+            rows,
+            "{view} after the restart"
+        );
+        assert_eq!(
+            texts(&client, query).await,
+            *rows,
+            "{query} after the restart"
+        );
+    }
+    // The dataflow goes on from the restored state.
+    client
+        .batch_execute("INSERT INTO t VALUES (100000, 3, 1000); INSERT INTO u VALUES (7)")
+        .await
+        .unwrap();
+    for (view, query) in checks {
+        assert_eq!(
+            texts(&client, view).await,
+            texts(&client, query).await,
+            "{view}"
+        );
+    }
+    // The next checkpoint reuses the restored files instead of uploading the state again:
+    // only a restore puts them back on disk under their names.
+    assert_eq!(checkpoint(&client).await, 2);
+    let (_, status, _, reused, _, _) = shown(&client).await[0].clone();
+    assert_eq!(status, "completed");
+    assert!(reused > 0, "checkpoint 2 reuses checkpoint 1's files");
+    // Its offsets count every record of the logs, replayed ones included.
+    let root = server.dir.path().join("checkpoint-store");
+    let offsets: Vec<u64> = manifest(&root, 2).offsets.values().copied().collect();
+    assert_eq!(
+        offsets,
+        [5, 2],
+        "t: 4 statements before the restart, 1 after; u: 1 and 1"
+    );
+    server.stop().await;
+}

@@ -189,6 +189,17 @@ impl Catalog {
         Ok(())
     }
 
+    /// The objects of a catalog as a checkpoint's manifest holds it (`catalog.json`'s form).
+    pub fn objects_in(saved: &serde_json::Value) -> Result<Vec<Object>> {
+        let data: Persisted = serde_json::from_value(saved.clone()).map_err(|e| {
+            Error::new(
+                ErrorKind::DataCorruption,
+                format!("cannot read a checkpoint's catalog: {e}"),
+            )
+        })?;
+        Ok(data.objects)
+    }
+
     /// Objects in creation order.
     pub fn objects(&self) -> &[Object] {
         &self.data.objects

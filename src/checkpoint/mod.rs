@@ -129,9 +129,12 @@ pub struct Checkpointer {
 impl Checkpointer {
     /// Opens the store, finds the checkpoints already in it (they stay retained until newer
     /// ones replace them), removes what a crash left half done, and starts the task.
+    /// Starts the checkpointer over `storage`; `restored` is the checkpoint the state store
+    /// was restored from, whose files are reused by name.
     pub async fn start(
         config: CheckpointConfig,
         storage: Storage,
+        restored: Option<u64>,
         barriers: BarrierClient,
         data_dir: PathBuf,
         ddl: Arc<tokio::sync::Mutex<()>>,
@@ -146,6 +149,9 @@ impl Checkpointer {
                 id: m.id,
                 files: m.files.clone(),
             });
+        }
+        if let Some(id) = restored {
+            ledger.restored_from(id);
         }
         sweep(&storage, &existing).await;
         let staging = data_dir.join("checkpoints").join("staging");

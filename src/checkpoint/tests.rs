@@ -150,6 +150,7 @@ async fn setup() -> Setup {
     let checkpoints = Checkpointer::start(
         config,
         Storage::over(faulty.clone(), "memory://"),
+        None,
         barriers.clone(),
         dir.path().to_path_buf(),
         Arc::default(),

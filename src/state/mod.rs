@@ -133,6 +133,19 @@ impl StateStore {
         }))
     }
 
+    /// Deletes state tables whole, at once (before any actor runs: the state of objects that
+    /// were dropped after the checkpoint the store was restored from).
+    pub fn delete_tables(&self, tables: &[TableId]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for table in tables {
+            let (start, end) = table_range(*table);
+            batch.delete_range(start, end);
+        }
+        let mut opts = WriteOptions::default();
+        opts.disable_wal(true);
+        self.db.write_opt(batch, &opts).map_err(storage_error)
+    }
+
     /// Applies one actor's writes for `epoch`, after waiting for `epoch - 1` to be sealed.
     pub async fn commit(&self, epoch: u64, writes: EpochWrites) -> Result<()> {
         let mut sealed = self.sealed.subscribe();

@@ -128,13 +128,16 @@ impl Actor {
         self.store.commit(epoch, writes).await?;
         // New downstreams get the relation's contents first, chunk by chunk to each in turn,
         // so that several (a view's parallel workers) backfill at the same time.
+        // Those restored from a checkpoint (`backfill` false) already hold them.
         let new_outputs = barrier.new_outputs(self.id).to_vec();
         if !new_outputs.is_empty() {
             let contents = match &self.materialize {
-                Some(m) => m.contents(self.chunk_rows_max)?,
-                None => Vec::new(),
+                Some(m) if new_outputs.iter().any(|o| o.backfill) => {
+                    m.contents(self.chunk_rows_max)?
+                }
+                _ => Vec::new(),
             };
-            let mut open = vec![true; new_outputs.len()];
+            let mut open: Vec<bool> = new_outputs.iter().map(|o| o.backfill).collect();
             for c in contents {
                 let message = Message::Chunk(c);
                 for (output, open) in new_outputs.iter().zip(open.iter_mut()) {

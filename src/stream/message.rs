@@ -76,9 +76,14 @@ pub struct Feed {
 
 impl Feed {
     pub fn new(sender: mpsc::Sender<Message>) -> Feed {
+        Feed::starting_at(sender, 0)
+    }
+
+    /// A feed whose first statement is the source's `offset`-th (replay from a checkpoint).
+    pub fn starting_at(sender: mpsc::Sender<Message>, offset: u64) -> Feed {
         Feed {
             sender,
-            lock: Arc::default(),
+            lock: Arc::new(tokio::sync::Mutex::new(offset)),
         }
     }
 
@@ -129,6 +134,9 @@ pub struct NewOutput {
     /// How chunks are split among `targets`; `None`: all to the one target. Barriers and
     /// watermarks go to every target.
     pub partitioner: Option<Arc<Partitioner>>,
+    /// Whether the relation's current contents go first (a new view's backfill); false for a
+    /// view restored from a checkpoint, whose state already holds them.
+    pub backfill: bool,
 }
 
 impl NewOutput {
@@ -136,6 +144,7 @@ impl NewOutput {
         NewOutput {
             targets: vec![(downstream, sender)],
             partitioner: None,
+            backfill: true,
         }
     }
 
