@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::{ChildServer, TestServer};
+use common::{text_rows, ChildServer, TestServer};
 use weir::checkpoint::manifest::Manifest;
 use weir::checkpoint::storage::Storage;
 
@@ -489,25 +489,6 @@ async fn a_bad_storage_url_is_refused_clearly() {
     assert!(e.contains("unknown S3 option \"no_such_option\""), "{e}");
 }
 
-/// Every row of `sql`, as text, columns joined by `|`.
-async fn texts(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            ),
-            _ => None,
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it() {
     let configure = |c: &mut weir::config::Config| {
@@ -557,8 +538,8 @@ async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it(
     ];
     let mut before = Vec::new();
     for (view, query) in checks {
-        let rows = texts(&client, view).await;
-        assert_eq!(rows, texts(&client, query).await, "{view}");
+        let rows = text_rows(&client, view).await;
+        assert_eq!(rows, text_rows(&client, query).await, "{view}");
         before.push(rows);
     }
     drop(client);
@@ -568,12 +549,12 @@ async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it(
     let client = server.connect().await;
     for ((view, query), rows) in checks.iter().zip(&before) {
         assert_eq!(
-            &texts(&client, view).await,
+            &text_rows(&client, view).await,
             rows,
             "{view} after the restart"
         );
         assert_eq!(
-            texts(&client, query).await,
+            text_rows(&client, query).await,
             *rows,
             "{query} after the restart"
         );
@@ -585,8 +566,8 @@ async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it(
         .unwrap();
     for (view, query) in checks {
         assert_eq!(
-            texts(&client, view).await,
-            texts(&client, query).await,
+            text_rows(&client, view).await,
+            text_rows(&client, query).await,
             "{view}"
         );
     }

@@ -5,21 +5,7 @@ mod common;
 use common::{ChildServer, TestServer};
 
 async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    let mut out: Vec<String> = client
-        .simple_query(sql)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-            _ => None,
-        })
-        .collect();
+    let mut out = common::text_rows(client, sql).await;
     out.sort();
     out
 }

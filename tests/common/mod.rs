@@ -172,3 +172,23 @@ impl ChildServer {
 extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
+
+/// Every row `sql` returns, in the order returned, as text: columns joined by spaces, NULL
+/// as `NULL`.
+pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            _ => None,
+        })
+        .collect()
+}
