@@ -113,7 +113,9 @@ impl Database {
                     std::fs::remove_dir_all(&rebuilding)?;
                 }
                 let rebuilt = restore::rebuild(&storage, &m, &state_dir, &rebuilding).await?;
+                crate::failpoint::hit("recovery.before_swap");
                 restore::install(&rebuilding, &state_dir)?;
+                crate::failpoint::hit("recovery.after_swap");
                 tracing::info!(
                     "restored checkpoint {} (epoch {}): {} files reused, {} downloaded ({} bytes)",
                     m.id,

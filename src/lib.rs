@@ -12,7 +12,8 @@
 //! - [`stream`]: actors, barriers, alignment, operators.
 //! - [`state`]: operator state in RocksDB, one write batch per epoch (the only user of `rocksdb`).
 //! - [`types`], [`error`], [`config`]: shared vocabulary; [`clock`]: the dataflow's injectable
-//!   clock; [`rng`]: the seeded generator of tests and tools.
+//!   clock; [`rng`]: the seeded generator of tests and tools; [`failpoint`]: named places where
+//!   tests make the process die.
 
 pub mod admin;
 pub mod catalog;
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod failpoint;
 pub mod metrics;
 pub mod rng;
 pub mod server;

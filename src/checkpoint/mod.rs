@@ -33,6 +33,7 @@ use self::manifest::{Kind, Manifest, Timings, FORMAT};
 use self::storage::Storage;
 use crate::config::CheckpointConfig;
 use crate::error::{Error, Result};
+use crate::failpoint;
 use crate::metrics::Metrics;
 use crate::stream::coordinator::BarrierClient;
 
@@ -341,6 +342,7 @@ impl Checkpointer {
         let plan = self.ledger.plan(id, &files, self.config.incremental);
         let upload_started = Instant::now();
         let mut refs = plan.reuse.clone();
+        failpoint::hit("checkpoint.before_upload");
         for (file, object) in &plan.upload {
             // Read and checksummed off the async threads: an SST can be hundreds of MB.
             let path = dir.join(&file.name);
@@ -354,6 +356,7 @@ impl Checkpointer {
             .map_err(|e| Error::internal(format!("reading a checkpoint file: {e}")))??;
             uploaded.push(object.clone());
             self.storage.put(object, bytes).await?;
+            failpoint::hit("checkpoint.between_uploads");
             refs.push(FileRef {
                 object: object.clone(),
                 local: file.name.clone(),
@@ -381,9 +384,11 @@ impl Checkpointer {
             timings: record.timings.clone(),
         };
         manifest.timings.upload_ms = upload_started.elapsed().as_millis() as u64;
+        failpoint::hit("checkpoint.before_manifest");
         self.storage
             .put(&manifest_object(id), Bytes::from(manifest.encode()?))
             .await?;
+        failpoint::hit("checkpoint.after_manifest");
         record.timings = manifest.timings.clone();
         // The checkpoint exists. What expired goes: manifests first, so that a crash between
         // these deletions leaves only objects no manifest names.
@@ -398,6 +403,7 @@ impl Checkpointer {
             }
         }
         for object in &retired.delete {
+            failpoint::hit("checkpoint.during_expiry");
             if let Err(e) = self.storage.delete(object).await {
                 tracing::warn!("cannot delete {object}, left for the sweep at start: {e}");
             }

@@ -1,6 +1,6 @@
 //! Restoring a checkpoint (`docs/design/0004-recovery.md`): finding the newest whole one in
 //! the store, rebuilding RocksDB's directory from it in a fresh directory, and putting that
-//! directory in place. Not wired into the start of the server yet.
+//! directory in place.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,6 +9,7 @@ use super::ledger::FileRef;
 use super::manifest::Manifest;
 use super::storage::Storage;
 use crate::error::{Error, ErrorKind, Result};
+use crate::failpoint;
 
 /// A checkpoint newer than the one restored that could not be used, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +133,7 @@ pub async fn rebuild(
         .map_err(|e| Error::internal(format!("writing a restored file: {e}")))??;
         done.files_downloaded += 1;
         done.bytes_downloaded += len;
+        failpoint::hit("recovery.during_download");
     }
     std::fs::File::open(target)?.sync_all()?;
     Ok(done)
@@ -160,6 +162,7 @@ pub fn install(restored: &Path, state: &Path) -> Result<()> {
     }
     if state.exists() {
         std::fs::rename(state, &old)?;
+        failpoint::hit("recovery.between_renames");
     }
     std::fs::rename(restored, state)?;
     if let Some(parent) = state.parent() {

@@ -118,6 +118,8 @@ impl TableWriter {
         let chunk = StreamChunk::new(ops, data);
         self.latest.check_keys(&chunk, &self.def)?;
         self.log.append(&chunk)?;
+        // Durable but not yet sent nor acknowledged: a crash here leaves a statement in doubt.
+        crate::failpoint::hit("table.after_append");
         self.latest.apply(&chunk)?;
         let affected = chunk
             .ops

@@ -12,6 +12,7 @@
 //! throwaway PostgreSQL (`postgres`). Prints `oracle: N passed, M failed` and exits non-zero
 //! on any failure.
 
+mod crash;
 mod postgres;
 mod replay;
 mod report;
@@ -155,6 +156,9 @@ async fn connect(conn: &str) -> Result<Client, String> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("crash") {
+        return crash::main(std::env::args().skip(2)).await;
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {

@@ -229,7 +229,7 @@ pub async fn exec(client: &Client, sql: &str) -> Result<(), String> {
     }
 }
 
-async fn rows(client: &Client, sql: &str) -> Result<Vec<Row>, String> {
+pub async fn rows(client: &Client, sql: &str) -> Result<Vec<Row>, String> {
     let messages = tokio::time::timeout(STATEMENT_TIMEOUT, client.simple_query(sql))
         .await
         .map_err(|_| format!("no answer within {STATEMENT_TIMEOUT:?}"))?
@@ -246,7 +246,7 @@ async fn rows(client: &Client, sql: &str) -> Result<Vec<Row>, String> {
 }
 
 /// Which columns of the query's result PostgreSQL types as floating point.
-async fn float_columns(pg: &Client, sql: &str) -> Result<Vec<bool>, String> {
+pub async fn float_columns(pg: &Client, sql: &str) -> Result<Vec<bool>, String> {
     let statement = pg.prepare(sql).await.map_err(describe)?;
     Ok(statement
         .columns()

@@ -1,0 +1,867 @@
+//! `weir-oracle crash`: exactly-once results across crashes (`docs/design/0004-recovery.md`).
+//!
+//! Runs the `weir` binary as a child process with checkpoints every few hundred milliseconds,
+//! two writers changing two tables, and views over them; kills the server again and again,
+//! alternately with `SIGKILL` at a random moment and by arming one failpoint
+//! (`WEIR_FAILPOINTS`, debug builds) of the checkpoint, table and recovery paths, so that the
+//! process aborts exactly there. Every acknowledged statement is applied to PostgreSQL too.
+//! A statement the kill interrupted is in doubt: after the restart, Weir's table says whether
+//! it was applied (all of it or none: anything else is a failure), and PostgreSQL follows.
+//! After every restart and at the end, every view and table is compared with PostgreSQL:
+//! a missing or a duplicated change fails the run.
+//!
+//! Usage: `weir-oracle crash [--kills N] [--seed S] [--pg CONN] [--weir PATH] [--keep DIR]`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Client, NoTls};
+use weir::rng::Rng;
+
+use crate::replay::{describe, difference, exec, float_columns, rows};
+
+/// The failpoints armed in turn, every other kill.
+const FAILPOINTS: &[&str] = &[
+    "checkpoint.before_upload",
+    "checkpoint.between_uploads",
+    "checkpoint.before_manifest",
+    "checkpoint.after_manifest",
+    "checkpoint.during_expiry",
+    "table.after_append",
+    "recovery.during_download",
+    "recovery.before_swap",
+    "recovery.between_renames",
+    "recovery.after_swap",
+];
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE t1 (id bigint PRIMARY KEY, g int NOT NULL, v bigint, n numeric(12,2), s text)",
+    "CREATE TABLE t2 (id bigint, k bigint, w bigint)",
+];
+
+/// The views created at the start: (name, query).
+const VIEWS: &[(&str, &str)] = &[
+    (
+        "v_groups",
+        "SELECT g, count(*) AS c, sum(v) AS sv, min(v) AS mn, max(v) AS mx, sum(n) AS sn \
+         FROM t1 GROUP BY g",
+    ),
+    (
+        "v_total",
+        "SELECT count(*) AS c, sum(v) AS sv, sum(n) AS sn FROM t1",
+    ),
+    (
+        "v_join",
+        "SELECT t1.id, t1.g, t2.id AS id2, t2.w FROM t1 JOIN t2 ON t1.id = t2.k",
+    ),
+    (
+        "v_join_groups",
+        "SELECT t1.g, count(*) AS c, sum(t2.w) AS sw FROM t1 JOIN t2 ON t1.id = t2.k GROUP BY t1.g",
+    ),
+    (
+        "v_left",
+        "SELECT t2.id, t2.k, t1.g FROM t2 LEFT JOIN t1 ON t2.k = t1.id",
+    ),
+    ("v_distinct", "SELECT DISTINCT s FROM t1"),
+    ("v_top", "SELECT id, v FROM t1 ORDER BY v DESC, id LIMIT 5"),
+    (
+        "v_on_view",
+        "SELECT sum(c) AS c, max(mx) AS mx FROM v_groups",
+    ),
+    ("v_filter", "SELECT id, k, w FROM t2 WHERE w % 3 = 0"),
+];
+
+/// Views created (and later dropped) between kills, so that restarts meet views created and
+/// dropped since the checkpoint they restore.
+const LATER_VIEWS: &[&str] = &[
+    "SELECT s, count(*) AS c, sum(v) AS sv FROM t1 GROUP BY s",
+    "SELECT t2.k, count(*) AS c, max(t2.w) AS mw FROM t2 JOIN t1 ON t1.id = t2.k GROUP BY t2.k",
+    "SELECT g, max(v) AS mx FROM t1 WHERE v % 2 = 0 GROUP BY g",
+];
+
+struct Args {
+    kills: u64,
+    seed: u64,
+    pg: Option<String>,
+    weir: PathBuf,
+    keep: Option<PathBuf>,
+}
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let weir = std::env::current_exe()
+        .map_err(|e| e.to_string())?
+        .with_file_name("weir");
+    let mut out = Args {
+        kills: 20,
+        seed: 1,
+        pg: std::env::var("PG_CONN").ok().filter(|c| !c.is_empty()),
+        weir,
+        keep: None,
+    };
+    let mut it = args;
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--kills" => out.kills = value()?.parse().map_err(|e| format!("--kills: {e}"))?,
+            "--seed" => out.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--pg" => out.pg = Some(value()?),
+            "--weir" => out.weir = PathBuf::from(value()?),
+            "--keep" => out.keep = Some(PathBuf::from(value()?)),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(out)
+}
+
+/// One statement a writer sent, and how to tell afterwards whether Weir applied it.
+#[derive(Debug, Clone)]
+struct Statement {
+    sql: String,
+    table: &'static str,
+    change: Change,
+}
+
+#[derive(Debug, Clone)]
+enum Change {
+    Insert(Vec<Row>),
+    Delete(Vec<i64>),
+    /// Row `id` gets the never-used value `to` in its value column (`v` or `w`).
+    Update {
+        id: i64,
+        to: i64,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Row {
+    id: i64,
+    value: i64,
+}
+
+/// What one writer believes its table holds: the id and value column of every row. Its rows
+/// are the acknowledged ones, and the in-doubt ones once resolved.
+struct Model {
+    table: &'static str,
+    rows: BTreeMap<i64, i64>,
+    rng: Rng,
+    /// Ids and values are never reused, so a row's presence and an update's value tell
+    /// whether a statement was applied.
+    next_id: i64,
+    next_value: i64,
+    /// The largest id the other table has issued: `t2.k` points into `t1`'s ids.
+    foreign_ids: i64,
+}
+
+impl Model {
+    fn new(table: &'static str, seed: u64) -> Model {
+        Model {
+            table,
+            rows: BTreeMap::new(),
+            rng: Rng::new(seed),
+            next_id: 1,
+            next_value: 1000,
+            foreign_ids: 1,
+        }
+    }
+
+    fn fresh_value(&mut self) -> i64 {
+        self.next_value += 1 + self.rng.below(3) as i64;
+        self.next_value
+    }
+
+    fn existing(&mut self) -> Option<i64> {
+        if self.rows.is_empty() {
+            return None;
+        }
+        let i = self.rng.below(self.rows.len() as u64) as usize;
+        self.rows.keys().nth(i).copied()
+    }
+
+    fn next(&mut self) -> Statement {
+        let roll = self.rng.below(100);
+        let table = self.table;
+        if roll < 55 || self.rows.len() < 5 {
+            let n = 1 + self.rng.below(4) as usize;
+            let mut rows = Vec::new();
+            let mut values = Vec::new();
+            for _ in 0..n {
+                let id = self.next_id;
+                self.next_id += 1;
+                let (value, text) = if table == "t1" {
+                    let value = self.fresh_value();
+                    let g = self.rng.below(7);
+                    let n = format!("{}.{:02}", self.rng.below(1000), self.rng.below(100));
+                    let s = ["'a'", "'b'", "'c'", "'dd'", "NULL"][self.rng.below(5) as usize];
+                    (value, format!("({id}, {g}, {value}, {n}, {s})"))
+                } else {
+                    let value = self.rng.below(100) as i64;
+                    let k = 1 + self.rng.below(self.foreign_ids.max(1) as u64 + 3) as i64;
+                    (value, format!("({id}, {k}, {value})"))
+                };
+                rows.push(Row { id, value });
+                values.push(text);
+            }
+            return Statement {
+                sql: format!("INSERT INTO {table} VALUES {}", values.join(", ")),
+                table,
+                change: Change::Insert(rows),
+            };
+        }
+        let column = if table == "t1" { "v" } else { "w" };
+        let id = self.existing().unwrap_or(0);
+        if roll < 80 {
+            let to = self.fresh_value();
+            let also = if table == "t1" && self.rng.chance(50) {
+                format!(", g = {}", self.rng.below(7))
+            } else {
+                String::new()
+            };
+            return Statement {
+                sql: format!("UPDATE {table} SET {column} = {to}{also} WHERE id = {id}"),
+                table,
+                change: Change::Update { id, to },
+            };
+        }
+        let mut ids = vec![id];
+        if self.rng.chance(30) {
+            if let Some(other) = self.existing().filter(|o| *o != id) {
+                ids.push(other);
+            }
+        }
+        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+        Statement {
+            sql: format!("DELETE FROM {table} WHERE id IN ({})", list.join(", ")),
+            table,
+            change: Change::Delete(ids),
+        }
+    }
+
+    fn apply(&mut self, change: &Change) {
+        match change {
+            Change::Insert(rows) => {
+                for r in rows {
+                    self.rows.insert(r.id, r.value);
+                }
+            }
+            Change::Delete(ids) => {
+                for id in ids {
+                    self.rows.remove(id);
+                }
+            }
+            Change::Update { id, to } => {
+                self.rows.insert(*id, *to);
+            }
+        }
+    }
+}
+
+/// The counts the run reports.
+#[derive(Default)]
+struct Tally {
+    kills_random: u64,
+    /// Failpoints that aborted the server, by name.
+    fired: BTreeMap<&'static str, u64>,
+    /// Armed failpoints the server never reached before it was killed at random instead.
+    not_reached: u64,
+    acknowledged: u64,
+    in_doubt_applied: u64,
+    in_doubt_not_applied: u64,
+    checks: u64,
+}
+
+pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
+    let args = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("weir-oracle crash: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut own_server = None;
+    let conn = match &args.pg {
+        Some(conn) => conn.clone(),
+        None => match crate::postgres::Postgres::start() {
+            Ok(pg) => own_server.insert(pg).conn.clone(),
+            Err(e) => {
+                eprintln!("weir-oracle crash: starting PostgreSQL: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("weir-oracle crash: temporary directory: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let work = args
+        .keep
+        .clone()
+        .unwrap_or_else(|| dir.path().to_path_buf());
+    let started = Instant::now();
+    let mut tally = Tally::default();
+    let result = run(&args, &conn, &work, &mut tally).await;
+    let fired: Vec<String> = tally
+        .fired
+        .iter()
+        .map(|(f, n)| format!("{f} {n}"))
+        .collect();
+    println!(
+        "crash: {} kills in {:.0} s ({} at random, at failpoints: {}; {} armed but not reached), \
+         {} statements acknowledged, in doubt: {} applied, {} not; {} checks of every view and \
+         table against PostgreSQL",
+        tally.kills_random + tally.fired.values().sum::<u64>(),
+        started.elapsed().as_secs_f64(),
+        tally.kills_random,
+        if fired.is_empty() {
+            "none".into()
+        } else {
+            fired.join(", ")
+        },
+        tally.not_reached,
+        tally.acknowledged,
+        tally.in_doubt_applied,
+        tally.in_doubt_not_applied,
+        tally.checks,
+    );
+    drop(own_server);
+    match result {
+        Ok(()) => {
+            println!("crash: passed");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("crash: FAILED: {e}");
+            print_log_tail(&work.join("weir.log"));
+            if args.keep.is_none() {
+                let kept = dir.keep();
+                eprintln!(
+                    "crash: the data directory and log are kept in {}",
+                    kept.display()
+                );
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<(), String> {
+    std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
+    let config = work.join("weir.toml");
+    std::fs::write(
+        &config,
+        "barrier_interval_ms = 100\n\
+         [checkpoint]\ninterval_ms = 300\nmin_pause_ms = 0\nretained = 2\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let admin = connect(conn).await?;
+    let db_name = format!("crash_{}", args.seed);
+    let pg_conn = format!("{conn} dbname={db_name}");
+    exec(
+        &admin,
+        &format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"),
+    )
+    .await?;
+    exec(&admin, &format!("CREATE DATABASE {db_name}")).await?;
+    let pg = connect(&pg_conn).await?;
+    let launcher = Launcher {
+        weir: args.weir.clone(),
+        data: work.join("data"),
+        config,
+        log: work.join("weir.log"),
+    };
+
+    let mut rng = Rng::new(args.seed);
+    let mut models = vec![
+        Model::new("t1", args.seed.wrapping_mul(31) + 1),
+        Model::new("t2", args.seed.wrapping_mul(31) + 2),
+    ];
+    let mut views: Vec<String> = VIEWS.iter().map(|(n, _)| n.to_string()).collect();
+    let mut later: Vec<String> = Vec::new();
+    let mut in_doubt: Vec<Statement> = Vec::new();
+    let mut kills = 0;
+    let mut round: u64 = 0;
+    while kills < args.kills {
+        // Every other round arms the next failpoint, at one of its first few hits.
+        let armed = (round % 2 == 1).then(|| FAILPOINTS[(round as usize / 2) % FAILPOINTS.len()]);
+        let spec = armed.map(|name| {
+            let at = if name.starts_with("recovery.") {
+                1
+            } else {
+                1 + rng.below(3)
+            };
+            format!("{name}@{at}")
+        });
+        if armed == Some("recovery.during_download") {
+            // A lost state directory: the restore downloads every file.
+            let state = launcher.data.join("state");
+            if state.exists() {
+                std::fs::remove_dir_all(&state).map_err(|e| e.to_string())?;
+            }
+        }
+        let mut server = match launcher.start(spec.as_deref()).await? {
+            Some(server) => server,
+            None => {
+                // A recovery failpoint aborted the start: a crash during recovery. Recover
+                // again.
+                *tally.fired.entry(armed.unwrap_or_default()).or_default() += 1;
+                kills += 1;
+                launcher
+                    .start(None)
+                    .await?
+                    .ok_or("the server aborted at a start with no failpoint armed")?
+            }
+        };
+        let weir = server.connect().await?;
+        if round == 0 {
+            for sql in SCHEMA {
+                exec_both(&weir, &pg, sql, sql).await?;
+            }
+            for (name, query) in VIEWS {
+                exec_both(
+                    &weir,
+                    &pg,
+                    &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
+                    &format!("CREATE VIEW {name} AS {query}"),
+                )
+                .await?;
+            }
+        }
+        resolve(&weir, &pg, &mut models, &mut in_doubt, tally).await?;
+        check(&weir, &pg, &views, tally).await?;
+        if round % 3 == 2 {
+            change_views(&weir, &pg, round, &mut views, &mut later).await?;
+        }
+        drop(weir);
+
+        // The writers run until the server dies under them: at the armed failpoint, or
+        // killed at a random moment (also when the failpoint is not reached in time).
+        let foreign_ids = models[0].next_id;
+        let mut writers = Vec::new();
+        for mut model in models.drain(..) {
+            model.foreign_ids = foreign_ids;
+            let weir = server.connect().await?;
+            let pg = connect(&pg_conn).await?;
+            writers.push(tokio::spawn(write_until_failure(weir, pg, model)));
+        }
+        let armed_later = armed.filter(|n| !n.starts_with("recovery."));
+        let wait = match armed_later {
+            Some(_) => Duration::from_secs(10),
+            None => Duration::from_millis(rng.below(2500)),
+        };
+        let death = server.wait_or_kill(wait).await?;
+        match (death, armed_later) {
+            (Death::Aborted, Some(name)) => *tally.fired.entry(name).or_default() += 1,
+            (Death::Killed, Some(_)) => {
+                tally.not_reached += 1;
+                tally.kills_random += 1;
+            }
+            (Death::Killed, None) => tally.kills_random += 1,
+            (Death::Aborted, None) => {
+                return Err("the server aborted with no failpoint armed".into());
+            }
+        }
+        kills += 1;
+        for writer in writers {
+            let (model, outcome) = writer.await.map_err(|e| format!("writer: {e}"))?;
+            models.push(model);
+            let outcome = outcome?;
+            tally.acknowledged += outcome.acknowledged;
+            in_doubt.extend(outcome.in_doubt);
+        }
+        models.sort_by_key(|m| m.table);
+        round += 1;
+    }
+    let mut server = launcher
+        .start(None)
+        .await?
+        .ok_or("the server aborted at a start with no failpoint armed")?;
+    let weir = server.connect().await?;
+    resolve(&weir, &pg, &mut models, &mut in_doubt, tally).await?;
+    check(&weir, &pg, &views, tally).await?;
+    drop(weir);
+    server.stop().await?;
+    drop(pg);
+    exec(
+        &admin,
+        &format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn connect(conn: &str) -> Result<Client, String> {
+    let (client, connection) = tokio_postgres::connect(conn, NoTls)
+        .await
+        .map_err(|e| format!("connecting ({conn}): {}", describe(e)))?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+async fn exec_both(weir: &Client, pg: &Client, weir_sql: &str, pg_sql: &str) -> Result<(), String> {
+    exec(weir, weir_sql)
+        .await
+        .map_err(|e| format!("weir: {weir_sql}: {e}"))?;
+    exec(pg, pg_sql)
+        .await
+        .map_err(|e| format!("postgres: {pg_sql}: {e}"))
+}
+
+/// Creates the next of the later views, and drops the oldest once more than two exist.
+async fn change_views(
+    weir: &Client,
+    pg: &Client,
+    round: u64,
+    views: &mut Vec<String>,
+    later: &mut Vec<String>,
+) -> Result<(), String> {
+    let name = format!("later_{round}");
+    let query = LATER_VIEWS[(round as usize / 3) % LATER_VIEWS.len()];
+    exec_both(
+        weir,
+        pg,
+        &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
+        &format!("CREATE VIEW {name} AS {query}"),
+    )
+    .await?;
+    views.push(name.clone());
+    later.push(name);
+    if later.len() > 2 {
+        let old = later.remove(0);
+        exec_both(
+            weir,
+            pg,
+            &format!("DROP MATERIALIZED VIEW {old}"),
+            &format!("DROP VIEW {old}"),
+        )
+        .await?;
+        views.retain(|v| *v != old);
+    }
+    Ok(())
+}
+
+/// What a writer did before the server died under it.
+struct Outcome {
+    acknowledged: u64,
+    /// The statement the death interrupted, if it was sending one.
+    in_doubt: Option<Statement>,
+}
+
+/// Sends the model's statements to Weir one at a time, each acknowledged one to PostgreSQL
+/// too, until Weir's connection breaks.
+async fn write_until_failure(
+    weir: Client,
+    pg: Client,
+    mut model: Model,
+) -> (Model, Result<Outcome, String>) {
+    let mut acknowledged = 0;
+    loop {
+        let statement = model.next();
+        let answer =
+            tokio::time::timeout(Duration::from_secs(60), weir.simple_query(&statement.sql)).await;
+        match answer {
+            Err(_) => {
+                let e = format!("weir: no answer within 60 s to {}", statement.sql);
+                return (model, Err(e));
+            }
+            Ok(Ok(_)) => {
+                if let Err(e) = exec(&pg, &statement.sql).await {
+                    return (model, Err(format!("postgres: {}: {e}", statement.sql)));
+                }
+                model.apply(&statement.change);
+                acknowledged += 1;
+            }
+            // Refused by the server: the writer never sends what should be refused.
+            Ok(Err(e)) if e.as_db_error().is_some() => {
+                let e = format!("weir refused {}: {}", statement.sql, describe(e));
+                return (model, Err(e));
+            }
+            // The connection broke: the server died with the statement in doubt.
+            Ok(Err(_)) => {
+                let outcome = Outcome {
+                    acknowledged,
+                    in_doubt: Some(statement),
+                };
+                return (model, Ok(outcome));
+            }
+        }
+    }
+}
+
+/// Decides each in-doubt statement from what Weir's table holds after the restart: applied
+/// whole (PostgreSQL and the model apply it too) or not at all.
+async fn resolve(
+    weir: &Client,
+    pg: &Client,
+    models: &mut [Model],
+    in_doubt: &mut Vec<Statement>,
+    tally: &mut Tally,
+) -> Result<(), String> {
+    exec(weir, "FLUSH").await?;
+    for statement in in_doubt.drain(..) {
+        let Some(model) = models.iter_mut().find(|m| m.table == statement.table) else {
+            return Err(format!("no writer for table {}", statement.table));
+        };
+        let column = if statement.table == "t1" { "v" } else { "w" };
+        let ids: Vec<i64> = match &statement.change {
+            Change::Insert(rows) => rows.iter().map(|r| r.id).collect(),
+            Change::Delete(ids) => ids.clone(),
+            Change::Update { id, .. } => vec![*id],
+        };
+        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+        let query = format!(
+            "SELECT id, {column} FROM {} WHERE id IN ({})",
+            statement.table,
+            list.join(", ")
+        );
+        let found: BTreeMap<i64, Option<i64>> = rows(weir, &query)
+            .await
+            .map_err(|e| format!("weir: {query}: {e}"))?
+            .into_iter()
+            .map(|r| {
+                let num = |i: usize| r.get(i).cloned().flatten().and_then(|t| t.parse().ok());
+                (num(0).unwrap_or(-1), num(1))
+            })
+            .collect();
+        let applied = match &statement.change {
+            Change::Insert(rows) if found.is_empty() => {
+                let _ = rows;
+                false
+            }
+            Change::Insert(rows)
+                if rows.len() == found.len()
+                    && rows
+                        .iter()
+                        .all(|r| found.get(&r.id) == Some(&Some(r.value))) =>
+            {
+                true
+            }
+            Change::Delete(ids) if found.len() == ids.len() => false,
+            Change::Delete(_) if found.is_empty() => true,
+            Change::Update { id, to } if found.get(id) == Some(&Some(*to)) => true,
+            Change::Update { id, .. } if found.get(id) == Some(&model.rows.get(id).copied()) => {
+                false
+            }
+            _ => {
+                return Err(format!(
+                    "statement in doubt applied in part or wrongly: {}; weir holds {found:?}",
+                    statement.sql
+                ))
+            }
+        };
+        if applied {
+            exec(pg, &statement.sql)
+                .await
+                .map_err(|e| format!("postgres: {}: {e}", statement.sql))?;
+            model.apply(&statement.change);
+            tally.in_doubt_applied += 1;
+        } else {
+            tally.in_doubt_not_applied += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Compares every view and both tables with PostgreSQL.
+async fn check(
+    weir: &Client,
+    pg: &Client,
+    views: &[String],
+    tally: &mut Tally,
+) -> Result<(), String> {
+    exec(weir, "FLUSH").await?;
+    for name in views.iter().map(String::as_str).chain(["t1", "t2"]) {
+        let query = format!("SELECT * FROM {name}");
+        let actual = rows(weir, &query)
+            .await
+            .map_err(|e| format!("weir: {query}: {e}"))?;
+        let expected = rows(pg, &query)
+            .await
+            .map_err(|e| format!("postgres: {query}: {e}"))?;
+        let floats = float_columns(pg, &query).await?;
+        let (extra, missing) = difference(&actual, &expected, &floats);
+        if !extra.is_empty() || !missing.is_empty() {
+            let show = |rows: Vec<&crate::replay::Row>| -> String {
+                let n = rows.len();
+                let mut shown: Vec<String> = rows
+                    .into_iter()
+                    .take(10)
+                    .map(|r| format!("{r:?}"))
+                    .collect();
+                if n > 10 {
+                    shown.push(format!("... {} more", n - 10));
+                }
+                shown.join("\n    ")
+            };
+            return Err(format!(
+                "{name} differs from PostgreSQL after a restart: {} rows only in weir, {} only \
+                 in PostgreSQL\n  only in weir:\n    {}\n  only in PostgreSQL:\n    {}",
+                extra.len(),
+                missing.len(),
+                show(extra),
+                show(missing),
+            ));
+        }
+        tally.checks += 1;
+    }
+    Ok(())
+}
+
+/// Starts the `weir` binary on one data directory, again and again.
+struct Launcher {
+    weir: PathBuf,
+    data: PathBuf,
+    config: PathBuf,
+    /// Every start's output, appended.
+    log: PathBuf,
+}
+
+enum Death {
+    /// Ended by an armed failpoint (SIGABRT).
+    Aborted,
+    /// Killed with SIGKILL.
+    Killed,
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Launcher {
+    /// Starts the server with `failpoints` armed and waits until it listens; `None` if it
+    /// aborted at a failpoint first. Any other exit is an error.
+    async fn start(&self, failpoints: Option<&str>) -> Result<Option<Server>, String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free port: {e}"))?
+            .port();
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("{}: {e}", self.log.display()))?;
+        let _ = writeln!(
+            log,
+            "=== start, WEIR_FAILPOINTS={}",
+            failpoints.unwrap_or("")
+        );
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut child = Command::new(&self.weir)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(&self.data)
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--streaming-parallelism", "2"])
+            .env("WEIR_FAILPOINTS", failpoints.unwrap_or(""))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", self.weir.display()))?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                return match aborted(status) {
+                    true if failpoints.is_some() => Ok(None),
+                    _ => Err(format!("the server exited while starting: {status}")),
+                };
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Ok(Some(Server { child, port }));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err("the server did not listen within 300 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn aborted(status: ExitStatus) -> bool {
+    status.signal() == Some(6)
+}
+
+impl Server {
+    async fn connect(&self) -> Result<Client, String> {
+        connect(&format!(
+            "host=127.0.0.1 port={} user=crash dbname=weir",
+            self.port
+        ))
+        .await
+    }
+
+    /// Waits for the process to end by itself for `wait`, then kills it.
+    async fn wait_or_kill(&mut self, wait: Duration) -> Result<Death, String> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return match aborted(status) {
+                    true => Ok(Death::Aborted),
+                    false => Err(format!("the server exited by itself: {status}")),
+                };
+            }
+            if Instant::now() >= deadline {
+                self.child.kill().map_err(|e| format!("kill: {e}"))?;
+                self.child.wait().map_err(|e| e.to_string())?;
+                return Ok(Death::Killed);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A clean shutdown (SIGTERM), which must end with success.
+    async fn stop(&mut self) -> Result<(), String> {
+        // SAFETY: kill(2) on our own child process.
+        unsafe { kill(self.child.id() as i32, 15) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return match status.success() {
+                    true => Ok(()),
+                    false => Err(format!("the server's shutdown ended with {status}")),
+                };
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return Err("the server did not shut down within 60 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+fn print_log_tail(log: &Path) {
+    let Ok(file) = std::fs::File::open(log) else {
+        return;
+    };
+    let lines: Vec<String> = std::io::BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .collect();
+    eprintln!("crash: the last lines of {}:", log.display());
+    for line in &lines[lines.len().saturating_sub(40)..] {
+        eprintln!("  {line}");
+    }
+}
