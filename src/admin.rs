@@ -134,7 +134,7 @@ async fn route(db: &Database, head: &str) -> Response {
                             serde_json::json!({
                                 "id": r.id,
                                 "epoch": r.epoch,
-                                "kind": r.kind.as_str(),
+                                "kind": r.kind.map(|k| k.as_str()),
                                 "label": r.label,
                                 "status": r.status,
                                 "started_at_ms": r.started_at_ms,

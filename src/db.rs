@@ -84,6 +84,8 @@ pub struct Database {
     tables_dir: PathBuf,
     /// Started once every table and view is running.
     checkpoints: std::sync::OnceLock<CheckpointClient>,
+    /// The recoveries recorded in the data directory, this start's last.
+    recoveries: Mutex<Vec<restore::Recovery>>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -97,37 +99,13 @@ impl Database {
         let tables_dir = config.data_dir.join("tables");
         std::fs::create_dir_all(&tables_dir)?;
         let storage = Storage::open(&config.checkpoint_storage()?, &config.checkpoint.s3)?;
-        let state_dir = config.data_dir.join("state");
-        let found = restore::newest_whole(&storage).await?;
-        for d in &found.damaged {
-            tracing::error!(
-                "checkpoint {} cannot be restored: {}; an older one is used",
-                d.manifest,
-                d.reason
-            );
-        }
-        let (store, restored) = match found.newest {
-            Some(m) => {
-                let rebuilding = config.data_dir.join("state.restoring");
-                if rebuilding.exists() {
-                    std::fs::remove_dir_all(&rebuilding)?;
-                }
-                let rebuilt = restore::rebuild(&storage, &m, &state_dir, &rebuilding).await?;
-                crate::failpoint::hit("recovery.before_swap");
-                restore::install(&rebuilding, &state_dir)?;
-                crate::failpoint::hit("recovery.after_swap");
-                tracing::info!(
-                    "restored checkpoint {} (epoch {}): {} files reused, {} downloaded ({} bytes)",
-                    m.id,
-                    m.epoch,
-                    rebuilt.files_reused,
-                    rebuilt.files_downloaded,
-                    rebuilt.bytes_downloaded
-                );
-                (StateStore::open_restored(&state_dir, m.epoch)?, Some(m))
-            }
-            None => (StateStore::open_fresh(&state_dir)?, None),
+        let started = std::time::Instant::now();
+        let mut recovery = restore::Recovery {
+            started_at_ms: chrono::Utc::now().timestamp_millis(),
+            ..Default::default()
         };
+        let (store, restored) = restore_state(&config, &storage, &mut recovery).await?;
+        recovery.restore_ms = started.elapsed().as_millis() as u64;
         let catalog = Catalog::load(&config.data_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
         // What the checkpoint holds state for; the state of objects dropped since goes.
@@ -172,6 +150,7 @@ impl Database {
             ddl: Arc::default(),
             tables_dir,
             checkpoints: std::sync::OnceLock::new(),
+            recoveries: Mutex::new(Vec::new()),
             metrics,
         });
         // Restored objects first: tables started, views connected to them without backfill,
@@ -204,22 +183,36 @@ impl Database {
             }
         }
         for replay in replays {
+            recovery.records_replayed += replay.history.len() as u64;
             db.replay(replay).await?;
         }
         for object in new_objects {
             match object {
                 Object::Table(t) => {
                     let replay = db.start_table(t, 0).await?;
+                    recovery.records_replayed += replay.history.len() as u64;
                     db.replay(replay).await?;
                 }
                 Object::View(v) => db.start_view_from_catalog(&v, true).await?,
             }
         }
         db.barriers.flush().await?;
+        recovery.total_ms = started.elapsed().as_millis() as u64;
+        recovery.replay_ms = recovery.total_ms - recovery.restore_ms;
+        tracing::info!(
+            checkpoint = recovery.checkpoint_id,
+            records_replayed = recovery.records_replayed,
+            restore_ms = recovery.restore_ms,
+            replay_ms = recovery.replay_ms,
+            "recovered"
+        );
+        let history = restore::record_recovery(&db.config.data_dir, &recovery)?;
+        *db.recoveries.lock().unwrap_or_else(|p| p.into_inner()) = history;
         let checkpoints = Checkpointer::start(
             db.config.checkpoint.clone(),
             storage,
             restored.as_ref().map(|m| m.id),
+            &recovery.damaged,
             db.barriers.clone(),
             db.config.data_dir.clone(),
             db.ddl.clone(),
@@ -301,6 +294,89 @@ impl Database {
     }
 }
 
+/// Opens the state store: restored from the newest whole checkpoint in `storage` whose files
+/// check, or empty (every view rebuilt from the logs) when the store holds no checkpoint, or
+/// none can be restored and `recovery.allow_rebuild` says so. Fills in `recovery`.
+async fn restore_state(
+    config: &Config,
+    storage: &Storage,
+    recovery: &mut restore::Recovery,
+) -> Result<(
+    Arc<StateStore>,
+    Option<crate::checkpoint::manifest::Manifest>,
+)> {
+    let state_dir = config.data_dir.join("state");
+    let found = restore::find(storage).await?;
+    recovery.damaged = found.damaged;
+    let rebuilding = config.data_dir.join("state.restoring");
+    for m in found.whole {
+        if rebuilding.exists() {
+            std::fs::remove_dir_all(&rebuilding)?;
+        }
+        let rebuilt = match restore::rebuild(storage, &m, &state_dir, &rebuilding).await {
+            Ok(rebuilt) => rebuilt,
+            // A file whose bytes do not match the manifest: the next older checkpoint.
+            Err(e) if e.kind == ErrorKind::DataCorruption => {
+                std::fs::remove_dir_all(&rebuilding)?;
+                recovery.damaged.push(restore::Damaged {
+                    manifest: crate::checkpoint::ledger::manifest_object(m.id),
+                    reason: e.message,
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        crate::failpoint::hit("recovery.before_swap");
+        restore::install(&rebuilding, &state_dir)?;
+        crate::failpoint::hit("recovery.after_swap");
+        for d in &recovery.damaged {
+            tracing::error!(
+                "checkpoint {} cannot be restored: {}; checkpoint {} is restored instead",
+                d.manifest,
+                d.reason,
+                m.id
+            );
+        }
+        tracing::info!(
+            "restored checkpoint {} (epoch {}): {} files reused, {} downloaded ({} bytes)",
+            m.id,
+            m.epoch,
+            rebuilt.files_reused,
+            rebuilt.files_downloaded,
+            rebuilt.bytes_downloaded
+        );
+        recovery.checkpoint_id = Some(m.id);
+        recovery.epoch = Some(m.epoch);
+        recovery.files_reused = rebuilt.files_reused;
+        recovery.files_downloaded = rebuilt.files_downloaded;
+        recovery.bytes_downloaded = rebuilt.bytes_downloaded;
+        return Ok((StateStore::open_restored(&state_dir, m.epoch)?, Some(m)));
+    }
+    if !recovery.damaged.is_empty() {
+        let reasons: Vec<String> = recovery
+            .damaged
+            .iter()
+            .map(|d| format!("{}: {}", d.manifest, d.reason))
+            .collect();
+        if !config.recovery.allow_rebuild {
+            return Err(Error::new(
+                ErrorKind::DataCorruption,
+                format!(
+                    "no checkpoint in the store can be restored ({}); to rebuild every view \
+                     from the tables' change logs instead, set allow_rebuild = true under \
+                     [recovery]",
+                    reasons.join("; ")
+                ),
+            ));
+        }
+        tracing::error!(
+            "no checkpoint can be restored ({}); every view is rebuilt from the change logs",
+            reasons.join("; ")
+        );
+    }
+    Ok((StateStore::open_fresh(&state_dir)?, None))
+}
+
 /// The rows of `SHOW CHECKPOINTS` and `weir_catalog.checkpoints`.
 fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatch> {
     {
@@ -310,7 +386,7 @@ fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatc
         let schema = Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("epoch", DataType::Int64, true),
-            Field::new("kind", DataType::Utf8, false),
+            Field::new("kind", DataType::Utf8, true),
             Field::new("status", DataType::Utf8, false),
             Field::new(
                 "started_at",
@@ -340,8 +416,8 @@ fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatc
                 Arc::new(Int64Array::from_iter(
                     records.iter().map(|r| r.epoch.map(|e| e as i64)),
                 )),
-                Arc::new(StringArray::from_iter_values(
-                    records.iter().map(|r| r.kind.as_str()),
+                Arc::new(StringArray::from_iter(
+                    records.iter().map(|r| r.kind.map(|k| k.as_str())),
                 )),
                 Arc::new(StringArray::from_iter_values(
                     records.iter().map(|r| r.status.as_str()),
@@ -359,6 +435,70 @@ fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatc
         )?;
         Ok(batch)
     }
+}
+
+/// The rows of `weir_catalog.recoveries`: the starts recorded in the data directory, newest
+/// first.
+fn recoveries_batch(recoveries: &[restore::Recovery]) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(
+            "started_at",
+            DataType::Timestamp(
+                datafusion::arrow::datatypes::TimeUnit::Microsecond,
+                Some(crate::types::TIMESTAMPTZ_ZONE.into()),
+            ),
+            false,
+        ),
+        Field::new("checkpoint_id", DataType::Int64, true),
+        Field::new("epoch", DataType::Int64, true),
+        Field::new("damaged", DataType::Utf8, true),
+        Field::new("files_reused", DataType::Int64, false),
+        Field::new("files_downloaded", DataType::Int64, false),
+        Field::new("bytes_downloaded", DataType::Int64, false),
+        Field::new("records_replayed", DataType::Int64, false),
+        Field::new("restore_ms", DataType::Int64, false),
+        Field::new("replay_ms", DataType::Int64, false),
+        Field::new("total_ms", DataType::Int64, false),
+    ]));
+    let rows: Vec<&restore::Recovery> = recoveries.iter().rev().collect();
+    let int = |f: &dyn Fn(&restore::Recovery) -> u64| -> ArrayRef {
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|r| f(r) as i64),
+        ))
+    };
+    let opt = |f: &dyn Fn(&restore::Recovery) -> Option<u64>| -> ArrayRef {
+        Arc::new(Int64Array::from_iter(
+            rows.iter().map(|r| f(r).map(|v| v as i64)),
+        ))
+    };
+    let started = datafusion::arrow::array::TimestampMicrosecondArray::from_iter_values(
+        rows.iter().map(|r| r.started_at_ms * 1000),
+    )
+    .with_timezone(crate::types::TIMESTAMPTZ_ZONE);
+    let damaged = StringArray::from_iter(rows.iter().map(|r| {
+        let all: Vec<String> = r
+            .damaged
+            .iter()
+            .map(|d| format!("{}: {}", d.manifest, d.reason))
+            .collect();
+        (!all.is_empty()).then(|| all.join("; "))
+    }));
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(started),
+            opt(&|r| r.checkpoint_id),
+            opt(&|r| r.epoch),
+            Arc::new(damaged),
+            int(&|r| r.files_reused),
+            int(&|r| r.files_downloaded),
+            int(&|r| r.bytes_downloaded),
+            int(&|r| r.records_replayed),
+            int(&|r| r.restore_ms),
+            int(&|r| r.replay_ms),
+            int(&|r| r.total_ms),
+        ],
+    )?)
 }
 
 /// The rows of `weir_catalog.checkpoint_files`: every object a retained checkpoint names.
@@ -401,6 +541,10 @@ impl Database {
             (
                 "checkpoint_files",
                 checkpoint_files_batch(&checkpoints.files())?,
+            ),
+            (
+                "recoveries",
+                recoveries_batch(&self.recoveries.lock().unwrap_or_else(|p| p.into_inner()))?,
             ),
         ])
     }

@@ -587,3 +587,168 @@ async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it(
     );
     server.stop().await;
 }
+
+/// `weir_catalog.recoveries`, newest first: (checkpoint_id, damaged, records_replayed).
+async fn recoveries(client: &tokio_postgres::Client) -> Vec<(Option<i64>, Option<String>, i64)> {
+    client
+        .query(
+            "SELECT checkpoint_id, damaged, records_replayed FROM weir_catalog.recoveries",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_checkpoint_is_skipped_and_none_whole_refuses_to_start() {
+    let configure = |c: &mut weir::config::Config| {
+        c.checkpoint.interval_ms = 0;
+        c.streaming_parallelism = 2;
+    };
+    let view = "SELECT * FROM by_g ORDER BY g";
+    let query = "SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g ORDER BY g";
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g int, v int);
+             CREATE MATERIALIZED VIEW by_g AS
+               SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g;
+             INSERT INTO t SELECT value, value % 7, value % 13 FROM generate_series(1, 3000);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 1);
+    client
+        .batch_execute("INSERT INTO t SELECT value, value % 5, 1 FROM generate_series(3001, 4000)")
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 2);
+    client
+        .batch_execute("DELETE FROM t WHERE id % 3 = 0; FLUSH")
+        .await
+        .unwrap();
+    let expected = text_rows(&client, query).await;
+    assert_eq!(text_rows(&client, view).await, expected);
+    drop(client);
+    let dir = server.stop_and_close().await;
+
+    // Truncate an SST only checkpoint 2 names: checkpoint 1 is restored and both logs'
+    // records after its offsets are replayed.
+    let root = dir.path().join("checkpoint-store");
+    let first = manifest(&root, 1);
+    let second = manifest(&root, 2);
+    let only_2 = second
+        .files
+        .iter()
+        .find(|f| f.local.ends_with(".sst") && !first.files.iter().any(|o| o.object == f.object))
+        .expect("checkpoint 2 uploaded an SST");
+    let path = root.join(&only_2.object);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(only_2.size / 2)
+        .unwrap();
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    assert_eq!(text_rows(&client, view).await, expected);
+    let recovered = recoveries(&client).await;
+    assert_eq!(recovered[0].0, Some(1));
+    let damaged = recovered[0].1.clone().unwrap_or_default();
+    assert!(
+        damaged.contains("00000000000000000002/manifest.json")
+            && damaged.contains(&format!("the manifest says {}", only_2.size)),
+        "{damaged}"
+    );
+    assert_eq!(
+        recovered[0].2, 2,
+        "the insert and the delete after checkpoint 1"
+    );
+    let statuses = shown(&client).await;
+    assert_eq!(statuses[0].0, 2);
+    assert!(statuses[0].1.starts_with("damaged: "), "{:?}", statuses[0]);
+    // Ids go on past the damaged checkpoint, which is left alone.
+    assert_eq!(checkpoint(&client).await, 3);
+    assert!(
+        path.exists(),
+        "a damaged checkpoint's files are not collected"
+    );
+    drop(client);
+    let dir = server.stop_and_close().await;
+
+    // A damaged manifest: checkpoint 1 again.
+    let third = root.join(format!("checkpoints/{:020}/manifest.json", 3));
+    let mut bytes = std::fs::read(&third).unwrap();
+    bytes[10] ^= 0x20;
+    std::fs::write(&third, bytes).unwrap();
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    assert_eq!(text_rows(&client, view).await, expected);
+    let recovered = recoveries(&client).await;
+    assert_eq!(recovered.len(), 3, "one row per start");
+    assert_eq!(recovered[0].0, Some(1));
+    assert!(recovered[0]
+        .1
+        .as_deref()
+        .unwrap_or_default()
+        .contains("00000000000000000003/manifest.json"));
+    drop(client);
+    let dir = server.stop_and_close().await;
+
+    // Checkpoint 1's SST with other bytes of the same size, and no local copy to reuse: the
+    // rebuild finds it, no checkpoint is whole, and the server refuses to start.
+    let sst = first
+        .files
+        .iter()
+        .find(|f| f.local.ends_with(".sst"))
+        .unwrap();
+    let mut bytes = std::fs::read(root.join(&sst.object)).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(root.join(&sst.object), bytes).unwrap();
+    std::fs::remove_dir_all(dir.path().join("state")).unwrap();
+    let config = |allow_rebuild| {
+        let mut c = weir::config::Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().to_path_buf(),
+            ..Default::default()
+        };
+        configure(&mut c);
+        c.recovery.allow_rebuild = allow_rebuild;
+        c
+    };
+    let refused = weir::db::Database::open(config(false))
+        .await
+        .err()
+        .expect("refused");
+    let message = refused.to_string();
+    assert!(
+        message.contains("no checkpoint in the store can be restored")
+            && message.contains(&format!(
+                "{} does not have the size and checksum",
+                sst.object
+            ))
+            && message.contains("allow_rebuild"),
+        "{message}"
+    );
+    for left in ["state", "state.restoring"] {
+        assert!(
+            !dir.path().join(left).exists(),
+            "nothing half restored is left behind: {left}"
+        );
+    }
+    // Allowed to, it rebuilds every view from the logs.
+    let server = TestServer::start_in(dir, |c| {
+        configure(c);
+        c.recovery.allow_rebuild = true;
+    })
+    .await;
+    let client = server.connect().await;
+    assert_eq!(text_rows(&client, view).await, expected);
+    assert_eq!(recoveries(&client).await[0].0, None);
+    server.stop().await;
+}

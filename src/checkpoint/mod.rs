@@ -42,9 +42,11 @@ use crate::stream::coordinator::BarrierClient;
 pub struct Record {
     pub id: u64,
     pub epoch: Option<u64>,
-    pub kind: Kind,
+    /// Unknown only for a damaged checkpoint whose manifest does not decode.
+    pub kind: Option<Kind>,
     pub label: Option<String>,
-    /// `in progress`, `completed`, `expired` (no longer retained) or `failed: <reason>`.
+    /// `in progress`, `completed`, `expired` (no longer retained), `failed: <reason>`, or
+    /// `damaged: <reason>` (found in the store at start, and not restorable).
     pub status: String,
     pub started_at_ms: i64,
     pub duration_ms: u64,
@@ -128,14 +130,16 @@ pub struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Opens the store, finds the checkpoints already in it (they stay retained until newer
-    /// ones replace them), removes what a crash left half done, and starts the task.
-    /// Starts the checkpointer over `storage`; `restored` is the checkpoint the state store
+    /// Starts the checkpointer over `storage`: the checkpoints already in it stay retained
+    /// until newer ones replace them, except `damaged` ones, which are shown and left alone;
+    /// what a crash left half done is removed. `restored` is the checkpoint the state store
     /// was restored from, whose files are reused by name.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         config: CheckpointConfig,
         storage: Storage,
         restored: Option<u64>,
+        damaged: &[restore::Damaged],
         barriers: BarrierClient,
         data_dir: PathBuf,
         ddl: Arc<tokio::sync::Mutex<()>>,
@@ -143,8 +147,13 @@ impl Checkpointer {
     ) -> Result<CheckpointClient> {
         let run = run_id();
         let mut ledger = Ledger::new(run.clone(), config.retained);
-        let existing = load_manifests(&storage).await?;
-        let next_id = existing.last().map_or(1, |m| m.id + 1);
+        let (existing, unusable) = load_manifests(&storage, damaged).await?;
+        let next_id = existing
+            .iter()
+            .map(|m| m.id)
+            .chain(unusable.iter().map(|r| r.id))
+            .max()
+            .map_or(1, |id| id + 1);
         for m in &existing {
             ledger.adopt(Completed {
                 id: m.id,
@@ -160,12 +169,13 @@ impl Checkpointer {
             std::fs::remove_dir_all(&staging)?;
         }
         let (triggers, rx) = mpsc::channel(16);
-        let records = Arc::new(Mutex::new(
-            existing
-                .iter()
-                .map(|m| record_of(m, "completed"))
-                .collect::<Vec<_>>(),
-        ));
+        let mut found: Vec<Record> = existing
+            .iter()
+            .map(|m| record_of(m, "completed"))
+            .chain(unusable)
+            .collect();
+        found.sort_by_key(|r| r.id);
+        let records = Arc::new(Mutex::new(found));
         let files = Arc::new(Mutex::new(BTreeMap::new()));
         let client = CheckpointClient {
             triggers,
@@ -239,7 +249,7 @@ impl Checkpointer {
         let mut record = Record {
             id,
             epoch: None,
-            kind,
+            kind: Some(kind),
             label: label.clone(),
             status: "in progress".into(),
             started_at_ms,
@@ -441,7 +451,7 @@ fn record_of(m: &Manifest, status: &str) -> Record {
     Record {
         id: m.id,
         epoch: Some(m.epoch),
-        kind: m.kind,
+        kind: Some(m.kind),
         label: m.label.clone(),
         status: status.into(),
         started_at_ms: m.started_at_ms,
@@ -454,20 +464,56 @@ fn record_of(m: &Manifest, status: &str) -> Record {
     }
 }
 
-/// The whole manifests in the store, oldest first. A damaged one is reported and skipped.
-async fn load_manifests(storage: &Storage) -> Result<Vec<Manifest>> {
-    let mut out = Vec::new();
+/// The usable manifests in the store, oldest first, and a record of each damaged one (named
+/// in `damaged`, or whose manifest does not decode).
+async fn load_manifests(
+    storage: &Storage,
+    damaged: &[restore::Damaged],
+) -> Result<(Vec<Manifest>, Vec<Record>)> {
+    let mut usable = Vec::new();
+    let mut unusable = Vec::new();
     for (name, _) in storage.list("checkpoints").await? {
         if !name.ends_with("/manifest.json") {
             continue;
         }
-        match Manifest::decode(&storage.get(&name).await?) {
-            Ok(m) => out.push(m),
-            Err(e) => tracing::error!("checkpoint manifest {name} is not usable: {e}"),
-        }
+        let decoded = Manifest::decode(&storage.get(&name).await?);
+        let known = damaged.iter().find(|d| d.manifest == name);
+        let reason = match (&decoded, known) {
+            (Ok(m), None) => {
+                usable.push(m.clone());
+                continue;
+            }
+            (_, Some(d)) => d.reason.clone(),
+            (Err(e), None) => e.to_string(),
+        };
+        tracing::error!("checkpoint {name} is damaged and left alone: {reason}");
+        let id = name
+            .split('/')
+            .nth(1)
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_default();
+        let mut record = match &decoded {
+            Ok(m) => record_of(m, ""),
+            Err(_) => Record {
+                id,
+                epoch: None,
+                kind: None,
+                label: None,
+                status: String::new(),
+                started_at_ms: 0,
+                duration_ms: 0,
+                timings: Timings::default(),
+                files_uploaded: 0,
+                files_reused: 0,
+                bytes_uploaded: 0,
+                bytes_referenced: 0,
+            },
+        };
+        record.status = format!("damaged: {reason}");
+        unusable.push(record);
     }
-    out.sort_by_key(|m| m.id);
-    Ok(out)
+    usable.sort_by_key(|m| m.id);
+    Ok((usable, unusable))
 }
 
 /// Deletes what a crash left behind: objects of checkpoints that never got a manifest, and

@@ -1,6 +1,6 @@
-//! Restoring a checkpoint (`docs/design/0004-recovery.md`): finding the newest whole one in
-//! the store, rebuilding RocksDB's directory from it in a fresh directory, and putting that
-//! directory in place.
+//! Restoring a checkpoint (`docs/design/0004-recovery.md`): telling the store's whole
+//! checkpoints from damaged ones, rebuilding RocksDB's directory from one in a fresh
+//! directory, putting that directory in place, and the history of recoveries.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,9 +11,10 @@ use super::storage::Storage;
 use crate::error::{Error, ErrorKind, Result};
 use crate::failpoint;
 
-/// A checkpoint newer than the one restored that could not be used, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A checkpoint that cannot be restored, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Damaged {
+    /// The manifest's object name.
     pub manifest: String,
     pub reason: String,
 }
@@ -21,9 +22,10 @@ pub struct Damaged {
 /// What a restore found in the store.
 #[derive(Debug)]
 pub struct Found {
-    /// The newest whole checkpoint, if any.
-    pub newest: Option<Manifest>,
-    /// Every newer manifest that was not whole, newest first.
+    /// Every whole checkpoint, newest first: the first is restored, and if one of its files
+    /// turns out damaged while it is rebuilt, the next.
+    pub whole: Vec<Manifest>,
+    /// Every manifest that is not whole, newest first.
     pub damaged: Vec<Damaged>,
 }
 
@@ -39,9 +41,9 @@ fn corrupt(what: String) -> Error {
     Error::new(ErrorKind::DataCorruption, what)
 }
 
-/// Finds the newest checkpoint whose manifest checks and whose every file is in the store
-/// with its recorded size.
-pub async fn newest_whole(storage: &Storage) -> Result<Found> {
+/// Sorts the store's checkpoints into whole ones (the manifest checks, and every file it
+/// names is in the store with its recorded size) and damaged ones, newest first.
+pub async fn find(storage: &Storage) -> Result<Found> {
     let objects: BTreeMap<String, u64> = storage.list("").await?.into_iter().collect();
     let mut manifests: Vec<&String> = objects
         .keys()
@@ -49,32 +51,28 @@ pub async fn newest_whole(storage: &Storage) -> Result<Found> {
         .collect();
     // Ids are zero-padded, so name order is id order.
     manifests.sort();
-    let mut damaged = Vec::new();
+    let mut found = Found {
+        whole: Vec::new(),
+        damaged: Vec::new(),
+    };
     for name in manifests.into_iter().rev() {
         let bytes = storage.get(name).await?;
         let problem = match Manifest::decode(&bytes) {
-            Err(e) => Some(e.to_string()),
+            Err(e) => e.to_string(),
             Ok(m) => match m.files.iter().find_map(|f| missing(f, &objects)) {
-                Some(reason) => Some(reason),
+                Some(reason) => reason,
                 None => {
-                    return Ok(Found {
-                        newest: Some(m),
-                        damaged,
-                    })
+                    found.whole.push(m);
+                    continue;
                 }
             },
         };
-        if let Some(reason) = problem {
-            damaged.push(Damaged {
-                manifest: name.clone(),
-                reason,
-            });
-        }
+        found.damaged.push(Damaged {
+            manifest: name.clone(),
+            reason: problem,
+        });
     }
-    Ok(Found {
-        newest: None,
-        damaged,
-    })
+    Ok(found)
 }
 
 fn missing(file: &FileRef, objects: &BTreeMap<String, u64>) -> Option<String> {
@@ -174,6 +172,63 @@ pub fn install(restored: &Path, state: &Path) -> Result<()> {
     Ok(())
 }
 
+/// One start of the server: what it restored and how long that took
+/// (`weir_catalog.recoveries`).
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Recovery {
+    pub started_at_ms: i64,
+    /// The checkpoint restored; `None`: every view was rebuilt from the tables' logs.
+    pub checkpoint_id: Option<u64>,
+    pub epoch: Option<u64>,
+    /// Checkpoints that could not be restored.
+    pub damaged: Vec<Damaged>,
+    pub files_reused: u64,
+    pub files_downloaded: u64,
+    pub bytes_downloaded: u64,
+    /// Change-log records fed to the dataflow after the checkpoint's offsets.
+    pub records_replayed: u64,
+    /// Finding the checkpoint and rebuilding RocksDB's directory.
+    pub restore_ms: u64,
+    /// Replaying the logs and starting every view, until the server listens.
+    pub replay_ms: u64,
+    pub total_ms: u64,
+}
+
+/// How many recoveries `<data>/recoveries.json` keeps.
+const RECOVERIES_MAX: usize = 100;
+
+fn recoveries_path(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("recoveries.json")
+}
+
+/// The recoveries recorded in `data_dir`, oldest first; an unreadable record is dropped
+/// with a warning (it is history, not state).
+pub fn recoveries(data_dir: &Path) -> Vec<Recovery> {
+    let path = recoveries_path(data_dir);
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Vec::new();
+    };
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        tracing::warn!("{} is not readable, starting it again: {e}", path.display());
+        Vec::new()
+    })
+}
+
+/// Appends `recovery` to the history in `data_dir`, keeping the newest ones.
+pub fn record_recovery(data_dir: &Path, recovery: &Recovery) -> Result<Vec<Recovery>> {
+    let mut all = recoveries(data_dir);
+    all.push(recovery.clone());
+    let excess = all.len().saturating_sub(RECOVERIES_MAX);
+    all.drain(..excess);
+    let path = recoveries_path(data_dir);
+    let tmp = path.with_extension("json.tmp");
+    let json = serde_json::to_vec_pretty(&all)
+        .map_err(|e| Error::internal(format!("encoding the recoveries: {e}")))?;
+    std::fs::write(&tmp, json)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(all)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -229,7 +284,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_newest_whole_checkpoint_is_found_past_damaged_ones() {
+    async fn whole_checkpoints_are_told_from_damaged_ones() {
         let s = store();
         let a = file("shared/r-000001.sst", "000001.sst", b"first");
         let b = file("shared/r-000002.sst", "000002.sst", b"second");
@@ -237,8 +292,9 @@ mod tests {
         put(&s, &b.object, b"second").await;
         put_manifest(&s, &manifest(1, vec![a.clone()])).await;
         put_manifest(&s, &manifest(2, vec![a.clone(), b.clone()])).await;
-        let found = newest_whole(&s).await.unwrap();
-        assert_eq!(found.newest.unwrap().id, 2);
+        let found = find(&s).await.unwrap();
+        let ids: Vec<u64> = found.whole.iter().map(|m| m.id).collect();
+        assert_eq!(ids, [2, 1]);
         assert!(found.damaged.is_empty());
 
         // 3 names a file the store lacks, 4 names one of another size, 5's manifest is
@@ -251,8 +307,8 @@ mod tests {
         let mut bytes = manifest(5, vec![a.clone()]).encode().unwrap();
         bytes[5] ^= 1;
         put(&s, &format!("checkpoints/{:020}/manifest.json", 5), &bytes).await;
-        let found = newest_whole(&s).await.unwrap();
-        assert_eq!(found.newest.unwrap().id, 2);
+        let found = find(&s).await.unwrap();
+        assert_eq!(found.whole[0].id, 2);
         let reasons: Vec<(&str, &str)> = found
             .damaged
             .iter()
@@ -267,8 +323,8 @@ mod tests {
         // Nothing whole at all.
         let s = store();
         put_manifest(&s, &manifest(1, vec![a])).await;
-        let found = newest_whole(&s).await.unwrap();
-        assert!(found.newest.is_none());
+        let found = find(&s).await.unwrap();
+        assert!(found.whole.is_empty());
         assert_eq!(found.damaged.len(), 1);
     }
 

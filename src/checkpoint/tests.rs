@@ -151,6 +151,7 @@ async fn setup() -> Setup {
         config,
         Storage::over(faulty.clone(), "memory://"),
         None,
+        &[],
         barriers.clone(),
         dir.path().to_path_buf(),
         Arc::default(),
@@ -285,12 +286,12 @@ async fn failed_checkpoints_leave_the_last_one_whole_and_uploads_never_hold_the_
 
     // Checkpoints 1 and 4 are retained, and nothing else is in the store.
     assert_eq!(s.objects().await, s.named(&[1, 4]).await);
-    let kinds: Vec<(u64, Kind, String)> = s
+    let kinds: Vec<(u64, Option<Kind>, String)> = s
         .checkpoints
         .records()
         .into_iter()
         .map(|r| (r.id, r.kind, r.status))
         .collect();
-    assert_eq!(kinds[0], (4, Kind::External, "completed".to_string()));
-    assert_eq!(kinds[3], (1, Kind::Manual, "completed".to_string()));
+    assert_eq!(kinds[0], (4, Some(Kind::External), "completed".to_string()));
+    assert_eq!(kinds[3], (1, Some(Kind::Manual), "completed".to_string()));
 }

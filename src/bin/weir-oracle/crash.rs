@@ -417,27 +417,45 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
                     .ok_or("the server aborted at a start with no failpoint armed")?
             }
         };
-        let weir = server.connect().await?;
-        if round == 0 {
-            for sql in SCHEMA {
-                exec_both(&weir, &pg, sql, sql).await?;
+        let armed_later = armed.filter(|n| !n.starts_with("recovery."));
+        // With a checkpoint failpoint armed, the server may die at any moment from here on:
+        // while the last round's statements are resolved and the views checked, too.
+        let ready = async {
+            let weir = server.connect().await?;
+            if round == 0 {
+                for sql in SCHEMA {
+                    exec_both(&weir, &pg, sql, sql).await?;
+                }
+                for (name, query) in VIEWS {
+                    exec_both(
+                        &weir,
+                        &pg,
+                        &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
+                        &format!("CREATE VIEW {name} AS {query}"),
+                    )
+                    .await?;
+                }
             }
-            for (name, query) in VIEWS {
-                exec_both(
-                    &weir,
-                    &pg,
-                    &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
-                    &format!("CREATE VIEW {name} AS {query}"),
-                )
-                .await?;
+            resolve(&weir, &pg, &mut models, &mut in_doubt, tally).await?;
+            check(&weir, &pg, &views, tally).await?;
+            // DDL only where the server cannot die during it, so that it is never in doubt.
+            if armed_later.is_none() && round % 4 == 2 {
+                change_views(&weir, &pg, round, &mut views, &mut later).await?;
+            }
+            Ok::<(), String>(())
+        }
+        .await;
+        if let Err(e) = ready {
+            match (server.exited().await?, armed_later) {
+                (Some(Death::Aborted), Some(name)) => {
+                    *tally.fired.entry(name).or_default() += 1;
+                    kills += 1;
+                    round += 1;
+                    continue;
+                }
+                _ => return Err(e),
             }
         }
-        resolve(&weir, &pg, &mut models, &mut in_doubt, tally).await?;
-        check(&weir, &pg, &views, tally).await?;
-        if round % 3 == 2 {
-            change_views(&weir, &pg, round, &mut views, &mut later).await?;
-        }
-        drop(weir);
 
         // The writers run until the server dies under them: at the armed failpoint, or
         // killed at a random moment (also when the failpoint is not reached in time).
@@ -445,11 +463,10 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         let mut writers = Vec::new();
         for mut model in models.drain(..) {
             model.foreign_ids = foreign_ids;
-            let weir = server.connect().await?;
             let pg = connect(&pg_conn).await?;
+            let weir = format!("host=127.0.0.1 port={} user=crash dbname=weir", server.port);
             writers.push(tokio::spawn(write_until_failure(weir, pg, model)));
         }
-        let armed_later = armed.filter(|n| !n.starts_with("recovery."));
         let wait = match armed_later {
             Some(_) => Duration::from_secs(10),
             None => Duration::from_millis(rng.below(2500)),
@@ -552,13 +569,21 @@ struct Outcome {
     in_doubt: Option<Statement>,
 }
 
-/// Sends the model's statements to Weir one at a time, each acknowledged one to PostgreSQL
-/// too, until Weir's connection breaks.
+/// Connects to Weir at `conn` and sends the model's statements one at a time, each
+/// acknowledged one to PostgreSQL too, until Weir's connection breaks. A server that died
+/// before the connection was made (an early kill or failpoint) got no statement.
 async fn write_until_failure(
-    weir: Client,
+    conn: String,
     pg: Client,
     mut model: Model,
 ) -> (Model, Result<Outcome, String>) {
+    let Ok(weir) = connect(&conn).await else {
+        let outcome = Outcome {
+            acknowledged: 0,
+            in_doubt: None,
+        };
+        return (model, Ok(outcome));
+    };
     let mut acknowledged = 0;
     loop {
         let statement = model.next();
@@ -603,7 +628,8 @@ async fn resolve(
     tally: &mut Tally,
 ) -> Result<(), String> {
     exec(weir, "FLUSH").await?;
-    for statement in in_doubt.drain(..) {
+    // One at a time, so that those not yet decided stay in doubt if the server dies now.
+    while let Some(statement) = in_doubt.first().cloned() {
         let Some(model) = models.iter_mut().find(|m| m.table == statement.table) else {
             return Err(format!("no writer for table {}", statement.table));
         };
@@ -663,6 +689,7 @@ async fn resolve(
         } else {
             tally.in_doubt_not_applied += 1;
         }
+        in_doubt.remove(0);
     }
     Ok(())
 }
@@ -799,6 +826,17 @@ impl Server {
             self.port
         ))
         .await
+    }
+
+    /// How the process ended, if it did (waiting a moment for a dying one to finish).
+    async fn exited(&mut self) -> Result<Option<Death>, String> {
+        for _ in 0..100 {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return Ok(aborted(status).then_some(Death::Aborted));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(None)
     }
 
     /// Waits for the process to end by itself for `wait`, then kills it.
