@@ -37,8 +37,6 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     /// Checkpoints of operator state to an object store (`[checkpoint]` in the TOML file).
     pub checkpoint: CheckpointConfig,
-    /// What a start does when no checkpoint can be restored (`[recovery]`).
-    pub recovery: RecoveryConfig,
     /// The time barriers carry (what `now()` is in a view's temporal filter); tests inject one.
     #[serde(skip, default = "system_clock")]
     pub clock: Arc<dyn Clock>,
@@ -78,14 +76,6 @@ impl Default for CheckpointConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RecoveryConfig {
-    /// When the store holds checkpoints but none can be restored, rebuild every view from the
-    /// tables' change logs instead of refusing to start.
-    pub allow_rebuild: bool,
-}
-
 impl Config {
     /// The checkpoint store's URL.
     pub fn checkpoint_storage(&self) -> Result<String> {
@@ -119,7 +109,6 @@ impl Default for Config {
                 .unwrap_or(1),
             admin_listen: None,
             checkpoint: CheckpointConfig::default(),
-            recovery: RecoveryConfig::default(),
             clock: system_clock(),
         }
     }

@@ -106,6 +106,42 @@ impl Database {
         };
         let (store, restored) = restore_state(&config, &storage, &mut recovery).await?;
         recovery.restore_ms = started.elapsed().as_millis() as u64;
+        // Without a local catalog (a new machine, a lost disk), the checkpoint's catalog
+        // becomes it, and each table's log starts empty at the checkpoint's offset: what was
+        // acknowledged after the checkpoint lived only on the lost disk.
+        let local_catalog = config.data_dir.join("catalog.json").exists();
+        if let (Some(m), false) = (&restored, local_catalog) {
+            // Empty logs are what a crash during this step leaves; anything else is local
+            // data that must not be overwritten.
+            for entry in std::fs::read_dir(&tables_dir)? {
+                if entry?.metadata()?.len() > 0 {
+                    return Err(Error::new(
+                        ErrorKind::DataCorruption,
+                        format!(
+                            "{} holds change logs but no catalog.json: restore the catalog, \
+                             or move the data directory aside to restore from the checkpoint \
+                             store alone",
+                            config.data_dir.display()
+                        ),
+                    ));
+                }
+            }
+            for object in Catalog::objects_in(&m.catalog)? {
+                if let Object::Table(t) = object {
+                    let offset = m.offsets.get(&t.id).copied().unwrap_or(0);
+                    crate::changelog::ChangeLog::create_at(&tables_dir, t.id, offset)?;
+                }
+            }
+            // Last: the catalog's presence says the logs are in place.
+            Catalog::install(&config.data_dir, &m.catalog)?;
+            recovery.from_store_alone = true;
+            tracing::warn!(
+                "no local catalog: restored from checkpoint {} in the store alone; changes \
+                 acknowledged after its epoch {} are lost",
+                m.id,
+                m.epoch
+            );
+        }
         let catalog = Catalog::load(&config.data_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
         // What the checkpoint holds state for; the state of objects dropped since goes.
@@ -177,7 +213,7 @@ impl Database {
                             ),
                         )
                     })?;
-                    replays.push(db.start_table(t.clone(), offset).await?);
+                    replays.push(db.start_table(t.clone(), Some(offset)).await?);
                 }
                 Object::View(v) => db.start_view_from_catalog(v, false).await?,
             }
@@ -189,7 +225,7 @@ impl Database {
         for object in new_objects {
             match object {
                 Object::Table(t) => {
-                    let replay = db.start_table(t, 0).await?;
+                    let replay = db.start_table(t, None).await?;
                     recovery.records_replayed += replay.history.len() as u64;
                     db.replay(replay).await?;
                 }
@@ -206,6 +242,8 @@ impl Database {
             replay_ms = recovery.replay_ms,
             "recovered"
         );
+        let (truncate, requests) = mpsc::channel(1);
+        tokio::spawn(truncate_logs(Arc::downgrade(&db), requests));
         let history = restore::record_recovery(&db.config.data_dir, &recovery)?;
         *db.recoveries.lock().unwrap_or_else(|p| p.into_inner()) = history;
         let checkpoints = Checkpointer::start(
@@ -213,6 +251,7 @@ impl Database {
             storage,
             restored.as_ref().map(|m| m.id),
             &recovery.damaged,
+            Some(truncate),
             db.barriers.clone(),
             db.config.data_dir.clone(),
             db.ddl.clone(),
@@ -294,9 +333,34 @@ impl Database {
     }
 }
 
+/// Truncates each table's change log below the records every retained checkpoint holds, as
+/// each checkpoint completes, until the database is gone.
+async fn truncate_logs(
+    db: std::sync::Weak<Database>,
+    mut requests: mpsc::Receiver<crate::checkpoint::Truncate>,
+) {
+    while let Some((floors, done)) = requests.recv().await {
+        let Some(db) = db.upgrade() else { return };
+        for (table, floor) in floors {
+            let writer = db
+                .tables
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&table)
+                .cloned();
+            if let Some(writer) = writer {
+                if let Err(e) = writer.lock().await.truncate_log_below(floor) {
+                    tracing::warn!("cannot truncate the change log of table {table}: {e}");
+                }
+            }
+        }
+        let _ = done.send(());
+    }
+}
+
 /// Opens the state store: restored from the newest whole checkpoint in `storage` whose files
 /// check, or empty (every view rebuilt from the logs) when the store holds no checkpoint, or
-/// none can be restored and `recovery.allow_rebuild` says so. Fills in `recovery`.
+/// none can be restored and every log still starts at record 0. Fills in `recovery`.
 async fn restore_state(
     config: &Config,
     storage: &Storage,
@@ -352,23 +416,32 @@ async fn restore_state(
         recovery.bytes_downloaded = rebuilt.bytes_downloaded;
         return Ok((StateStore::open_restored(&state_dir, m.epoch)?, Some(m)));
     }
-    if !recovery.damaged.is_empty() {
-        let reasons: Vec<String> = recovery
-            .damaged
-            .iter()
-            .map(|d| format!("{}: {}", d.manifest, d.reason))
-            .collect();
-        if !config.recovery.allow_rebuild {
-            return Err(Error::new(
-                ErrorKind::DataCorruption,
-                format!(
-                    "no checkpoint in the store can be restored ({}); to rebuild every view \
-                     from the tables' change logs instead, set allow_rebuild = true under \
-                     [recovery]",
-                    reasons.join("; ")
-                ),
-            ));
-        }
+    // Without a checkpoint, every view is rebuilt from the tables' logs: exact only while
+    // every log starts at record 0.
+    let truncated = crate::changelog::ChangeLog::truncated(&config.data_dir.join("tables"))?;
+    let reasons: Vec<String> = recovery
+        .damaged
+        .iter()
+        .map(|d| format!("{}: {}", d.manifest, d.reason))
+        .collect();
+    if let Some((table, base)) = truncated.first() {
+        let found = match reasons.is_empty() {
+            true => "the checkpoint store holds no checkpoint".to_string(),
+            false => format!(
+                "no checkpoint in the store can be restored ({})",
+                reasons.join("; ")
+            ),
+        };
+        return Err(Error::new(
+            ErrorKind::DataCorruption,
+            format!(
+                "{found}, and the change logs were truncated after checkpoints (table {table}'s \
+                 starts at record {base}), so the views cannot be rebuilt from them; restore \
+                 the checkpoint store from a backup"
+            ),
+        ));
+    }
+    if !reasons.is_empty() {
         tracing::error!(
             "no checkpoint can be restored ({}); every view is rebuilt from the change logs",
             reasons.join("; ")
@@ -452,6 +525,7 @@ fn recoveries_batch(recoveries: &[restore::Recovery]) -> Result<RecordBatch> {
         Field::new("checkpoint_id", DataType::Int64, true),
         Field::new("epoch", DataType::Int64, true),
         Field::new("damaged", DataType::Utf8, true),
+        Field::new("from_store_alone", DataType::Boolean, false),
         Field::new("files_reused", DataType::Int64, false),
         Field::new("files_downloaded", DataType::Int64, false),
         Field::new("bytes_downloaded", DataType::Int64, false),
@@ -490,6 +564,9 @@ fn recoveries_batch(recoveries: &[restore::Recovery]) -> Result<RecordBatch> {
             opt(&|r| r.checkpoint_id),
             opt(&|r| r.epoch),
             Arc::new(damaged),
+            Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
+                rows.iter().map(|r| Some(r.from_store_alone)),
+            )),
             int(&|r| r.files_reused),
             int(&|r| r.files_downloaded),
             int(&|r| r.bytes_downloaded),
@@ -582,33 +659,26 @@ impl Database {
 
     // ---- tables ----
 
-    /// Starts a table's actor and replays its change log into it.
-    /// Starts a table's actor, with its writer's rows rebuilt from the whole change log, and
-    /// returns what to feed it: the log's records from `offset` on (records before it are in
-    /// state restored from a checkpoint).
-    async fn start_table(&self, def: TableDef, offset: u64) -> Result<Replay> {
+    /// Starts a table's actor and returns its writer with what to feed it: its whole change
+    /// log, or with `offset` (a table restored from a checkpoint) the records from that
+    /// offset on, the writer's rows being the restored ones with those records applied.
+    async fn start_table(&self, def: TableDef, offset: Option<u64>) -> Result<Replay> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
-        let feed = Feed::starting_at(feed_tx, offset);
-        let (mut writer, mut history) =
-            TableWriter::open(def.clone(), &self.tables_dir, feed.clone())?;
-        let skip = usize::try_from(offset)
-            .ok()
-            .filter(|n| *n <= history.len())
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::DataCorruption,
-                    format!(
-                        "table \"{}\": the checkpoint restored has read {offset} records of its \
-                         change log, which holds {}",
-                        def.name,
-                        history.len()
-                    ),
-                )
-            })?;
-        for chunk in &history[..skip] {
-            writer.advance_watermark(chunk);
-        }
-        history.drain(..skip);
+        let feed = Feed::starting_at(feed_tx, offset.unwrap_or(0));
+        let restored = match offset {
+            Some(offset) => Some(crate::table::Restored {
+                offset,
+                rows: crate::stream::operators::materialize::read_snapshot(
+                    &self.store.snapshot(),
+                    def.id,
+                    &def.schema(),
+                    self.config.chunk_rows_max,
+                )?,
+            }),
+            None => None,
+        };
+        let (writer, history) =
+            TableWriter::open(def.clone(), &self.tables_dir, feed.clone(), restored)?;
         let schema = writer.schema().clone();
         self.catalog_mut().set_schema(def.id, schema.clone());
         let actor = build_actor(
@@ -664,8 +734,8 @@ impl Database {
         let def = ddl::create_table(ct, id)?;
         // A log left behind by a table of the same id cannot exist (ids are never reused),
         // but make sure the new table starts empty.
-        let _ = std::fs::remove_file(crate::table::log_path(&self.tables_dir, id));
-        let replay = self.start_table(def.clone(), 0).await?;
+        crate::changelog::ChangeLog::remove(&self.tables_dir, id)?;
+        let replay = self.start_table(def.clone(), None).await?;
         self.replay(replay).await?;
         self.catalog_mut().add(Object::Table(def))?;
         Ok(Output::command("CREATE TABLE"))
@@ -1059,7 +1129,9 @@ impl Database {
             }
         }
         for id in &dropped_tables {
-            let _ = std::fs::remove_file(crate::table::log_path(&self.tables_dir, *id));
+            if let Err(e) = crate::changelog::ChangeLog::remove(&self.tables_dir, *id) {
+                tracing::warn!("cannot remove the change log of dropped table {id}: {e}");
+            }
         }
         let mut errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
         for id in &to_stop {

@@ -711,20 +711,17 @@ async fn a_damaged_checkpoint_is_skipped_and_none_whole_refuses_to_start() {
     bytes[middle] ^= 0xff;
     std::fs::write(root.join(&sst.object), bytes).unwrap();
     std::fs::remove_dir_all(dir.path().join("state")).unwrap();
-    let config = |allow_rebuild| {
-        let mut c = weir::config::Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().to_path_buf(),
-            ..Default::default()
-        };
-        configure(&mut c);
-        c.recovery.allow_rebuild = allow_rebuild;
-        c
+    let config = weir::config::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.path().to_path_buf(),
+        ..Default::default()
     };
-    let refused = weir::db::Database::open(config(false))
+    let refused = weir::db::Database::open(config)
         .await
         .err()
         .expect("refused");
+    // The logs were truncated below the oldest retained checkpoint, whose state is the only
+    // copy of the records before it: no rebuild from the logs either.
     let message = refused.to_string();
     assert!(
         message.contains("no checkpoint in the store can be restored")
@@ -732,7 +729,7 @@ async fn a_damaged_checkpoint_is_skipped_and_none_whole_refuses_to_start() {
                 "{} does not have the size and checksum",
                 sst.object
             ))
-            && message.contains("allow_rebuild"),
+            && message.contains("table 1000's starts at record 1"),
         "{message}"
     );
     for left in ["state", "state.restoring"] {
@@ -741,14 +738,191 @@ async fn a_damaged_checkpoint_is_skipped_and_none_whole_refuses_to_start() {
             "nothing half restored is left behind: {left}"
         );
     }
-    // Allowed to, it rebuilds every view from the logs.
-    let server = TestServer::start_in(dir, |c| {
-        configure(c);
-        c.recovery.allow_rebuild = true;
-    })
-    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_whole_checkpoint_whole_logs_rebuild_every_view() {
+    let configure = |c: &mut weir::config::Config| c.checkpoint.interval_ms = 0;
+    let server = TestServer::start_with(configure).await;
     let client = server.connect().await;
-    assert_eq!(text_rows(&client, view).await, expected);
-    assert_eq!(recoveries(&client).await[0].0, None);
+    // A checkpoint before any change: nothing of the log is truncated.
+    client
+        .batch_execute(
+            "CREATE TABLE t (g int, v int);
+             CREATE MATERIALIZED VIEW s AS SELECT g, sum(v) AS total FROM t GROUP BY g;",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 1);
+    client
+        .batch_execute("INSERT INTO t VALUES (1, 2), (1, 3), (2, 5); FLUSH")
+        .await
+        .unwrap();
+    drop(client);
+    let dir = server.stop_and_close().await;
+    let manifest = dir.path().join(format!(
+        "checkpoint-store/checkpoints/{:020}/manifest.json",
+        1
+    ));
+    std::fs::write(&manifest, b"{}").unwrap();
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    assert_eq!(
+        text_rows(&client, "SELECT * FROM s ORDER BY g").await,
+        ["1 5", "2 5"]
+    );
+    let recovered = recoveries(&client).await;
+    assert_eq!(recovered[0].0, None, "rebuilt from the logs");
+    assert!(recovered[0]
+        .1
+        .as_deref()
+        .unwrap_or_default()
+        .contains("manifest.json"));
+    assert_eq!(recovered[0].2, 1, "the whole log: one INSERT");
+    server.stop().await;
+}
+
+/// The change-log files in a data directory.
+fn logs(data: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(data.join("tables"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_truncated_below_the_oldest_checkpoint_and_the_store_alone_restores() {
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let configure = |c: &mut weir::config::Config| {
+        c.checkpoint.interval_ms = 0;
+        c.checkpoint.storage = Some(url.clone());
+        c.streaming_parallelism = 2;
+    };
+    let views = [
+        (
+            "SELECT * FROM totals ORDER BY g",
+            "SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g ORDER BY g",
+        ),
+        (
+            "SELECT * FROM joined ORDER BY id, k",
+            "SELECT t.id, u.k FROM t JOIN u ON t.g = u.k ORDER BY id, k",
+        ),
+    ];
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g int, v int);
+             CREATE TABLE u (k int);
+             CREATE MATERIALIZED VIEW totals AS
+               SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g;
+             CREATE MATERIALIZED VIEW joined AS SELECT t.id, u.k FROM t JOIN u ON t.g = u.k;
+             INSERT INTO t SELECT value, value % 4, value * 2 FROM generate_series(1, 100);
+             INSERT INTO u VALUES (1), (2);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 1);
+    client
+        .batch_execute("UPDATE t SET v = v + 1 WHERE id <= 10; INSERT INTO u VALUES (3)")
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 2);
+    // Two retained: checkpoint 1 still needs t's log from record 1 and u's from record 1.
+    let (t, u) = (1000, 1001);
+    assert_eq!(
+        logs(server.dir.path()),
+        [format!("{t}.1.log"), format!("{u}.1.log")].into()
+    );
+    client
+        .batch_execute("DELETE FROM t WHERE id % 5 = 0")
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 3);
+    assert_eq!(
+        logs(server.dir.path()),
+        [format!("{t}.2.log"), format!("{u}.2.log")].into()
+    );
+    let at_checkpoint: Vec<Vec<String>> = {
+        client.batch_execute("FLUSH").await.unwrap();
+        let mut rows = Vec::new();
+        for (view, query) in views {
+            let r = text_rows(&client, view).await;
+            assert_eq!(r, text_rows(&client, query).await, "{view}");
+            rows.push(r);
+        }
+        rows
+    };
+    // Acknowledged after the last checkpoint: lost with the disk.
+    client
+        .batch_execute("INSERT INTO t VALUES (1000, 1, 1); INSERT INTO u VALUES (1)")
+        .await
+        .unwrap();
+    drop(client);
+    drop(server.stop_and_close().await);
+
+    // A new machine: an empty data directory, the same store.
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    for ((view, query), rows) in views.iter().zip(&at_checkpoint) {
+        assert_eq!(&text_rows(&client, view).await, rows, "{view}");
+        assert_eq!(&text_rows(&client, query).await, rows, "{query}");
+    }
+    let alone: bool = client
+        .query_one("SELECT from_store_alone FROM weir_catalog.recoveries", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(alone);
+    // Keys, updates and deletes work on the restored rows, and records count on.
+    let duplicate = client
+        .batch_execute("INSERT INTO t VALUES (1, 0, 0)")
+        .await
+        .unwrap_err();
+    assert_eq!(duplicate.code().unwrap().code(), "23505");
+    client
+        .batch_execute(
+            "UPDATE t SET g = 3 WHERE id = 1; DELETE FROM u WHERE k = 2; INSERT INTO u VALUES (4)",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 4);
+    let offsets: Vec<u64> = manifest(store.path(), 4)
+        .offsets
+        .values()
+        .copied()
+        .collect();
+    assert_eq!(
+        offsets,
+        [4, 4],
+        "t: 3 statements at checkpoint 3 and an update; u: 2, a delete and an insert"
+    );
+    client
+        .batch_execute("INSERT INTO t VALUES (2000, 2, 2)")
+        .await
+        .unwrap();
+    drop(client);
+    let dir = server.stop_and_close().await;
+
+    // And a restart on the local data from there on.
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    for (view, query) in views {
+        assert_eq!(
+            text_rows(&client, view).await,
+            text_rows(&client, query).await,
+            "{view}"
+        );
+    }
+    let total: i64 = client
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        total, 81,
+        "80 at the checkpoint, 1 after the second restart"
+    );
     server.stop().await;
 }

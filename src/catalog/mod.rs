@@ -189,6 +189,22 @@ impl Catalog {
         Ok(())
     }
 
+    /// Writes a checkpoint's catalog as the catalog of `dir` (a restore without local data).
+    pub fn install(dir: &Path, saved: &serde_json::Value) -> Result<()> {
+        let data: Persisted = serde_json::from_value(saved.clone()).map_err(|e| {
+            Error::new(
+                ErrorKind::DataCorruption,
+                format!("cannot read a checkpoint's catalog: {e}"),
+            )
+        })?;
+        let catalog = Catalog {
+            path: dir.join("catalog.json"),
+            data,
+            schemas: BTreeMap::new(),
+        };
+        catalog.save()
+    }
+
     /// The objects of a catalog as a checkpoint's manifest holds it (`catalog.json`'s form).
     pub fn objects_in(saved: &serde_json::Value) -> Result<Vec<Object>> {
         let data: Persisted = serde_json::from_value(saved.clone()).map_err(|e| {

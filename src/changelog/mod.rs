@@ -23,25 +23,113 @@ const HEADER_BYTES: u64 = 8;
 
 /// An open table log, positioned at its end.
 pub struct ChangeLog {
+    dir: PathBuf,
+    id: u32,
     path: PathBuf,
     file: File,
+    /// The record number of the file's first record: records below it were truncated away
+    /// (everything before the oldest retained checkpoint).
+    base: u64,
+    /// Byte position of each record the file holds, so that truncation knows where to cut.
+    starts: Vec<u64>,
     /// Byte offset of the end of the last whole record: the position of the next append.
     end: u64,
 }
 
+/// The file of table `id`'s log whose first record is record `base`: `<id>.log` for a log
+/// that was never truncated, `<id>.<base>.log` after.
+fn file_name(id: u32, base: u64) -> String {
+    match base {
+        0 => format!("{id}.log"),
+        _ => format!("{id}.{base}.log"),
+    }
+}
+
+/// The bases of the log files of table `id` in `dir`, in increasing order.
+fn bases(dir: &Path, id: u32) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    let prefix = format!("{id}.");
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix("log"))
+        else {
+            continue;
+        };
+        match rest {
+            "" => out.push(0),
+            _ => {
+                if let Some(base) = rest.strip_suffix('.').and_then(|b| b.parse().ok()) {
+                    out.push(base);
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
 impl ChangeLog {
-    /// Opens (or creates) the log at `path` and returns it with every record it holds.
-    pub fn open(path: &Path) -> Result<(ChangeLog, Vec<StreamChunk>)> {
+    /// Opens (or creates, empty from record 0) table `id`'s log in `dir`; returns it with its
+    /// base and every record it holds. Of several files (a crash during a truncation), the
+    /// one with the highest base is the log: it was complete before it got its name.
+    pub fn open(dir: &Path, id: u32) -> Result<(ChangeLog, Vec<StreamChunk>)> {
+        let mut all = bases(dir, id)?;
+        let base = all.pop().unwrap_or(0);
+        for stale in all {
+            std::fs::remove_file(dir.join(file_name(id, stale)))?;
+        }
+        ChangeLog::open_file(dir, id, base)
+    }
+
+    /// Creates table `id`'s log in `dir` empty, starting at record `base` (a table restored
+    /// from a checkpoint without its log), replacing any file of it.
+    pub fn create_at(dir: &Path, id: u32, base: u64) -> Result<ChangeLog> {
+        ChangeLog::remove(dir, id)?;
+        let (log, _) = ChangeLog::open_file(dir, id, base)?;
+        std::fs::File::open(dir)?.sync_all()?;
+        Ok(log)
+    }
+
+    /// The tables in `dir` whose logs were truncated, with the record each now starts at.
+    pub fn truncated(dir: &Path) -> Result<Vec<(u32, u64)>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            let mut parts = name.split('.');
+            if let (Some(id), Some(base), Some("log"), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            {
+                if let (Ok(id), Ok(base)) = (id.parse(), base.parse()) {
+                    out.push((id, base));
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Deletes every file of table `id`'s log.
+    pub fn remove(dir: &Path, id: u32) -> Result<()> {
+        for base in bases(dir, id)? {
+            std::fs::remove_file(dir.join(file_name(id, base)))?;
+        }
+        Ok(())
+    }
+
+    fn open_file(dir: &Path, id: u32, base: u64) -> Result<(ChangeLog, Vec<StreamChunk>)> {
+        let path = dir.join(file_name(id, base));
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
             .append(true)
-            .open(path)?;
+            .open(&path)?;
         let len = file.metadata()?.len();
         let mut bytes = Vec::with_capacity(len as usize);
         file.seek(SeekFrom::Start(0))?;
         file.read_to_end(&mut bytes)?;
-        let (chunks, end) = decode_records(&bytes, path)?;
+        let (chunks, starts, end) = decode_records(&bytes, &path)?;
         if end < len {
             tracing::warn!(
                 path = %path.display(),
@@ -53,12 +141,60 @@ impl ChangeLog {
         }
         Ok((
             ChangeLog {
-                path: path.to_path_buf(),
+                dir: dir.to_path_buf(),
+                id,
+                path,
                 file,
+                base,
+                starts,
                 end,
             },
             chunks,
         ))
+    }
+
+    /// The record number of the first record the log holds.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The number of the next record appended.
+    pub fn next_record(&self) -> u64 {
+        self.base + self.starts.len() as u64
+    }
+
+    /// Drops the records below record `offset` (no longer needed by any retained
+    /// checkpoint): the rest is copied into a new file, synced, and given its name, and only
+    /// then is the old file deleted. A no-op when `offset` is not above the base.
+    pub fn truncate_below(&mut self, offset: u64) -> Result<()> {
+        let offset = offset.min(self.next_record());
+        if offset <= self.base {
+            return Ok(());
+        }
+        let first = (offset - self.base) as usize;
+        let from = self.starts.get(first).copied().unwrap_or(self.end);
+        let mut rest = vec![0u8; (self.end - from) as usize];
+        self.file.seek(SeekFrom::Start(from))?;
+        self.file.read_exact(&mut rest)?;
+        let path = self.dir.join(file_name(self.id, offset));
+        let tmp = path.with_extension("log.tmp");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&rest)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &path)?;
+        File::open(&self.dir)?.sync_all()?;
+        // Both files exist: the next open takes the new one.
+        crate::failpoint::hit("table.log_truncated");
+        let file = OpenOptions::new().read(true).append(true).open(&path)?;
+        let old = std::mem::replace(&mut self.path, path);
+        self.file = file;
+        std::fs::remove_file(old)?;
+        self.starts = self.starts[first..].iter().map(|s| s - from).collect();
+        self.end -= from;
+        self.base = offset;
+        Ok(())
     }
 
     /// Appends one chunk and waits until it is on disk. Returns the offset after the record.
@@ -76,6 +212,7 @@ impl ChangeLog {
                 self.path.display()
             )));
         }
+        self.starts.push(self.end);
         self.end += record.len() as u64;
         Ok(self.end)
     }
@@ -109,9 +246,11 @@ fn encode_record(chunk: &StreamChunk) -> Result<Vec<u8>> {
     Ok(record)
 }
 
-/// Decodes whole records; returns them and the offset where the whole records end.
-fn decode_records(bytes: &[u8], path: &Path) -> Result<(Vec<StreamChunk>, u64)> {
+/// Decodes whole records; returns them, where each starts, and the offset where the whole
+/// records end.
+fn decode_records(bytes: &[u8], path: &Path) -> Result<(Vec<StreamChunk>, Vec<u64>, u64)> {
     let mut chunks = Vec::new();
+    let mut starts = Vec::new();
     let mut pos = 0usize;
     while bytes.len() - pos >= HEADER_BYTES as usize {
         let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4 bytes"));
@@ -138,13 +277,21 @@ fn decode_records(bytes: &[u8], path: &Path) -> Result<(Vec<StreamChunk>, u64)> 
                 ),
             ));
         }
-        let reader = StreamReader::try_new(payload, None)?;
-        for batch in reader {
-            chunks.push(StreamChunk::from_batch_with_ops(batch?)?);
-        }
+        let mut reader = StreamReader::try_new(payload, None)?;
+        let batch = reader.next().ok_or_else(|| {
+            Error::new(
+                ErrorKind::DataCorruption,
+                format!(
+                    "an empty record in change log {} at offset {pos}",
+                    path.display()
+                ),
+            )
+        })??;
+        chunks.push(StreamChunk::from_batch_with_ops(batch)?);
+        starts.push(pos as u64);
         pos = end;
     }
-    Ok((chunks, pos as u64))
+    Ok((chunks, starts, pos as u64))
 }
 
 #[cfg(test)]
@@ -156,10 +303,10 @@ mod tests {
     #[test]
     fn records_survive_reopen_and_a_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.log");
+        let path = dir.path().join("7.log");
         let s = schema(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
         {
-            let (mut log, old) = ChangeLog::open(&path).unwrap();
+            let (mut log, old) = ChangeLog::open(dir.path(), 7).unwrap();
             assert!(old.is_empty());
             log.append(&chunk(&s, "+ 1 x\n+ 2 y")).unwrap();
             log.append(&chunk(&s, "- 1 x")).unwrap();
@@ -169,7 +316,7 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&[200, 0, 0, 0, 1, 2, 3]).unwrap();
         drop(f);
-        let (log, chunks) = ChangeLog::open(&path).unwrap();
+        let (log, chunks) = ChangeLog::open(dir.path(), 7).unwrap();
         assert_eq!(log.end(), whole);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
         let text: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
@@ -179,17 +326,62 @@ mod tests {
     #[test]
     fn corruption_in_the_middle_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.log");
+        let path = dir.path().join("7.log");
         let s = schema(&[("a", DataType::Int64)]);
         {
-            let (mut log, _) = ChangeLog::open(&path).unwrap();
+            let (mut log, _) = ChangeLog::open(dir.path(), 7).unwrap();
             log.append(&chunk(&s, "+ 1")).unwrap();
             log.append(&chunk(&s, "+ 2")).unwrap();
         }
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[20] ^= 0xff;
         std::fs::write(&path, bytes).unwrap();
-        let err = ChangeLog::open(&path).err().unwrap();
+        let err = ChangeLog::open(dir.path(), 7).err().unwrap();
         assert_eq!(err.kind, ErrorKind::DataCorruption);
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn truncation_keeps_record_numbers_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = schema(&[("a", DataType::Int64)]);
+        let (mut log, _) = ChangeLog::open(dir.path(), 3).unwrap();
+        for i in 0..5 {
+            log.append(&chunk(&s, &format!("+ {i}"))).unwrap();
+        }
+        log.truncate_below(2).unwrap();
+        assert_eq!((log.base(), log.next_record()), (2, 5));
+        log.append(&chunk(&s, "+ 5")).unwrap();
+        log.truncate_below(1).unwrap();
+        assert_eq!(log.base(), 2, "never below the base");
+        log.truncate_below(4).unwrap();
+        log.append(&chunk(&s, "+ 6")).unwrap();
+        drop(log);
+        assert_eq!(files(dir.path()), ["3.4.log"]);
+        let (log, chunks) = ChangeLog::open(dir.path(), 3).unwrap();
+        assert_eq!((log.base(), log.next_record()), (4, 7));
+        let text: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
+        assert_eq!(text, ["+ 4\n", "+ 5\n", "+ 6\n"]);
+        // A crash during a truncation can leave the old file beside the new one: the new
+        // one is the log, the old one goes.
+        std::fs::write(dir.path().join("3.log"), b"").unwrap();
+        let (log, _) = ChangeLog::open(dir.path(), 3).unwrap();
+        assert_eq!(log.base(), 4);
+        assert_eq!(files(dir.path()), ["3.4.log"]);
+        // Another table's files are not this one's.
+        let other = ChangeLog::create_at(dir.path(), 31, 9).unwrap();
+        assert_eq!((other.base(), other.next_record()), (9, 9));
+        assert_eq!(files(dir.path()), ["3.4.log", "31.9.log"]);
+        assert_eq!(ChangeLog::truncated(dir.path()).unwrap(), [(3, 4), (31, 9)]);
+        ChangeLog::remove(dir.path(), 3).unwrap();
+        assert_eq!(files(dir.path()), ["31.9.log"]);
     }
 }

@@ -77,6 +77,14 @@ pub struct CheckpointClient {
     ledger: Arc<Mutex<RetainedFiles>>,
 }
 
+/// For each table, the first change-log record some retained checkpoint may still need
+/// replayed: the least of its offsets in the retained checkpoints, 0 where one lacks it.
+/// Records below it can be truncated.
+pub type LogFloors = BTreeMap<u32, u64>;
+
+/// Asks for the tables' logs to be truncated below their floors; answered once they are.
+pub type Truncate = (LogFloors, oneshot::Sender<()>);
+
 impl CheckpointClient {
     /// Takes a checkpoint after the one in flight, if any; returns its id and epoch once it is
     /// complete, or why it failed.
@@ -122,6 +130,10 @@ pub struct Checkpointer {
     triggers: mpsc::Receiver<Trigger>,
     records: Arc<Mutex<Vec<Record>>>,
     files: Arc<Mutex<RetainedFiles>>,
+    /// The tables' offsets in each retained checkpoint, by checkpoint id.
+    offsets: BTreeMap<u64, BTreeMap<u32, u64>>,
+    /// Where each completed checkpoint's log truncation is asked for.
+    truncate: Option<mpsc::Sender<Truncate>>,
     /// Held by every DDL statement while it changes the catalog and the dataflow; held here
     /// while the checkpoint barrier is injected and the catalog read, so that both describe
     /// the same epoch.
@@ -140,6 +152,7 @@ impl Checkpointer {
         storage: Storage,
         restored: Option<u64>,
         damaged: &[restore::Damaged],
+        truncate: Option<mpsc::Sender<Truncate>>,
         barriers: BarrierClient,
         data_dir: PathBuf,
         ddl: Arc<tokio::sync::Mutex<()>>,
@@ -182,6 +195,7 @@ impl Checkpointer {
             records: records.clone(),
             ledger: files.clone(),
         };
+        let offsets = existing.iter().map(|m| (m.id, m.offsets.clone())).collect();
         let checkpointer = Checkpointer {
             config,
             storage,
@@ -194,6 +208,8 @@ impl Checkpointer {
             triggers: rx,
             records,
             files,
+            offsets,
+            truncate,
             ddl,
             metrics,
         };
@@ -400,6 +416,7 @@ impl Checkpointer {
             .await?;
         failpoint::hit("checkpoint.after_manifest");
         record.timings = manifest.timings.clone();
+        self.offsets.insert(id, taken.offsets.clone());
         // The checkpoint exists. What expired goes: manifests first, so that a crash between
         // these deletions leaves only objects no manifest names.
         let retired = self.ledger.complete(Completed { id, files: refs });
@@ -419,6 +436,7 @@ impl Checkpointer {
             }
         }
         self.publish_files();
+        self.truncate_logs().await;
         Ok(())
     }
 
@@ -430,6 +448,34 @@ impl Checkpointer {
         }
         let excess = records.len().saturating_sub(RECORDS_MAX);
         records.drain(..excess);
+    }
+
+    /// Truncates the tables' logs below the records the retained checkpoints hold, and waits
+    /// until that is done.
+    async fn truncate_logs(&mut self) {
+        let retained: BTreeSet<u64> = self.ledger.retained().map(|c| c.id).collect();
+        self.offsets.retain(|id, _| retained.contains(id));
+        let tables: BTreeSet<u32> = self
+            .offsets
+            .values()
+            .flat_map(|o| o.keys().copied())
+            .collect();
+        let floors: LogFloors = tables
+            .into_iter()
+            .map(|t| {
+                let floor = self
+                    .offsets
+                    .values()
+                    .map(|o| o.get(&t).copied().unwrap_or(0));
+                (t, floor.min().unwrap_or(0))
+            })
+            .collect();
+        if let Some(truncate) = &self.truncate {
+            let (done, wait) = oneshot::channel();
+            if truncate.send((floors, done)).await.is_ok() {
+                let _ = wait.await;
+            }
+        }
     }
 
     /// Publishes the retained checkpoints' objects for `weir_catalog.checkpoint_files`.

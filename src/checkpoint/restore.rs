@@ -182,6 +182,10 @@ pub struct Recovery {
     pub epoch: Option<u64>,
     /// Checkpoints that could not be restored.
     pub damaged: Vec<Damaged>,
+    /// No local data: the catalog came from the checkpoint, and the tables' logs started
+    /// empty at its offsets.
+    #[serde(default)]
+    pub from_store_alone: bool,
     pub files_reused: u64,
     pub files_downloaded: u64,
     pub bytes_downloaded: u64,

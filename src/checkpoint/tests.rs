@@ -152,6 +152,7 @@ async fn setup() -> Setup {
         Storage::over(faulty.clone(), "memory://"),
         None,
         &[],
+        None,
         barriers.clone(),
         dir.path().to_path_buf(),
         Arc::default(),

@@ -25,6 +25,12 @@ use crate::stream::message::{Feed, Watermark};
 use crate::stream::rows::RowCodec;
 use crate::types::SqlType;
 
+/// A table's rows at a restored checkpoint, and how many records of its log it had read.
+pub struct Restored {
+    pub offset: u64,
+    pub rows: Vec<RecordBatch>,
+}
+
 pub struct TableWriter {
     pub def: TableDef,
     schema: SchemaRef,
@@ -47,11 +53,19 @@ struct LatestRows {
 }
 
 impl TableWriter {
-    /// Opens the table's change log, replays it into the latest rows, and returns the writer
-    /// with the replayed changes (to be sent through the table's actor).
-    pub fn open(def: TableDef, dir: &Path, feed: Feed) -> Result<(TableWriter, Vec<StreamChunk>)> {
+    /// Opens the table's change log and returns the writer with the records to send through
+    /// the table's actor. Without `restored`, those are the whole log, which must start at
+    /// record 0, and the latest rows are built from it. With it (a table restored from a
+    /// checkpoint), they are the records from the checkpoint's offset on, and the latest rows
+    /// are the restored rows with those records applied.
+    pub fn open(
+        def: TableDef,
+        dir: &Path,
+        feed: Feed,
+        restored: Option<Restored>,
+    ) -> Result<(TableWriter, Vec<StreamChunk>)> {
         let schema = def.schema();
-        let (log, history) = ChangeLog::open(&log_path(dir, def.id))?;
+        let (log, mut history) = ChangeLog::open(dir, def.id)?;
         let key = if def.primary_key.is_empty() {
             None
         } else {
@@ -62,26 +76,60 @@ impl TableWriter {
                 .collect();
             Some((def.primary_key.clone(), RowCodec::new(types)?))
         };
-        let mut latest = LatestRows {
-            row_codec: RowCodec::for_schema(&schema)?,
-            key,
-            by_key: HashMap::new(),
-            counts: HashMap::new(),
-        };
-        for chunk in &history {
-            latest.apply(chunk)?;
-        }
-        Ok((
-            TableWriter {
-                def,
-                schema,
-                log,
-                feed,
-                latest,
-                watermark: None,
+        let mut writer = TableWriter {
+            latest: LatestRows {
+                row_codec: RowCodec::for_schema(&schema)?,
+                key,
+                by_key: HashMap::new(),
+                counts: HashMap::new(),
             },
-            history,
-        ))
+            def,
+            schema,
+            log,
+            feed,
+            watermark: None,
+        };
+        let (base, next) = (writer.log.base(), writer.log.next_record());
+        let name = writer.def.name.clone();
+        let corrupt = |what: String| {
+            Error::new(
+                ErrorKind::DataCorruption,
+                format!("table \"{name}\": {what}"),
+            )
+        };
+        match restored {
+            None if base > 0 => {
+                return Err(corrupt(format!(
+                    "its change log starts at record {base}: the records before it are only \
+                     in a checkpoint, and none was restored"
+                )))
+            }
+            None => {}
+            Some(r) if r.offset < base || r.offset > next => {
+                return Err(corrupt(format!(
+                    "the checkpoint restored has read {} records of its change log, which \
+                     holds records {base} to {next}",
+                    r.offset
+                )))
+            }
+            Some(r) => {
+                for batch in r.rows {
+                    let chunk = StreamChunk::new(vec![Op::Insert; batch.num_rows()], batch);
+                    writer.latest.apply(&chunk)?;
+                    writer.advance_watermark(&chunk);
+                }
+                history.drain(..(r.offset - base) as usize);
+            }
+        }
+        for chunk in &history {
+            writer.latest.apply(chunk)?;
+        }
+        Ok((writer, history))
+    }
+
+    /// Drops the log's records below `offset`: the oldest retained checkpoint holds them.
+    pub fn truncate_log_below(&mut self, offset: u64) -> Result<()> {
+        self.log.truncate_below(offset)
     }
 
     pub fn schema(&self) -> &SchemaRef {
@@ -190,10 +238,6 @@ impl TableWriter {
         }
         Ok(())
     }
-}
-
-pub fn log_path(dir: &Path, id: u32) -> std::path::PathBuf {
-    dir.join(format!("{id}.log"))
 }
 
 impl LatestRows {

@@ -32,6 +32,7 @@ const FAILPOINTS: &[&str] = &[
     "checkpoint.after_manifest",
     "checkpoint.during_expiry",
     "table.after_append",
+    "table.log_truncated",
     "recovery.during_download",
     "recovery.before_swap",
     "recovery.between_renames",
@@ -800,10 +801,9 @@ impl Launcher {
                     _ => Err(format!("the server exited while starting: {status}")),
                 };
             }
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
+            // The port is bound before recovery, which may still abort: ready means a
+            // session that answers.
+            if answers(port).await {
                 return Ok(Some(Server { child, port }));
             }
             if Instant::now() > deadline {
@@ -813,6 +813,18 @@ impl Launcher {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+async fn answers(port: u16) -> bool {
+    let conn = format!("host=127.0.0.1 port={port} user=crash dbname=weir");
+    let session = async {
+        let client = connect(&conn).await.ok()?;
+        client.simple_query("SELECT 1").await.ok()
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), session).await,
+        Ok(Some(_))
+    )
 }
 
 fn aborted(status: ExitStatus) -> bool {
