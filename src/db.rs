@@ -144,8 +144,14 @@ impl Database {
         }
         let catalog = Catalog::load(&config.data_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
-        // What the checkpoint holds state for; the state of objects dropped since goes.
-        let in_checkpoint: HashMap<ObjectId, Object> = match &restored {
+        // What the checkpoint holds usable state for: not objects dropped since, nor those
+        // whose actors had failed (their state stopped short of the epoch; they are rebuilt
+        // as new ones). The state of both goes.
+        let failed: HashSet<u32> = restored
+            .iter()
+            .flat_map(|m| m.failed_actors.iter().copied())
+            .collect();
+        let mut in_checkpoint: HashMap<ObjectId, Object> = match &restored {
             Some(m) => Catalog::objects_in(&m.catalog)?
                 .into_iter()
                 .map(|o| (o.id(), o))
@@ -153,9 +159,28 @@ impl Database {
             None => HashMap::new(),
         };
         let live: HashSet<ObjectId> = objects.iter().map(Object::id).collect();
-        let dropped: Vec<TableId> = in_checkpoint
+        let unusable: Vec<ObjectId> = in_checkpoint
             .values()
-            .filter(|o| !live.contains(&o.id()))
+            .filter(|o| {
+                let broken = match o {
+                    Object::Table(t) => failed.contains(&t.id),
+                    Object::View(v) => std::iter::once(&v.id)
+                        .chain(&v.workers)
+                        .any(|a| failed.contains(a)),
+                };
+                if broken && live.contains(&o.id()) {
+                    tracing::warn!(
+                        "\"{}\" had failed when checkpoint was taken: it is rebuilt",
+                        o.name()
+                    );
+                }
+                broken || !live.contains(&o.id())
+            })
+            .map(Object::id)
+            .collect();
+        let dropped: Vec<TableId> = unusable
+            .iter()
+            .filter_map(|id| in_checkpoint.remove(id))
             .flat_map(|o| match o {
                 Object::Table(t) => vec![t.id],
                 Object::View(v) => std::iter::once(v.id)

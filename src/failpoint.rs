@@ -1,18 +1,33 @@
-//! Failpoints: named places in the checkpoint and recovery paths where a test can make the
-//! process die, as a `kill -9` would, at exactly that instant.
+//! Failpoints: named places in the checkpoint, table and recovery paths where a test can make
+//! the process die, as a `kill -9` would, at exactly that instant; and places where an actor
+//! can be made to fail.
 //!
-//! `WEIR_FAILPOINTS=name[@n][,name[@n]...]` aborts the process the `n`-th time (first when no
-//! `@n`) execution reaches `hit(name)`. Only debug builds (what tests run) read the variable;
-//! in release builds `hit` is empty and compiles away. The names are listed in
-//! `docs/design/0004-recovery.md`.
+//! `WEIR_FAILPOINTS=name[@n][,name[@n]...]` arms each named point at its `n`-th hit (first
+//! when no `@n`): `hit(name)` aborts the process there, `fails(name)` answers true there (the
+//! caller then fails as a bug would, for tests of what survives a broken actor). Only debug
+//! builds (what tests run) read the variable; in release builds both are empty and compile
+//! away. The names are listed in `docs/design/0004-recovery.md`.
 
 /// Aborts the process if the failpoint `name` is armed and this is its chosen hit.
 #[inline(always)]
 pub fn hit(name: &str) {
+    if fails(name) {
+        // Straight to stderr: the log's writer may buffer, and nothing after this runs.
+        eprintln!("failpoint {name}: aborting the process");
+        std::process::abort();
+    }
+}
+
+/// Whether the failpoint `name` is armed and this is its chosen hit.
+#[inline(always)]
+pub fn fails(name: &str) -> bool {
     #[cfg(debug_assertions)]
-    armed::hit(name);
+    return armed::reached(name);
     #[cfg(not(debug_assertions))]
-    let _ = name;
+    {
+        let _ = name;
+        false
+    }
 }
 
 #[cfg(debug_assertions)]
@@ -21,20 +36,16 @@ mod armed {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
 
-    /// Each armed failpoint: the hit that aborts, and how many hits so far.
+    /// Each armed failpoint: the hit that fires, and how many hits so far.
     static ARMED: OnceLock<HashMap<String, (u64, AtomicU64)>> = OnceLock::new();
 
-    pub fn hit(name: &str) {
+    pub fn reached(name: &str) -> bool {
         let armed =
             ARMED.get_or_init(|| parse(&std::env::var("WEIR_FAILPOINTS").unwrap_or_default()));
         let Some((at, hits)) = armed.get(name) else {
-            return;
+            return false;
         };
-        if hits.fetch_add(1, Ordering::SeqCst) + 1 == *at {
-            // Straight to stderr: the log's writer may buffer, and nothing after this runs.
-            eprintln!("failpoint {name}: aborting the process");
-            std::process::abort();
-        }
+        hits.fetch_add(1, Ordering::SeqCst) + 1 == *at
     }
 
     pub(super) fn parse(spec: &str) -> HashMap<String, (u64, AtomicU64)> {

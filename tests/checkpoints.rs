@@ -926,3 +926,79 @@ async fn logs_are_truncated_below_the_oldest_checkpoint_and_the_store_alone_rest
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_that_had_failed_at_a_checkpoint_is_rebuilt_on_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("weir.toml");
+    // Barriers only when asked for (FLUSH, DDL, CHECKPOINT), so that they can be counted.
+    std::fs::write(
+        &config,
+        "barrier_interval_ms = 3600000\n[checkpoint]\ninterval_ms = 0\n",
+    )
+    .unwrap();
+    let args = [
+        "--config",
+        config.to_str().unwrap(),
+        "--streaming-parallelism",
+        "1",
+    ];
+    // Table t is relation 1000 and view v's one actor 1001: it fails at its fifth barrier.
+    let server =
+        ChildServer::start_with_env(&data, &args, &[("WEIR_FAILPOINTS", "actor.1001.barrier@5")])
+            .await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (g int, v int);
+             CREATE MATERIALIZED VIEW v AS SELECT g, sum(v) AS s FROM t GROUP BY g;
+             INSERT INTO t VALUES (1, 1), (2, 2);
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    let mut flushes = 0;
+    while client.simple_query("SELECT * FROM v").await.is_ok() {
+        client
+            .batch_execute("INSERT INTO t VALUES (1, 10); FLUSH")
+            .await
+            .unwrap();
+        flushes += 1;
+        assert!(flushes < 10, "the failpoint never fired");
+    }
+    let status = text_rows(&client, "SHOW MATERIALIZED VIEWS").await;
+    assert!(status[0].contains("failed: failpoint"), "{status:?}");
+    // The checkpoint completes without the failed actor; its manifest says so.
+    assert_eq!(checkpoint(&client).await, 1);
+    let m = manifest(&data.join("checkpoint-store"), 1);
+    assert_eq!(m.failed_actors, [1001]);
+    client
+        .batch_execute("INSERT INTO t VALUES (3, 3)")
+        .await
+        .unwrap();
+    drop(client);
+    server.stop(9).await;
+
+    // Restored, the view is rebuilt from its input, not left with the failed actor's state.
+    let server = ChildServer::start_with(&data, &args).await;
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        text_rows(&client, "SELECT * FROM v ORDER BY g").await,
+        text_rows(
+            &client,
+            "SELECT g, sum(v) AS s FROM t GROUP BY g ORDER BY g"
+        )
+        .await
+    );
+    assert_eq!(
+        text_rows(&client, "SELECT * FROM v ORDER BY g").await,
+        [
+            format!("1 {}", 1 + 10 * flushes),
+            "2 2".to_string(),
+            "3 3".to_string()
+        ]
+    );
+    server.stop(15).await;
+}

@@ -60,6 +60,10 @@ pub struct Manifest {
     /// Each table's offset at the epoch, by relation id: the records of its change log fed
     /// into the dataflow before the checkpoint's barrier (replay resumes after them).
     pub offsets: BTreeMap<u32, u64>,
+    /// Actors that had failed when the snapshot was taken: the state of their objects stopped
+    /// short of the epoch, so a restore rebuilds those objects instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_actors: Vec<u32>,
     /// The catalog at the checkpoint's epoch (read with DDL held off while the barrier was
     /// injected).
     pub catalog: serde_json::Value,
@@ -130,6 +134,7 @@ mod tests {
             files_uploaded: 1,
             bytes_uploaded: 1234,
             offsets: BTreeMap::from([(3, 17)]),
+            failed_actors: vec![1004],
             catalog: serde_json::json!({"objects": []}),
             timings: Timings::default(),
         }

@@ -356,6 +356,16 @@ impl Checkpointer {
         let taken = snapshot
             .await
             .map_err(|_| Error::unavailable("the barrier coordinator has stopped"))??;
+        // Known after the snapshot: an actor failing before the epoch sealed is among them.
+        let mut failed_actors: Vec<u32> = self
+            .barriers
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        failed_actors.sort_unstable();
         record.epoch = Some(taken.epoch);
         record.timings.align_ms = taken.align.as_millis() as u64;
         record.timings.snapshot_ms = taken.snapshot.as_millis() as u64;
@@ -406,6 +416,7 @@ impl Checkpointer {
             files_uploaded: record.files_uploaded,
             bytes_uploaded: record.bytes_uploaded,
             offsets: taken.offsets.clone(),
+            failed_actors,
             catalog,
             timings: record.timings.clone(),
         };

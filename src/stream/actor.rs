@@ -112,6 +112,12 @@ impl Actor {
     /// Handles one aligned barrier; returns true when the actor stops at it.
     async fn on_barrier(&mut self, barrier: Barrier) -> Result<bool> {
         let epoch = barrier.epoch;
+        if cfg!(debug_assertions) && crate::failpoint::fails(&format!("actor.{}.barrier", self.id))
+        {
+            return Err(Error::internal(
+                "failpoint: the actor fails at this barrier",
+            ));
+        }
         let stopping = barrier.stops(self.id);
         let mut writes = EpochWrites::default();
         let chunks = self.root.on_barrier(epoch, barrier.time_us, &mut writes)?;

@@ -115,6 +115,15 @@ impl ChildServer {
 
     /// Starts the server with more command-line arguments.
     pub async fn start_with(data_dir: &std::path::Path, args: &[&str]) -> ChildServer {
+        ChildServer::start_with_env(data_dir, args, &[]).await
+    }
+
+    /// Starts the server with more command-line arguments and environment variables.
+    pub async fn start_with_env(
+        data_dir: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ChildServer {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -130,6 +139,7 @@ impl ChildServer {
             .args(["serve", "--listen", &addr.to_string(), "--data-dir"])
             .arg(data_dir)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(out.try_clone().expect("log file"))
             .stderr(out)
             .kill_on_drop(true)
