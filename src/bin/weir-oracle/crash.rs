@@ -405,6 +405,14 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
                 std::fs::remove_dir_all(&state).map_err(|e| e.to_string())?;
             }
         }
+        if armed.is_none() && round % 4 == 2 {
+            // A kill at a random moment of the restart itself.
+            launcher
+                .start_and_kill(Duration::from_millis(rng.below(400)))
+                .await?;
+            tally.kills_random += 1;
+            kills += 1;
+        }
         let mut server = match launcher.start(spec.as_deref()).await? {
             Some(server) => server,
             None => {
@@ -765,34 +773,7 @@ impl Launcher {
     /// Starts the server with `failpoints` armed and waits until it listens; `None` if it
     /// aborted at a failpoint first. Any other exit is an error.
     async fn start(&self, failpoints: Option<&str>) -> Result<Option<Server>, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("finding a free port: {e}"))?
-            .port();
-        let mut log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .map_err(|e| format!("{}: {e}", self.log.display()))?;
-        let _ = writeln!(
-            log,
-            "=== start, WEIR_FAILPOINTS={}",
-            failpoints.unwrap_or("")
-        );
-        let err = log.try_clone().map_err(|e| e.to_string())?;
-        let mut child = Command::new(&self.weir)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .arg("--data-dir")
-            .arg(&self.data)
-            .arg("--config")
-            .arg(&self.config)
-            .args(["--streaming-parallelism", "2"])
-            .env("WEIR_FAILPOINTS", failpoints.unwrap_or(""))
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", self.weir.display()))?;
+        let (mut child, port) = self.spawn(failpoints)?;
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
             if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
@@ -812,6 +793,51 @@ impl Launcher {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Starts the server and kills it `after` later, whatever it is doing (restoring,
+    /// replaying, or serving already).
+    async fn start_and_kill(&self, after: Duration) -> Result<(), String> {
+        let (mut child, _) = self.spawn(None)?;
+        tokio::time::sleep(after).await;
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Err(format!("the server exited while starting: {status}"));
+        }
+        child.kill().map_err(|e| format!("kill: {e}"))?;
+        child.wait().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    fn spawn(&self, failpoints: Option<&str>) -> Result<(Child, u16), String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free port: {e}"))?
+            .port();
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("{}: {e}", self.log.display()))?;
+        let _ = writeln!(
+            log,
+            "=== start, WEIR_FAILPOINTS={}",
+            failpoints.unwrap_or("")
+        );
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new(&self.weir)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(&self.data)
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--streaming-parallelism", "2"])
+            .env("WEIR_FAILPOINTS", failpoints.unwrap_or(""))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", self.weir.display()))?;
+        Ok((child, port))
     }
 }
 
