@@ -76,6 +76,9 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_filter", "SELECT id, k, w FROM t2 WHERE w % 3 = 0"),
 ];
 
+/// Rows a writer's table grows to before its deletes outpace its inserts.
+const ROWS_SOFT_MAX: usize = 2000;
+
 /// Views created (and later dropped) between kills, so that restarts meet views created and
 /// dropped since the checkpoint they restore.
 const LATER_VIEWS: &[&str] = &[
@@ -185,7 +188,11 @@ impl Model {
     fn next(&mut self) -> Statement {
         let roll = self.rng.below(100);
         let table = self.table;
-        if roll < 55 || self.rows.len() < 5 {
+        // A bounded table keeps every round about as fast as the first, however long the run:
+        // past ROWS_SOFT_MAX rows, fewer inserts and longer deletes shrink it.
+        let large = self.rows.len() > ROWS_SOFT_MAX;
+        let (insert_below, update_below) = if large { (25, 60) } else { (55, 80) };
+        if roll < insert_below || self.rows.len() < 5 {
             let n = 1 + self.rng.below(4) as usize;
             let mut rows = Vec::new();
             let mut values = Vec::new();
@@ -214,7 +221,7 @@ impl Model {
         }
         let column = if table == "t1" { "v" } else { "w" };
         let id = self.existing().unwrap_or(0);
-        if roll < 80 {
+        if roll < update_below {
             let to = self.fresh_value();
             let also = if table == "t1" && self.rng.chance(50) {
                 format!(", g = {}", self.rng.below(7))
@@ -228,8 +235,13 @@ impl Model {
             };
         }
         let mut ids = vec![id];
-        if self.rng.chance(30) {
-            if let Some(other) = self.existing().filter(|o| *o != id) {
+        let more = if large {
+            1 + self.rng.below(4)
+        } else {
+            u64::from(self.rng.chance(30))
+        };
+        for _ in 0..more {
+            if let Some(other) = self.existing().filter(|o| !ids.contains(o)) {
                 ids.push(other);
             }
         }
