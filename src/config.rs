@@ -61,6 +61,9 @@ pub struct CheckpointConfig {
     pub retained: usize,
     /// Upload only the SST files no retained checkpoint holds (false: every file, every time).
     pub incremental: bool,
+    /// How often the tables' new change-log records are shipped to the store, so that a
+    /// restore from the store alone loses only what was acknowledged since; 0 ships none.
+    pub ship_logs_ms: u64,
 }
 
 impl Default for CheckpointConfig {
@@ -72,6 +75,7 @@ impl Default for CheckpointConfig {
             min_pause_ms: 1_000,
             retained: 2,
             incremental: true,
+            ship_logs_ms: 0,
         }
     }
 }

@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, Object, ObjectId, TableDef, ViewDef};
 use crate::checkpoint::manifest::Kind as CheckpointKind;
-use crate::checkpoint::restore;
 use crate::checkpoint::storage::Storage;
+use crate::checkpoint::{logs, restore};
 use crate::checkpoint::{CheckpointClient, Checkpointer};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
@@ -129,7 +129,27 @@ impl Database {
             for object in Catalog::objects_in(&m.catalog)? {
                 if let Object::Table(t) = object {
                     let offset = m.offsets.get(&t.id).copied().unwrap_or(0);
-                    crate::changelog::ChangeLog::create_at(&tables_dir, t.id, offset)?;
+                    let mut log =
+                        crate::changelog::ChangeLog::create_at(&tables_dir, t.id, offset)?;
+                    // Shipped records after the offset, as far as they continue.
+                    let shipped = logs::segments(&storage, t.id).await?;
+                    for segment in logs::chain(&shipped, offset) {
+                        let bytes = storage.get(&segment.name).await?;
+                        let chunks =
+                            crate::changelog::ChangeLog::decode_segment(&bytes, &segment.name)?;
+                        if chunks.len() as u64 != segment.end - segment.first {
+                            return Err(Error::new(
+                                ErrorKind::DataCorruption,
+                                format!(
+                                    "log segment {} holds {} records",
+                                    segment.name,
+                                    chunks.len()
+                                ),
+                            ));
+                        }
+                        let skip = (log.next_record() - segment.first) as usize;
+                        log.append_all(&chunks[skip..])?;
+                    }
                 }
             }
             // Last: the catalog's presence says the logs are in place.
@@ -268,7 +288,20 @@ impl Database {
             "recovered"
         );
         let (truncate, requests) = mpsc::channel(1);
-        tokio::spawn(truncate_logs(Arc::downgrade(&db), requests));
+        let shipping = db.config.checkpoint.ship_logs_ms;
+        let shipped = (shipping > 0).then(|| storage.clone());
+        tokio::spawn(truncate_logs(
+            Arc::downgrade(&db),
+            requests,
+            shipped.clone(),
+        ));
+        if let Some(storage) = shipped {
+            tokio::spawn(ship_logs(
+                Arc::downgrade(&db),
+                storage,
+                Duration::from_millis(shipping),
+            ));
+        }
         let history = restore::record_recovery(&db.config.data_dir, &recovery)?;
         *db.recoveries.lock().unwrap_or_else(|p| p.into_inner()) = history;
         let checkpoints = Checkpointer::start(
@@ -363,6 +396,7 @@ impl Database {
 async fn truncate_logs(
     db: std::sync::Weak<Database>,
     mut requests: mpsc::Receiver<crate::checkpoint::Truncate>,
+    shipped: Option<Storage>,
 ) {
     while let Some((floors, done)) = requests.recv().await {
         let Some(db) = db.upgrade() else { return };
@@ -378,8 +412,59 @@ async fn truncate_logs(
                     tracing::warn!("cannot truncate the change log of table {table}: {e}");
                 }
             }
+            if let Some(storage) = &shipped {
+                if let Err(e) = logs::collect(storage, table, floor).await {
+                    tracing::warn!("cannot delete shipped log segments of table {table}: {e}");
+                }
+            }
         }
         let _ = done.send(());
+    }
+}
+
+/// Ships every table's new change-log records to the store every `interval`, until the
+/// database is gone (`checkpoint.ship_logs_ms`).
+async fn ship_logs(db: std::sync::Weak<Database>, storage: Storage, interval: Duration) {
+    // The next record to ship, per table; from the segments already in the store at first.
+    let mut next: HashMap<ObjectId, u64> = HashMap::new();
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(db) = db.upgrade() else { return };
+        let writers: Vec<(ObjectId, Arc<tokio::sync::Mutex<TableWriter>>)> = db
+            .tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(id, w)| (*id, w.clone()))
+            .collect();
+        drop(db);
+        for (table, writer) in writers {
+            let from = match next.get(&table) {
+                Some(n) => *n,
+                None => match logs::segments(&storage, table).await {
+                    Ok(s) => s.iter().map(|s| s.end).max().unwrap_or(0),
+                    Err(e) => {
+                        tracing::warn!("cannot list shipped log segments of table {table}: {e}");
+                        continue;
+                    }
+                },
+            };
+            let read = writer.lock().await.log_from(from);
+            let (first, end, bytes) = match read {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!("cannot read the change log of table {table}: {e}");
+                    continue;
+                }
+            };
+            if end > first {
+                if let Err(e) = logs::ship(&storage, table, first, end, bytes).await {
+                    tracing::warn!("cannot ship the change log of table {table}: {e}");
+                    continue;
+                }
+            }
+            next.insert(table, end);
+        }
     }
 }
 

@@ -1002,3 +1002,92 @@ async fn a_view_that_had_failed_at_a_checkpoint_is_rebuilt_on_restore() {
     );
     server.stop(15).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shipped_logs_restore_what_the_checkpoint_lacks() {
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let configure = |c: &mut weir::config::Config| {
+        c.checkpoint.interval_ms = 0;
+        c.checkpoint.storage = Some(url.clone());
+        c.checkpoint.ship_logs_ms = 20;
+    };
+    let view = "SELECT * FROM s ORDER BY g";
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g int, v int);
+             CREATE MATERIALIZED VIEW s AS SELECT g, count(*) AS n, sum(v) AS total FROM t GROUP BY g;
+             INSERT INTO t SELECT value, value % 3, value + 1 FROM generate_series(1, 300);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 1);
+    // After the checkpoint: four more records of t's log, 1 to 4.
+    client
+        .batch_execute(
+            "INSERT INTO t VALUES (1000, 0, 7);
+             UPDATE t SET v = 0 WHERE id <= 10;
+             DELETE FROM t WHERE id % 7 = 0;
+             INSERT INTO t VALUES (1001, 5, 5);
+             FLUSH",
+        )
+        .await
+        .unwrap();
+    let expected = text_rows(&client, view).await;
+    // Shipping runs every 20 ms: wait (bounded) until record 4 is in a segment.
+    let shipped = |store: &Path| {
+        std::fs::read_dir(store.join("logs/1000"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        name.split_once('-')
+                            .and_then(|(_, end)| end.parse::<u64>().ok())
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    };
+    for _ in 0..500 {
+        if shipped(store.path()) >= 5 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(shipped(store.path()), 5, "records 0 to 4 shipped");
+    drop(client);
+    drop(server.stop_and_close().await);
+
+    // A new machine: the checkpoint, then the shipped records after its offset.
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    assert_eq!(text_rows(&client, view).await, expected);
+    let replayed: i64 = client
+        .query_one("SELECT records_replayed FROM weir_catalog.recoveries", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(replayed, 4);
+    // The primary key holds over shipped rows too.
+    let duplicate = client
+        .batch_execute("INSERT INTO t VALUES (1001, 0, 0)")
+        .await
+        .unwrap_err();
+    assert_eq!(duplicate.code().unwrap().code(), "23505");
+    // Segments every retained checkpoint covers are deleted as checkpoints complete (no
+    // record was added since the restore).
+    assert_eq!(checkpoint(&client).await, 2);
+    assert_eq!(checkpoint(&client).await, 3);
+    let left: Vec<String> = std::fs::read_dir(store.path().join("logs/1000"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "both retained checkpoints hold records 0 to 4: {left:?}"
+    );
+    server.stop().await;
+}

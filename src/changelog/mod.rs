@@ -163,6 +163,57 @@ impl ChangeLog {
         self.base + self.starts.len() as u64
     }
 
+    /// The records from record `from` (or the base, if above) to the end, as the file holds
+    /// them; with the numbers of the first and of the next record.
+    pub fn raw_from(&mut self, from: u64) -> Result<(u64, u64, Vec<u8>)> {
+        let first = from.clamp(self.base, self.next_record());
+        let start = self
+            .starts
+            .get((first - self.base) as usize)
+            .copied()
+            .unwrap_or(self.end);
+        let mut bytes = vec![0u8; (self.end - start) as usize];
+        self.file.seek(SeekFrom::Start(start))?;
+        self.file.read_exact(&mut bytes)?;
+        Ok((first, self.next_record(), bytes))
+    }
+
+    /// Decodes a shipped segment: whole records only.
+    pub fn decode_segment(bytes: &[u8], name: &str) -> Result<Vec<StreamChunk>> {
+        let (chunks, _, end) = decode_records(bytes, Path::new(name))?;
+        if end != bytes.len() as u64 {
+            return Err(Error::new(
+                ErrorKind::DataCorruption,
+                format!("log segment {name} ends in the middle of a record"),
+            ));
+        }
+        Ok(chunks)
+    }
+
+    /// Appends records and waits until they are on disk (once for all).
+    pub fn append_all(&mut self, chunks: &[StreamChunk]) -> Result<()> {
+        let mut bytes = Vec::new();
+        let mut starts = Vec::new();
+        for chunk in chunks {
+            starts.push(self.end + bytes.len() as u64);
+            bytes.extend(encode_record(chunk)?);
+        }
+        if let Err(e) = self
+            .file
+            .write_all(&bytes)
+            .and_then(|_| self.file.sync_data())
+        {
+            let _ = self.file.set_len(self.end);
+            return Err(Error::unavailable(format!(
+                "could not write change log {}: {e}",
+                self.path.display()
+            )));
+        }
+        self.starts.extend(starts);
+        self.end += bytes.len() as u64;
+        Ok(())
+    }
+
     /// Drops the records below record `offset` (no longer needed by any retained
     /// checkpoint): the rest is copied into a new file, synced, and given its name, and only
     /// then is the old file deleted. A no-op when `offset` is not above the base.

@@ -4,7 +4,8 @@
 //! `ledger` holds the decisions, free of I/O: which files a checkpoint uploads and which it
 //! reuses, how many retained checkpoints name each object, and what the expiry of old
 //! checkpoints deletes. `manifest` is the commit point's format, `storage` the object store,
-//! `restore` finds the newest whole checkpoint and rebuilds RocksDB's directory from it.
+//! `restore` finds the newest whole checkpoint and rebuilds RocksDB's directory from it;
+//! `logs` ships change-log segments to the store.
 //! The checkpointer task here runs one checkpoint at a time: it asks the barrier coordinator
 //! for a checkpoint barrier, receives the RocksDB checkpoint of its epoch, uploads what the
 //! ledger says, writes the manifest, and deletes what expired. The dataflow only waits for
@@ -13,6 +14,7 @@
 //! Invariant: this is the only module that imports `object_store`.
 
 pub mod ledger;
+pub mod logs;
 pub mod manifest;
 pub mod restore;
 pub mod storage;

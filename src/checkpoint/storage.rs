@@ -17,6 +17,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::error::{Error, ErrorKind, Result};
 
+#[derive(Clone)]
 pub struct Storage {
     store: Arc<dyn ObjectStore>,
     /// The directory behind a `file://` store, whose writes are synced.
