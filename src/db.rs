@@ -258,7 +258,10 @@ impl Database {
                             ),
                         )
                     })?;
-                    replays.push(db.start_table(t.clone(), Some(offset)).await?);
+                    let watermark = restored
+                        .as_ref()
+                        .and_then(|m| m.watermarks.get(&t.id).copied());
+                    replays.push(db.start_table(t.clone(), Some((offset, watermark))).await?);
                 }
                 Object::View(v) => db.start_view_from_catalog(v, false).await?,
             }
@@ -770,14 +773,21 @@ impl Database {
     // ---- tables ----
 
     /// Starts a table's actor and returns its writer with what to feed it: its whole change
-    /// log, or with `offset` (a table restored from a checkpoint) the records from that
-    /// offset on, the writer's rows being the restored ones with those records applied.
-    async fn start_table(&self, def: TableDef, offset: Option<u64>) -> Result<Replay> {
+    /// log, or with `restored` (a table restored from a checkpoint: its offset and watermark)
+    /// the records from that offset on, the writer's rows being the restored ones with those
+    /// records applied.
+    async fn start_table(
+        &self,
+        def: TableDef,
+        restored: Option<(u64, Option<i64>)>,
+    ) -> Result<Replay> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
-        let feed = Feed::starting_at(feed_tx, offset.unwrap_or(0));
-        let restored = match offset {
-            Some(offset) => Some(crate::table::Restored {
+        let (offset, watermark) = restored.unwrap_or((0, None));
+        let feed = Feed::starting_at(feed_tx, offset, watermark);
+        let restored = match restored {
+            Some(_) => Some(crate::table::Restored {
                 offset,
+                watermark,
                 rows: crate::stream::operators::materialize::read_snapshot(
                     &self.store.snapshot(),
                     def.id,
@@ -820,6 +830,13 @@ impl Database {
             mut writer,
             history,
         } = replay;
+        // A restored table's watermark first: its actor and the views restored with it lost
+        // theirs with the process, and rows late for it must stay late.
+        if let Some(w) = writer.watermark() {
+            feed.send_watermark(w)
+                .await
+                .map_err(|_| Error::internal("table actor stopped during replay"))?;
+        }
         for chunk in history {
             let watermark = writer.advance_watermark(&chunk);
             feed.send_statement(chunk, watermark)

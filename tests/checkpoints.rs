@@ -1091,3 +1091,53 @@ async fn shipped_logs_restore_what_the_checkpoint_lacks() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_table_keeps_its_watermark() {
+    let configure = |c: &mut weir::config::Config| c.checkpoint.interval_ms = 0;
+    let closed = "SELECT window_start, n FROM closed ORDER BY window_start";
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    // The row at 00:26 moves the watermark to 00:21 and closes two windows; deleting it
+    // does not move the watermark back.
+    client
+        .batch_execute(
+            "CREATE TABLE readings (at timestamp, v int,
+               WATERMARK FOR at AS at - INTERVAL '5 seconds');
+             CREATE MATERIALIZED VIEW closed AS
+               SELECT window_start, count(*) AS n FROM TUMBLE(readings, at, INTERVAL '10 seconds')
+               GROUP BY window_start EMIT ON WINDOW CLOSE;
+             INSERT INTO readings VALUES ('2024-01-01 00:00:01', 1), ('2024-01-01 00:00:12', 2);
+             INSERT INTO readings VALUES ('2024-01-01 00:00:26', 3);
+             DELETE FROM readings WHERE v = 3;
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    let before = text_rows(&client, closed).await;
+    assert_eq!(before, ["2024-01-01 00:00:00 1", "2024-01-01 00:00:10 1"]);
+    assert_eq!(checkpoint(&client).await, 1);
+    drop(client);
+    let dir = server.stop_and_close().await;
+    let m = manifest(&dir.path().join("checkpoint-store"), 1);
+    assert_eq!(
+        m.watermarks.get(&1000),
+        Some(&1_704_067_221_000_000),
+        "00:00:21 in microseconds"
+    );
+
+    // After the restart a row for the closed window 00:10 is still late, as it would have
+    // been without the restart (the restored rows alone would put the watermark at 00:07).
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "INSERT INTO readings VALUES ('2024-01-01 00:00:15', 4);
+             INSERT INTO readings VALUES ('2024-01-01 00:00:45', 5);
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    assert_eq!(text_rows(&client, closed).await, before);
+    server.stop().await;
+}

@@ -60,6 +60,10 @@ pub struct Manifest {
     /// Each table's offset at the epoch, by relation id: the records of its change log fed
     /// into the dataflow before the checkpoint's barrier (replay resumes after them).
     pub offsets: BTreeMap<u32, u64>,
+    /// Each table's last watermark value at the epoch (tables with `WATERMARK FOR` that had
+    /// sent one): a restored table goes on from it, never back.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub watermarks: BTreeMap<u32, i64>,
     /// Actors that had failed when the snapshot was taken: the state of their objects stopped
     /// short of the epoch, so a restore rebuilds those objects instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -134,6 +138,7 @@ mod tests {
             files_uploaded: 1,
             bytes_uploaded: 1234,
             offsets: BTreeMap::from([(3, 17)]),
+            watermarks: BTreeMap::from([(3, 1_700_000_000_000_000)]),
             failed_actors: vec![1004],
             catalog: serde_json::json!({"objects": []}),
             timings: Timings::default(),

@@ -418,6 +418,7 @@ impl Checkpointer {
             files_uploaded: record.files_uploaded,
             bytes_uploaded: record.bytes_uploaded,
             offsets: taken.offsets.clone(),
+            watermarks: taken.watermarks.clone(),
             failed_actors,
             catalog,
             timings: record.timings.clone(),

@@ -266,6 +266,7 @@ mod tests {
             files_uploaded: 0,
             bytes_uploaded: 0,
             offsets: BTreeMap::new(),
+            watermarks: BTreeMap::new(),
             failed_actors: Vec::new(),
             catalog: serde_json::json!({}),
             timings: Timings::default(),

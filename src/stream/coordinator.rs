@@ -47,6 +47,9 @@ pub struct SnapshotRequest {
     pub reply: oneshot::Sender<Result<TakenSnapshot>>,
 }
 
+/// Where a source was when it sent a checkpoint barrier: statements sent, last watermark.
+type SourcePosition = (u64, Option<i64>);
+
 /// A RocksDB checkpoint of the state at the end of one epoch.
 #[derive(Debug)]
 pub struct TakenSnapshot {
@@ -59,6 +62,8 @@ pub struct TakenSnapshot {
     pub snapshot: Duration,
     /// Each source's offset at the epoch: the statements it had fed before the barrier.
     pub offsets: BTreeMap<ActorId, u64>,
+    /// Each source's last watermark value sent before the barrier, where it sent one.
+    pub watermarks: BTreeMap<ActorId, i64>,
 }
 
 /// A snapshot the coordinator took off its own task, coming back to be sealed.
@@ -168,7 +173,7 @@ pub struct Coordinator {
     /// When each epoch in flight was injected, for the barrier latency metric.
     injected_at: BTreeMap<u64, Instant>,
     /// Sources' offsets at checkpoint barriers, recorded by their injectors as they send them.
-    offsets: Arc<Mutex<HashMap<u64, BTreeMap<ActorId, u64>>>>,
+    offsets: Arc<Mutex<HashMap<u64, BTreeMap<ActorId, SourcePosition>>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -255,7 +260,7 @@ impl Coordinator {
             tokio::spawn(async move {
                 while let Some(b) = rx.recv().await {
                     let (epoch, checkpoint) = (b.epoch, b.kind == BarrierKind::Checkpoint);
-                    let Ok(offset) = feed.send_barrier(b).await else {
+                    let Ok(position) = feed.send_barrier(b).await else {
                         break;
                     };
                     // Recorded before the source's actor can acknowledge the barrier, so
@@ -266,7 +271,7 @@ impl Coordinator {
                             .unwrap_or_else(|p| p.into_inner())
                             .entry(epoch)
                             .or_default()
-                            .insert(id, offset);
+                            .insert(id, position);
                     }
                 }
             });
@@ -371,7 +376,7 @@ impl Coordinator {
         self.snapshotting = None;
         self.in_flight.remove(&done.epoch);
         self.seal(done.epoch);
-        let offsets = self
+        let positions = self
             .offsets
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -382,7 +387,11 @@ impl Coordinator {
             files,
             align: done.align,
             snapshot: done.snapshot,
-            offsets,
+            offsets: positions.iter().map(|(id, (o, _))| (*id, *o)).collect(),
+            watermarks: positions
+                .iter()
+                .filter_map(|(id, (_, w))| w.map(|w| (*id, w)))
+                .collect(),
         });
         let _ = done.reply.send(taken);
         self.try_seal();

@@ -69,21 +69,35 @@ pub const FEED_ROWS_MAX: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct Feed {
     sender: mpsc::Sender<Message>,
-    /// Held while a statement or a barrier goes in; counts the statements sent (the
-    /// source's offset: its change-log records fed so far, replayed ones included).
-    lock: Arc<tokio::sync::Mutex<u64>>,
+    /// Held while a statement or a barrier goes in.
+    lock: Arc<tokio::sync::Mutex<Fed>>,
+}
+
+/// What a feed has sent so far.
+#[derive(Debug, Default, Clone, Copy)]
+struct Fed {
+    /// Statements: the source's offset (its change-log records fed so far, replayed ones
+    /// included).
+    statements: u64,
+    /// The last watermark value sent.
+    watermark: Option<i64>,
 }
 
 impl Feed {
     pub fn new(sender: mpsc::Sender<Message>) -> Feed {
-        Feed::starting_at(sender, 0)
+        Feed::starting_at(sender, 0, None)
     }
 
-    /// A feed whose first statement is the source's `offset`-th (replay from a checkpoint).
-    pub fn starting_at(sender: mpsc::Sender<Message>, offset: u64) -> Feed {
+    /// A feed whose first statement is the source's `offset`-th and whose last watermark was
+    /// `watermark` (replay from a checkpoint).
+    pub fn starting_at(sender: mpsc::Sender<Message>, offset: u64, watermark: Option<i64>) -> Feed {
+        let fed = Fed {
+            statements: offset,
+            watermark,
+        };
         Feed {
             sender,
-            lock: Arc::new(tokio::sync::Mutex::new(offset)),
+            lock: Arc::new(tokio::sync::Mutex::new(fed)),
         }
     }
 
@@ -106,19 +120,32 @@ impl Feed {
                 .send(Message::Watermark(w))
                 .await
                 .map_err(|_| ())?;
+            sent.watermark = Some(w.value);
         }
-        *sent += 1;
+        sent.statements += 1;
         Ok(())
     }
 
-    /// Sends a barrier between statements; returns how many statements came before it.
-    pub async fn send_barrier(&self, barrier: Barrier) -> Result<u64, ()> {
+    /// Sends a watermark between statements (a restored source's, before anything else).
+    pub async fn send_watermark(&self, watermark: Watermark) -> Result<(), ()> {
+        let mut sent = self.lock.lock().await;
+        self.sender
+            .send(Message::Watermark(watermark))
+            .await
+            .map_err(|_| ())?;
+        sent.watermark = Some(watermark.value);
+        Ok(())
+    }
+
+    /// Sends a barrier between statements; returns how many statements came before it, and
+    /// the last watermark value sent.
+    pub async fn send_barrier(&self, barrier: Barrier) -> Result<(u64, Option<i64>), ()> {
         let sent = self.lock.lock().await;
         self.sender
             .send(Message::Barrier(barrier))
             .await
             .map_err(|_| ())?;
-        Ok(*sent)
+        Ok((sent.statements, sent.watermark))
     }
 }
 
@@ -208,7 +235,8 @@ mod tests {
                 }
             }
             write.await.unwrap().unwrap();
-            let offset = inject.await.unwrap().unwrap();
+            let (offset, watermark) = inject.await.unwrap().unwrap();
+            assert_eq!(watermark, None);
             let at = seen.iter().position(|n| *n == 0).unwrap();
             assert!(at == 0 || at == 4, "barrier between slices: {seen:?}");
             // The barrier's offset counts the statement exactly when it came first.

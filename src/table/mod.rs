@@ -28,9 +28,11 @@ use crate::stream::message::{Feed, Watermark};
 use crate::stream::rows::RowCodec;
 use crate::types::SqlType;
 
-/// A table's rows at a restored checkpoint, and how many records of its log it had read.
+/// A table's rows at a restored checkpoint, how many records of its log it had read, and its
+/// watermark then.
 pub struct Restored {
     pub offset: u64,
+    pub watermark: Option<i64>,
     pub rows: Vec<RecordBatch>,
 }
 
@@ -116,6 +118,7 @@ impl TableWriter {
                 )))
             }
             Some(r) => {
+                writer.watermark = r.watermark;
                 for batch in r.rows {
                     let chunk = StreamChunk::new(vec![Op::Insert; batch.num_rows()], batch);
                     writer.latest.apply(&chunk)?;
@@ -191,6 +194,14 @@ impl TableWriter {
             .await
             .map_err(gone)?;
         Ok(affected)
+    }
+
+    /// The table's watermark so far, if it has one.
+    pub fn watermark(&self) -> Option<Watermark> {
+        Some(Watermark {
+            column: self.def.watermark?.column,
+            value: self.watermark?,
+        })
     }
 
     /// Moves the watermark past the rows `chunk` inserts; returns it if it advanced.
