@@ -563,6 +563,26 @@ async fn restore_state(
     Ok((StateStore::open_fresh(&state_dir)?, None))
 }
 
+/// The `started_at` column of the checkpoint and recovery system tables (`timestamptz`).
+fn started_at_field() -> Field {
+    Field::new(
+        "started_at",
+        DataType::Timestamp(
+            datafusion::arrow::datatypes::TimeUnit::Microsecond,
+            Some(crate::types::TIMESTAMPTZ_ZONE.into()),
+        ),
+        false,
+    )
+}
+
+/// `started_at` values from milliseconds since the Unix epoch.
+fn started_at(
+    ms: impl Iterator<Item = i64>,
+) -> datafusion::arrow::array::TimestampMicrosecondArray {
+    datafusion::arrow::array::TimestampMicrosecondArray::from_iter_values(ms.map(|m| m * 1000))
+        .with_timezone(crate::types::TIMESTAMPTZ_ZONE)
+}
+
 /// The rows of `SHOW CHECKPOINTS` and `weir_catalog.checkpoints`.
 fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatch> {
     {
@@ -574,14 +594,7 @@ fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatc
             Field::new("epoch", DataType::Int64, true),
             Field::new("kind", DataType::Utf8, true),
             Field::new("status", DataType::Utf8, false),
-            Field::new(
-                "started_at",
-                DataType::Timestamp(
-                    datafusion::arrow::datatypes::TimeUnit::Microsecond,
-                    Some(crate::types::TIMESTAMPTZ_ZONE.into()),
-                ),
-                false,
-            ),
+            started_at_field(),
             Field::new("duration_ms", DataType::Int64, false),
             Field::new("align_ms", DataType::Int64, false),
             Field::new("snapshot_ms", DataType::Int64, false),
@@ -591,10 +604,7 @@ fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatc
             Field::new("bytes_uploaded", DataType::Int64, false),
             Field::new("bytes_referenced", DataType::Int64, false),
         ]));
-        let started = datafusion::arrow::array::TimestampMicrosecondArray::from_iter_values(
-            records.iter().map(|r| r.started_at_ms * 1000),
-        )
-        .with_timezone(crate::types::TIMESTAMPTZ_ZONE);
+        let started = started_at(records.iter().map(|r| r.started_at_ms));
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![
@@ -627,14 +637,7 @@ fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatc
 /// first.
 fn recoveries_batch(recoveries: &[restore::Recovery]) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
-        Field::new(
-            "started_at",
-            DataType::Timestamp(
-                datafusion::arrow::datatypes::TimeUnit::Microsecond,
-                Some(crate::types::TIMESTAMPTZ_ZONE.into()),
-            ),
-            false,
-        ),
+        started_at_field(),
         Field::new("checkpoint_id", DataType::Int64, true),
         Field::new("epoch", DataType::Int64, true),
         Field::new("damaged", DataType::Utf8, true),
@@ -658,10 +661,7 @@ fn recoveries_batch(recoveries: &[restore::Recovery]) -> Result<RecordBatch> {
             rows.iter().map(|r| f(r).map(|v| v as i64)),
         ))
     };
-    let started = datafusion::arrow::array::TimestampMicrosecondArray::from_iter_values(
-        rows.iter().map(|r| r.started_at_ms * 1000),
-    )
-    .with_timezone(crate::types::TIMESTAMPTZ_ZONE);
+    let started = started_at(rows.iter().map(|r| r.started_at_ms));
     let damaged = StringArray::from_iter(rows.iter().map(|r| {
         let all: Vec<String> = r
             .damaged

@@ -40,7 +40,7 @@ use crate::metrics::Metrics;
 use crate::stream::coordinator::BarrierClient;
 
 /// What `SHOW CHECKPOINTS` shows of one checkpoint.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Record {
     pub id: u64,
     pub epoch: Option<u64>,
@@ -271,12 +271,7 @@ impl Checkpointer {
             label: label.clone(),
             status: "in progress".into(),
             started_at_ms,
-            duration_ms: 0,
-            timings: Timings::default(),
-            files_uploaded: 0,
-            files_reused: 0,
-            bytes_uploaded: 0,
-            bytes_referenced: 0,
+            ..Record::default()
         };
         self.set_record(&record);
         let dir = self.staging.join(id.to_string());
@@ -556,17 +551,7 @@ async fn load_manifests(
             Ok(m) => record_of(m, ""),
             Err(_) => Record {
                 id,
-                epoch: None,
-                kind: None,
-                label: None,
-                status: String::new(),
-                started_at_ms: 0,
-                duration_ms: 0,
-                timings: Timings::default(),
-                files_uploaded: 0,
-                files_reused: 0,
-                bytes_uploaded: 0,
-                bytes_referenced: 0,
+                ..Record::default()
             },
         };
         record.status = format!("damaged: {reason}");

@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use weir::rng::Rng;
 
-use crate::replay::{describe, difference, exec, float_columns, rows};
+use crate::replay::{connect, describe, difference, exec, float_columns, rows};
 
 /// The failpoints armed in turn, every other kill.
 const FAILPOINTS: &[&str] = &[
@@ -531,14 +531,6 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     )
     .await?;
     Ok(())
-}
-
-async fn connect(conn: &str) -> Result<Client, String> {
-    let (client, connection) = tokio_postgres::connect(conn, NoTls)
-        .await
-        .map_err(|e| format!("connecting ({conn}): {}", describe(e)))?;
-    tokio::spawn(connection);
-    Ok(client)
 }
 
 async fn exec_both(weir: &Client, pg: &Client, weir_sql: &str, pg_sql: &str) -> Result<(), String> {

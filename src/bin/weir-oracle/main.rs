@@ -24,9 +24,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, NoTls};
-
-use replay::{describe, exec, replay, Checks, Failure};
+use replay::{connect, exec, replay, Checks, Failure};
 use shrink::{shrink, Budget};
 use workload::Family;
 
@@ -144,14 +142,6 @@ async fn run_seed(args: &Args, conn: &str, seed: u64, totals: &mut Totals) -> Re
     )
     .await?;
     Ok(())
-}
-
-async fn connect(conn: &str) -> Result<Client, String> {
-    let (client, connection) = tokio_postgres::connect(conn, NoTls)
-        .await
-        .map_err(|e| format!("connecting to PostgreSQL ({conn}): {}", describe(e)))?;
-    tokio::spawn(connection);
-    Ok(client)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -222,6 +222,15 @@ impl WeirServer {
     }
 }
 
+/// A client of the server at `conn` (PostgreSQL or Weir), its connection driven by a task.
+pub async fn connect(conn: &str) -> Result<Client, String> {
+    let (client, connection) = tokio_postgres::connect(conn, NoTls)
+        .await
+        .map_err(|e| format!("connecting ({conn}): {}", describe(e)))?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
 pub async fn exec(client: &Client, sql: &str) -> Result<(), String> {
     match tokio::time::timeout(STATEMENT_TIMEOUT, client.simple_query(sql)).await {
         Ok(result) => result.map(|_| ()).map_err(describe),
