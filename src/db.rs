@@ -18,7 +18,7 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 use tokio::sync::mpsc;
 
-use crate::catalog::{Catalog, Object, ObjectId, TableDef, ViewDef};
+use crate::catalog::{Catalog, Kind, Object, ObjectId, SourceDef, TableDef, ViewDef};
 use crate::checkpoint::manifest::Kind as CheckpointKind;
 use crate::checkpoint::storage::Storage;
 use crate::checkpoint::{logs, restore};
@@ -32,6 +32,7 @@ use crate::sql::provider::{RelationTable, Rows};
 use crate::sql::stream_plan::{check_deterministic, Planner};
 use crate::state::StateStore;
 use crate::state::TableId;
+use crate::stream::actor::{SinkCounter, SourceRows};
 use crate::stream::coordinator::{BarrierClient, Coordinator};
 use crate::stream::dispatch::Partitioner;
 use crate::stream::expr::ErrorSink;
@@ -79,6 +80,10 @@ pub struct Database {
     actors: ActorContext,
     /// Row-level expression errors, per view.
     view_errors: Mutex<HashMap<ObjectId, ErrorSink>>,
+    /// The task of each source, producing while something reads the source.
+    sources: Mutex<HashMap<ObjectId, crate::source::Handle>>,
+    /// What each sink has received.
+    sinks: Mutex<HashMap<ObjectId, Arc<SinkCounter>>>,
     /// DDL statements run one at a time.
     ddl: Arc<tokio::sync::Mutex<()>>,
     tables_dir: PathBuf,
@@ -184,6 +189,7 @@ impl Database {
             .filter(|o| {
                 let broken = match o {
                     Object::Table(t) => failed.contains(&t.id),
+                    Object::Source(src) => failed.contains(&src.id),
                     Object::View(v) => std::iter::once(&v.id)
                         .chain(&v.workers)
                         .any(|a| failed.contains(a)),
@@ -203,6 +209,7 @@ impl Database {
             .filter_map(|id| in_checkpoint.remove(id))
             .flat_map(|o| match o {
                 Object::Table(t) => vec![t.id],
+                Object::Source(_) => vec![],
                 Object::View(v) => std::iter::once(v.id)
                     .chain(v.state_tables.iter().copied())
                     .collect(),
@@ -228,6 +235,8 @@ impl Database {
             tables: RwLock::new(HashMap::new()),
             barriers,
             view_errors: Mutex::new(HashMap::new()),
+            sources: Mutex::new(HashMap::new()),
+            sinks: Mutex::new(HashMap::new()),
             ddl: Arc::default(),
             tables_dir,
             checkpoints: std::sync::OnceLock::new(),
@@ -264,6 +273,13 @@ impl Database {
                     replays.push(db.start_table(t.clone(), Some((offset, watermark))).await?);
                 }
                 Object::View(v) => db.start_view_from_catalog(v, false).await?,
+                Object::Source(src) => {
+                    let offset = offsets.get(&src.id).copied().unwrap_or(0);
+                    let watermark = restored
+                        .as_ref()
+                        .and_then(|m| m.watermarks.get(&src.id).copied());
+                    db.start_source(src.clone(), offset, watermark).await?;
+                }
             }
         }
         for replay in replays {
@@ -278,9 +294,11 @@ impl Database {
                     db.replay(replay).await?;
                 }
                 Object::View(v) => db.start_view_from_catalog(&v, true).await?,
+                Object::Source(src) => db.start_source(src, 0, None).await?,
             }
         }
         db.barriers.flush().await?;
+        db.run_sources_read();
         recovery.total_ms = started.elapsed().as_millis() as u64;
         recovery.replay_ms = recovery.total_ms - recovery.restore_ms;
         tracing::info!(
@@ -736,7 +754,90 @@ impl Database {
                 "recoveries",
                 recoveries_batch(&self.recoveries.lock().unwrap_or_else(|p| p.into_inner()))?,
             ),
+            ("sources", self.sources_batch()?),
+            ("sinks", self.sinks_batch()?),
         ])
+    }
+
+    /// `weir_catalog.sources`: each source's connector, rows fed, and whether it has ended.
+    fn sources_batch(&self) -> Result<RecordBatch> {
+        use std::sync::atomic::Ordering;
+        let catalog = self.catalog();
+        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rows = Vec::new();
+        for o in catalog.objects() {
+            let (Object::Source(def), Some(h)) = (o, sources.get(&o.id())) else {
+                continue;
+            };
+            let error = h
+                .progress
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            rows.push((
+                def.name.clone(),
+                def.connector_name(),
+                h.progress.offset.load(Ordering::Acquire) as i64,
+                h.progress.done.load(Ordering::Acquire),
+                error,
+            ));
+        }
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("connector", DataType::Utf8, false),
+            Field::new("rows", DataType::Int64, false),
+            Field::new("done", DataType::Boolean, false),
+            Field::new("error", DataType::Utf8, true),
+        ]));
+        Ok(RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.0.as_str()),
+                )),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+                Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
+                    rows.iter().map(|r| Some(r.3)),
+                )),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.4.as_deref()))),
+            ],
+        )?)
+    }
+
+    /// `weir_catalog.sinks`: the rows each sink has received since the server started.
+    fn sinks_batch(&self) -> Result<RecordBatch> {
+        use std::sync::atomic::Ordering;
+        let catalog = self.catalog();
+        let sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        let rows: Vec<(String, i64, i64)> = catalog
+            .objects()
+            .iter()
+            .filter_map(|o| {
+                let c = sinks.get(&o.id())?;
+                Some((
+                    o.name().to_string(),
+                    c.inserts.load(Ordering::Relaxed) as i64,
+                    c.deletes.load(Ordering::Relaxed) as i64,
+                ))
+            })
+            .collect();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("inserts", DataType::Int64, false),
+            Field::new("deletes", DataType::Int64, false),
+        ]));
+        Ok(RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.0.as_str()),
+                )),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            ],
+        )?)
     }
 
     fn catalog(&self) -> std::sync::RwLockReadGuard<'_, Catalog> {
@@ -868,6 +969,72 @@ impl Database {
         Ok(Output::command("CREATE TABLE"))
     }
 
+    // ---- sources ----
+
+    /// Starts a source's actor and its task from `offset` (paused until something reads it).
+    async fn start_source(
+        &self,
+        def: SourceDef,
+        offset: u64,
+        watermark: Option<i64>,
+    ) -> Result<()> {
+        let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
+        let feed = Feed::starting_at(feed_tx, offset, watermark);
+        let handle = crate::source::spawn(def.clone(), feed.clone(), offset, watermark)?;
+        self.catalog_mut().set_schema(def.id, def.schema());
+        let mut actor = build_actor(
+            &self.actors,
+            def.id,
+            PlanNode::Input(0),
+            None,
+            &[],
+            vec![feed_rx],
+            ErrorSink::new(&def.name),
+        )?;
+        actor.source = Some(SourceRows {
+            def: def.clone(),
+            seen: offset,
+        });
+        actor.spawn();
+        let epoch = self
+            .barriers
+            .inject(None, vec![def.id], vec![(def.id, feed)])
+            .await?;
+        self.barriers.wait_sealed(epoch).await?;
+        self.sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(def.id, handle);
+        Ok(())
+    }
+
+    /// Runs the sources some view or sink reads, and pauses the others: a source produces
+    /// nothing before it is read (a view created later backfills what went by).
+    fn run_sources_read(&self) {
+        let catalog = self.catalog();
+        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, handle) in sources.iter() {
+            handle.set_running(!catalog.dependents(*id).is_empty());
+        }
+    }
+
+    pub async fn create_source(&self, ct: &ast::CreateTable) -> Result<Output> {
+        let _ddl = self.ddl.lock().await;
+        let name = relation_name(&ct.name)?;
+        if self.catalog().get(&name).is_some() && ct.if_not_exists {
+            return Ok(Output::command("CREATE SOURCE"));
+        }
+        self.catalog().check_free(&name)?;
+        let id = self.catalog_mut().allocate_ids(1)[0];
+        let def = ddl::create_source(ct, id)?;
+        if let crate::catalog::Connector::File { path, .. } = &def.connector {
+            crate::source::file::files(std::path::Path::new(path))?;
+        }
+        self.start_source(def.clone(), 0, None).await?;
+        self.catalog_mut().add(Object::Source(def))?;
+        Ok(Output::command("CREATE SOURCE"))
+    }
+
     // ---- views ----
 
     /// Plans a view's query: its stream plan (whose schema carries the view's column names) and
@@ -936,6 +1103,8 @@ impl Database {
             let mut these = Vec::new();
             for _ in 0..fragment.actors {
                 let (id, mut own) = match f {
+                    // A sink keeps no rows of its own.
+                    0 if def.sink => (def.id, Vec::new()),
                     0 => (def.id, vec![def.id]),
                     _ => (ids.next().ok_or_else(mismatch)?, Vec::new()),
                 };
@@ -991,8 +1160,9 @@ impl Database {
             receivers.push(per_actor);
         }
         let mut spawned = Vec::new();
+        let counter = def.sink.then(|| Arc::new(SinkCounter::default()));
         for (f, fragment) in fragments.into_iter().enumerate() {
-            let schema = (f == 0).then(|| schema.clone());
+            let schema = (f == 0 && !def.sink).then(|| schema.clone());
             for (a, ((id, tables), inputs)) in actors[f]
                 .iter()
                 .zip(std::mem::take(&mut receivers[f]))
@@ -1007,6 +1177,9 @@ impl Database {
                     inputs,
                     sink.clone(),
                 )?;
+                if f == 0 {
+                    actor.sink = counter.clone();
+                }
                 let targets = std::mem::take(&mut outputs[f][a]);
                 if !targets.is_empty() {
                     let partitioner = partitioner(fragment.output.as_ref(), targets.len());
@@ -1019,7 +1192,15 @@ impl Database {
                 spawned.push(actor);
             }
         }
-        self.catalog_mut().set_schema(def.id, schema);
+        match counter {
+            Some(counter) => {
+                self.sinks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(def.id, counter);
+            }
+            None => self.catalog_mut().set_schema(def.id, schema),
+        }
         let ids: Vec<ActorId> = spawned.iter().map(|a| a.id).collect();
         for actor in spawned {
             actor.spawn();
@@ -1069,6 +1250,61 @@ impl Database {
         cv: &ast::CreateView,
         settings: &HashMap<String, String>,
     ) -> Result<Output> {
+        self.create_view_or_sink(cv, settings, false).await
+    }
+
+    /// `CREATE SINK`: a view whose changes go to a connector instead of being kept. The one
+    /// connector is `blackhole`, which counts them (`weir_catalog.sinks`) and drops them.
+    pub async fn create_sink(
+        &self,
+        cv: &ast::CreateView,
+        settings: &HashMap<String, String>,
+    ) -> Result<Output> {
+        let mut cv = cv.clone();
+        let mut connector = None;
+        if let ast::CreateTableOptions::With(options) = &mut cv.options {
+            options.retain(|o| match o {
+                ast::SqlOption::KeyValue { key, value }
+                    if key.value.eq_ignore_ascii_case("connector") =>
+                {
+                    connector = Some(match value {
+                        ast::Expr::Value(v) => match &v.value {
+                            ast::Value::SingleQuotedString(s) => s.clone(),
+                            other => other.to_string(),
+                        },
+                        other => other.to_string(),
+                    });
+                    false
+                }
+                _ => true,
+            });
+            if options.is_empty() {
+                cv.options = ast::CreateTableOptions::None;
+            }
+        }
+        match connector.as_deref().map(str::to_lowercase).as_deref() {
+            None | Some("blackhole") => {}
+            Some(other) => {
+                return Err(Error::not_supported(format!(
+                    "sink connector \"{other}\" is not supported"
+                ))
+                .with_hint("Use connector = 'blackhole'."))
+            }
+        }
+        self.create_view_or_sink(&cv, settings, true).await
+    }
+
+    async fn create_view_or_sink(
+        &self,
+        cv: &ast::CreateView,
+        settings: &HashMap<String, String>,
+        sink: bool,
+    ) -> Result<Output> {
+        let tag = if sink {
+            "CREATE SINK"
+        } else {
+            "CREATE MATERIALIZED VIEW"
+        };
         let _ddl = self.ddl.lock().await;
         if !cv.materialized {
             return Err(
@@ -1084,7 +1320,7 @@ impl Database {
         }
         let name = relation_name(&cv.name)?;
         if self.catalog().get(&name).is_some() && cv.if_not_exists {
-            return Ok(Output::command("CREATE MATERIALIZED VIEW"));
+            return Ok(Output::command(tag));
         }
         self.catalog().check_free(&name)?;
         let query = cv.query.to_string();
@@ -1120,77 +1356,61 @@ impl Database {
             emit_on_window_close,
             workers: ids[1 + needed..].to_vec(),
             parallelism,
+            sink,
         };
         self.start_view(&def, plan, true).await?;
         self.catalog_mut().add(Object::View(def))?;
-        Ok(Output::command("CREATE MATERIALIZED VIEW"))
+        self.run_sources_read();
+        Ok(Output::command(tag))
     }
 
     // ---- drop ----
 
+    /// DROP TABLE / MATERIALIZED VIEW / SOURCE / SINK: `kind` is what each name must be.
     pub async fn drop_objects(
         &self,
-        object_type: ast::ObjectType,
-        names: &[ast::ObjectName],
+        kind: Kind,
+        names: &[String],
         if_exists: bool,
         cascade: bool,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
-        let (tag, want_table) = match object_type {
-            ast::ObjectType::Table => ("DROP TABLE", true),
-            ast::ObjectType::MaterializedView => ("DROP MATERIALIZED VIEW", false),
-            ast::ObjectType::View => {
-                return Err(
-                    Error::new(ErrorKind::UndefinedTable, "Weir has no plain views")
-                        .with_hint("Use DROP MATERIALIZED VIEW."),
-                )
-            }
-            other => {
-                return Err(Error::not_supported(format!(
-                    "DROP {other} is not supported"
-                )))
-            }
+        let tag = match kind {
+            Kind::Table => "DROP TABLE",
+            Kind::MaterializedView => "DROP MATERIALIZED VIEW",
+            Kind::Source => "DROP SOURCE",
+            Kind::Sink => "DROP SINK",
+        };
+        let statement = |k: Kind| match k {
+            Kind::Table => "TABLE",
+            Kind::MaterializedView => "MATERIALIZED VIEW",
+            Kind::Source => "SOURCE",
+            Kind::Sink => "SINK",
         };
         let mut to_stop: Vec<ObjectId> = Vec::new();
         let mut dropped_tables: Vec<ObjectId> = Vec::new();
         {
             let catalog = self.catalog();
-            for n in names {
-                let name = relation_name(n)?;
-                let Some(object) = catalog.get(&name) else {
+            for name in names {
+                let Some(object) = catalog.get(name) else {
                     if if_exists {
                         continue;
                     }
-                    return Err(if want_table {
-                        crate::catalog::undefined_table(&name)
-                    } else {
-                        Error::new(
+                    return Err(match kind {
+                        Kind::Table => crate::catalog::undefined_table(name),
+                        other => Error::new(
                             ErrorKind::UndefinedTable,
-                            format!("materialized view \"{name}\" does not exist"),
-                        )
+                            format!("{} \"{name}\" does not exist", other.name()),
+                        ),
                     });
                 };
                 let is_table = matches!(object, Object::Table(_));
-                if is_table != want_table {
+                if object.kind() != kind {
                     return Err(Error::new(
                         ErrorKind::WrongObjectType,
-                        format!(
-                            "\"{name}\" is not a {}",
-                            if want_table {
-                                "table"
-                            } else {
-                                "materialized view"
-                            }
-                        ),
+                        format!("\"{name}\" is not a {}", kind.name()),
                     )
-                    .with_hint(format!(
-                        "Use DROP {}.",
-                        if is_table {
-                            "TABLE"
-                        } else {
-                            "MATERIALIZED VIEW"
-                        }
-                    )));
+                    .with_hint(format!("Use DROP {}.", statement(object.kind()))));
                 }
                 let dependents = catalog.dependents(object.id());
                 let outside: Vec<ObjectId> = dependents
@@ -1260,10 +1480,17 @@ impl Database {
                 tracing::warn!("cannot remove the change log of dropped table {id}: {e}");
             }
         }
-        let mut errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
-        for id in &to_stop {
-            errors.remove(id);
+        {
+            let mut errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
+            let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+            let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+            for id in &to_stop {
+                errors.remove(id);
+                sources.remove(id);
+                sinks.remove(id);
+            }
         }
+        self.run_sources_read();
         Ok(Output::command(tag))
     }
 
@@ -1283,6 +1510,19 @@ impl Database {
         text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
     }
 
+    /// SHOW SOURCES, SHOW SINKS: the names of the objects of `kind`.
+    pub fn show_names(&self, kind: Kind) -> Result<Output> {
+        let mut names: Vec<String> = self
+            .catalog()
+            .objects()
+            .iter()
+            .filter(|o| o.kind() == kind)
+            .map(|o| o.name().to_string())
+            .collect();
+        names.sort();
+        text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
+    }
+
     pub fn show_views(&self) -> Result<Output> {
         let catalog = self.catalog();
         let failed = self
@@ -1296,7 +1536,7 @@ impl Database {
             .objects()
             .iter()
             .filter_map(|o| match o {
-                Object::View(v) => {
+                Object::View(v) if !v.sink => {
                     let sink = errors.get(&v.id);
                     let failure = std::iter::once(&v.id)
                         .chain(&v.workers)
@@ -1351,11 +1591,11 @@ impl Database {
     pub fn show_create_view(&self, name: &str) -> Result<Output> {
         let catalog = self.catalog();
         match catalog.get(name) {
-            Some(Object::View(v)) => text_rows(
+            Some(Object::View(v)) if !v.sink => text_rows(
                 &["name", "create_sql"],
                 vec![vec![v.name.clone(), v.create_sql()]],
             ),
-            Some(Object::Table(_)) => Err(Error::new(
+            Some(_) => Err(Error::new(
                 ErrorKind::WrongObjectType,
                 format!("\"{name}\" is not a materialized view"),
             )),

@@ -35,6 +35,8 @@ pub enum ErrorKind {
     InvalidText,
     /// A value is outside what the operation accepts (other than numeric range).
     InvalidParameter,
+    /// A file named in a statement (a file source's path) does not exist or cannot be read.
+    UndefinedFile,
     /// A protocol message exceeds a configured limit, or a statement is too large.
     ProgramLimitExceeded,
     TooManyConnections,

@@ -9,6 +9,8 @@
 //! - [`catalog`]: tables and views, persisted as JSON.
 //! - [`table`]: a table's write path (constraint checks, change log, feed).
 //! - [`changelog`]: the durable, checksummed change log behind each table.
+//! - [`source`]: sources' connectors (the Nexmark generator, CSV files) and the task feeding
+//!   each into the dataflow.
 //! - [`stream`]: actors, barriers, alignment, operators.
 //! - [`state`]: operator state in RocksDB, one write batch per epoch (the only user of `rocksdb`).
 //! - [`types`], [`error`], [`config`]: shared vocabulary; [`clock`]: the dataflow's injectable
@@ -28,6 +30,7 @@ pub mod metrics;
 pub mod rng;
 pub mod server;
 pub mod session;
+pub mod source;
 pub mod sql;
 pub mod state;
 pub mod stream;

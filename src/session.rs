@@ -13,6 +13,7 @@ use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::{self, Statement as Ast};
 
+use crate::catalog::Kind;
 use crate::db::{text_rows, Database, Output};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::ddl::relation_name;
@@ -97,6 +98,23 @@ impl Session {
             Statement::ShowTables => self.db.show_tables(),
             Statement::ShowMaterializedViews => self.db.show_views(),
             Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name),
+            Statement::ShowSources => self.db.show_names(Kind::Source),
+            Statement::ShowSinks => self.db.show_names(Kind::Sink),
+            Statement::CreateSource(ct) => self.db.create_source(ct).await,
+            Statement::CreateSink(cv) => {
+                crate::sql::parser::check_supported(&Ast::CreateView(cv.as_ref().clone()))?;
+                self.db.create_sink(cv, &self.settings).await
+            }
+            Statement::Drop {
+                kind,
+                names,
+                if_exists,
+                cascade,
+            } => {
+                self.db
+                    .drop_objects(*kind, names, *if_exists, *cascade)
+                    .await
+            }
             Statement::Sql(stmt) => {
                 crate::sql::parser::check_supported(stmt)?;
                 self.execute_sql(stmt, params).await
@@ -116,8 +134,27 @@ impl Session {
                 cascade,
                 ..
             } => {
-                db.drop_objects(*object_type, names, *if_exists, *cascade)
-                    .await
+                let kind = match object_type {
+                    ast::ObjectType::Table => Kind::Table,
+                    ast::ObjectType::MaterializedView => Kind::MaterializedView,
+                    ast::ObjectType::View => {
+                        return Err(Error::new(
+                            crate::error::ErrorKind::UndefinedTable,
+                            "Weir has no plain views",
+                        )
+                        .with_hint("Use DROP MATERIALIZED VIEW."))
+                    }
+                    other => {
+                        return Err(Error::not_supported(format!(
+                            "DROP {other} is not supported"
+                        )))
+                    }
+                };
+                let names = names
+                    .iter()
+                    .map(relation_name)
+                    .collect::<Result<Vec<String>>>()?;
+                db.drop_objects(kind, &names, *if_exists, *cascade).await
             }
             Ast::Insert(i) => {
                 let table = match &i.table {
@@ -307,6 +344,13 @@ impl Session {
             }
             Statement::ShowCreateMaterializedView(name) => {
                 return Ok(none(rows_schema(self.db.show_create_view(name)?)))
+            }
+            Statement::ShowSources => {
+                return Ok(none(rows_schema(self.db.show_names(Kind::Source)?)))
+            }
+            Statement::ShowSinks => return Ok(none(rows_schema(self.db.show_names(Kind::Sink)?))),
+            Statement::CreateSource(_) | Statement::CreateSink(_) | Statement::Drop { .. } => {
+                return Ok(none(None))
             }
         };
         crate::sql::parser::check_supported(stmt)?;

@@ -1,5 +1,5 @@
-//! The catalog: tables and materialized views, their columns and dependencies, persisted as
-//! one JSON file in the data directory (written atomically on every DDL).
+//! The catalog: tables, sources, materialized views and sinks, their columns and dependencies,
+//! persisted as one JSON file in the data directory (written atomically on every DDL).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -79,6 +79,10 @@ pub struct ViewDef {
     /// view runs as one actor.
     #[serde(default)]
     pub parallelism: usize,
+    /// A sink (`CREATE SINK`) rather than a view: its changes are counted and dropped (the
+    /// `blackhole` connector), not kept, so it is not a relation others read.
+    #[serde(default)]
+    pub sink: bool,
 }
 
 impl ViewDef {
@@ -91,6 +95,12 @@ impl ViewDef {
     }
 
     pub fn create_sql(&self) -> String {
+        if self.sink {
+            return format!(
+                "CREATE SINK {} AS {} WITH (connector = 'blackhole')",
+                self.name, self.query
+            );
+        }
         let emit = if self.emit_on_window_close {
             " EMIT ON WINDOW CLOSE"
         } else {
@@ -100,6 +110,52 @@ impl ViewDef {
             "CREATE MATERIALIZED VIEW {} AS {}{emit}",
             self.name, self.query
         )
+    }
+}
+
+/// A source (`CREATE SOURCE`): an append-only stream produced by a connector, replayable from
+/// an offset (rows produced so far). Its rows are not kept: views read them as they come.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SourceDef {
+    pub id: ObjectId,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub watermark: Option<WatermarkDef>,
+    pub connector: Connector,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Connector {
+    /// The Nexmark generator (`src/source/nexmark.rs`).
+    Nexmark {
+        /// Which of its streams: person, auction or bid.
+        stream: String,
+        /// The events of the whole Nexmark sequence (all three streams) the source goes
+        /// through before it ends; `None`: it never ends.
+        events: Option<u64>,
+        /// At most this many events of the whole sequence per second; `None`: as fast as
+        /// the dataflow takes them.
+        events_per_second: Option<u64>,
+    },
+    /// CSV files read in name order (`src/source/file.rs`).
+    File { path: String, header: bool },
+}
+
+impl SourceDef {
+    pub fn schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| Field::new(&c.name, c.ty.to_arrow(), true))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    pub fn connector_name(&self) -> &'static str {
+        match self.connector {
+            Connector::Nexmark { .. } => "nexmark",
+            Connector::File { .. } => "file",
+        }
     }
 }
 
@@ -115,6 +171,27 @@ struct Persisted {
 pub enum Object {
     Table(TableDef),
     View(ViewDef),
+    Source(SourceDef),
+}
+
+/// What an object is, as DDL names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Table,
+    MaterializedView,
+    Source,
+    Sink,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Table => "table",
+            Kind::MaterializedView => "materialized view",
+            Kind::Source => "source",
+            Kind::Sink => "sink",
+        }
+    }
 }
 
 impl Object {
@@ -122,6 +199,7 @@ impl Object {
         match self {
             Object::Table(t) => t.id,
             Object::View(v) => v.id,
+            Object::Source(s) => s.id,
         }
     }
 
@@ -129,14 +207,21 @@ impl Object {
         match self {
             Object::Table(t) => &t.name,
             Object::View(v) => &v.name,
+            Object::Source(s) => &s.name,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Table(_) => Kind::Table,
+            Object::View(v) if v.sink => Kind::Sink,
+            Object::View(_) => Kind::MaterializedView,
+            Object::Source(_) => Kind::Source,
         }
     }
 
     pub fn kind_name(&self) -> &'static str {
-        match self {
-            Object::Table(_) => "table",
-            Object::View(_) => "materialized view",
-        }
+        self.kind().name()
     }
 }
 
@@ -238,11 +323,11 @@ impl Catalog {
     pub fn table(&self, name: &str) -> Result<&TableDef> {
         match self.get(name) {
             Some(Object::Table(t)) => Ok(t),
-            Some(Object::View(_)) => Err(Error::new(
+            Some(Object::View(_) | Object::Source(_)) => Err(Error::new(
                 ErrorKind::WrongObjectType,
                 format!("\"{name}\" is not a table"),
             )
-            .with_hint("Materialized views cannot be changed directly.")),
+            .with_hint("Only tables can be changed directly.")),
             None => Err(undefined_table(name)),
         }
     }
@@ -332,6 +417,7 @@ mod tests {
             emit_on_window_close: false,
             workers: vec![],
             parallelism: 1,
+            sink: false,
         })
     }
 

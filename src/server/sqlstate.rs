@@ -22,6 +22,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::StringTooLong => "22001",
         ErrorKind::InvalidText => "22P02",
         ErrorKind::InvalidParameter => "22023",
+        ErrorKind::UndefinedFile => "58P01",
         ErrorKind::ProgramLimitExceeded => "54000",
         ErrorKind::TooManyConnections => "53300",
         ErrorKind::Unavailable => "57P03",

@@ -72,6 +72,12 @@ pub fn query_context(
         };
         let provider: Arc<dyn TableProvider> = match overrides.iter().find(|(oid, _)| *oid == id) {
             Some((_, p)) => p.clone(),
+            None if matches!(object, Object::Source(_)) => Arc::new(RelationTable {
+                schema,
+                rows: Rows::Stream {
+                    name: object.name().to_string(),
+                },
+            }),
             None => Arc::new(RelationTable {
                 schema,
                 rows: Rows::Snapshot {
@@ -80,7 +86,7 @@ pub fn query_context(
                     snapshot: snapshot.clone(),
                     failure: match object {
                         Object::View(_) => failed.get(&id).cloned(),
-                        Object::Table(_) => None,
+                        Object::Table(_) | Object::Source(_) => None,
                     },
                 },
             }),

@@ -4,7 +4,7 @@ use datafusion::sql::sqlparser::ast::{self, ColumnOption, TableConstraint};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
-use crate::catalog::{ColumnDef, ObjectId, TableDef, WatermarkDef};
+use crate::catalog::{ColumnDef, Connector, ObjectId, SourceDef, TableDef, WatermarkDef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::SqlType;
 
@@ -161,6 +161,167 @@ pub fn create_table(ct: &ast::CreateTable, id: ObjectId) -> Result<TableDef> {
         columns,
         primary_key,
         watermark,
+    })
+}
+
+/// Reads `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)`.
+/// A Nexmark source's columns are its stream's; written out, they must be those.
+pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
+    let name = relation_name(&ct.name)?;
+    let options = match &ct.table_options {
+        ast::CreateTableOptions::None => &[][..],
+        ast::CreateTableOptions::With(o) => o.as_slice(),
+        _ => return Err(Error::not_supported("source options other than WITH (...)")),
+    };
+    let mut settings: Vec<(String, String)> = Vec::new();
+    let mut watermark_text = None;
+    for option in options {
+        let ast::SqlOption::KeyValue { key, value } = option else {
+            return Err(Error::not_supported(format!(
+                "source option {option} is not supported"
+            )));
+        };
+        let text = match value {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::SingleQuotedString(s) => s.clone(),
+                ast::Value::Number(n, _) => n.to_string(),
+                ast::Value::Boolean(b) => b.to_string(),
+                _ => value.to_string(),
+            },
+            other => other.to_string(),
+        };
+        match ident_name(key).as_str() {
+            "watermark" => watermark_text = Some(text),
+            key => settings.push((key.to_string(), text)),
+        }
+    }
+    let mut take = |key: &str| -> Option<String> {
+        let at = settings.iter().position(|(k, _)| k == key)?;
+        Some(settings.remove(at).1)
+    };
+    let connector_name = take("connector").ok_or_else(|| {
+        Error::new(ErrorKind::InvalidParameter, "a source needs a connector")
+            .with_hint("Add WITH (connector = 'nexmark', stream = 'bid') or WITH (connector = 'file', path = '...').")
+    })?;
+    let declared = if ct.columns.is_empty() {
+        Vec::new()
+    } else {
+        let mut plain = ct.clone();
+        plain.table_options = ast::CreateTableOptions::None;
+        let t = create_table(&plain, id)?;
+        if !t.primary_key.is_empty() {
+            return Err(Error::not_supported("sources have no primary key")
+                .with_hint("A source is an append-only stream; keep keys in a table or a view."));
+        }
+        t.columns
+    };
+    let (connector, columns) = match connector_name.to_lowercase().as_str() {
+        "nexmark" => {
+            let stream = take("stream")
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidParameter,
+                        "a nexmark source needs a stream",
+                    )
+                    .with_hint("Add stream = 'person', 'auction' or 'bid'.")
+                })?
+                .to_lowercase();
+            let expected = crate::source::nexmark::columns(&stream)?;
+            if !declared.is_empty() {
+                let same = declared.len() == expected.len()
+                    && declared
+                        .iter()
+                        .zip(&expected)
+                        .all(|(d, e)| d.name == e.name && d.ty.to_arrow() == e.ty.to_arrow());
+                if !same {
+                    let list: Vec<String> = expected
+                        .iter()
+                        .map(|c| format!("{} {}", c.name, c.ty))
+                        .collect();
+                    return Err(Error::new(
+                        ErrorKind::TypeMismatch,
+                        format!(
+                            "the columns of nexmark stream \"{stream}\" are not those declared"
+                        ),
+                    )
+                    .with_detail(format!("They are ({}).", list.join(", ")))
+                    .with_hint("Declare exactly those columns, or none."));
+                }
+            }
+            let count = |key: &str, v: Option<String>| -> Result<Option<u64>> {
+                v.map(|v| {
+                    v.parse::<u64>().map_err(|_| {
+                        Error::new(
+                            ErrorKind::InvalidParameter,
+                            format!("{key} must be a non-negative integer, not \"{v}\""),
+                        )
+                    })
+                })
+                .transpose()
+            };
+            let events = count("events", take("events"))?;
+            let events_per_second =
+                count("events_per_second", take("events_per_second"))?.filter(|r| *r > 0);
+            (
+                Connector::Nexmark {
+                    stream,
+                    events,
+                    events_per_second,
+                },
+                expected,
+            )
+        }
+        "file" => {
+            let path = take("path").ok_or_else(|| {
+                Error::new(ErrorKind::InvalidParameter, "a file source needs a path")
+            })?;
+            let format = take("format").unwrap_or_else(|| "csv".into());
+            if !format.eq_ignore_ascii_case("csv") {
+                return Err(Error::not_supported(format!(
+                    "file format \"{format}\" is not supported"
+                ))
+                .with_hint("Use format = 'csv'."));
+            }
+            let header = match take("header").as_deref().map(str::to_lowercase).as_deref() {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(other) => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidParameter,
+                        format!("header must be true or false, not \"{other}\""),
+                    ))
+                }
+            };
+            if declared.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::InvalidParameter,
+                    "a file source needs its columns declared",
+                ));
+            }
+            (Connector::File { path, header }, declared)
+        }
+        other => {
+            return Err(
+                Error::not_supported(format!("connector \"{other}\" is not supported"))
+                    .with_hint("Sources take connector = 'nexmark' or 'file'."),
+            )
+        }
+    };
+    if let Some((key, _)) = settings.first() {
+        return Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!("unknown source option \"{key}\""),
+        ));
+    }
+    let watermark = watermark_text
+        .map(|t| watermark_def(&t, &columns))
+        .transpose()?;
+    Ok(SourceDef {
+        id,
+        name,
+        columns,
+        watermark,
+        connector,
     })
 }
 

@@ -29,6 +29,19 @@ pub enum Statement {
     ShowTables,
     ShowMaterializedViews,
     ShowCreateMaterializedView(String),
+    ShowSources,
+    ShowSinks,
+    /// `CREATE SOURCE`, read as the `CREATE TABLE` it resembles.
+    CreateSource(Box<ast::CreateTable>),
+    /// `CREATE SINK`, read as a materialized view whose options include the connector.
+    CreateSink(Box<ast::CreateView>),
+    /// `DROP SOURCE` or `DROP SINK`.
+    Drop {
+        kind: crate::catalog::Kind,
+        names: Vec<String>,
+        if_exists: bool,
+        cascade: bool,
+    },
     Sql(Box<ast::Statement>),
 }
 
@@ -60,10 +73,35 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
         let start = char_position(sql, first.span.start) - 1;
         let end = char_position(sql, last.span.end) - 1;
         let text: String = sql.chars().skip(start).take(end - start).collect();
+        let leading: Vec<String> = meaningful
+            .iter()
+            .take(2)
+            .map(|t| t.token.to_string().to_uppercase())
+            .collect();
+        let source = leading == ["CREATE", "SOURCE"];
         let statement = match weir_statement(&meaningful) {
             Some(s) => s,
+            None if leading == ["CREATE", "SINK"] => {
+                let rewritten = rewrite_sink(sql, group)?;
+                let tokens = Tokenizer::new(&dialect, &rewritten)
+                    .tokenize_with_location()
+                    .map_err(|e| Error::syntax(e.message.to_lowercase()))?;
+                match parse_one(&rewritten, &tokens)? {
+                    ast::Statement::CreateView(cv) => Statement::CreateSink(Box::new(cv)),
+                    _ => return Err(Error::syntax("syntax error in CREATE SINK")),
+                }
+            }
             None => {
-                let group = crate::sql::windows::rewrite_flink_tokens(group);
+                // A source is declared as a table is: its columns, a watermark, WITH options.
+                let mut group = group.to_vec();
+                if source {
+                    if let Some(t) = group.iter_mut().find(|t| {
+                        matches!(&t.token, Token::Word(w) if w.value.eq_ignore_ascii_case("source"))
+                    }) {
+                        t.token = Token::make_keyword("TABLE");
+                    }
+                }
+                let group = crate::sql::windows::rewrite_flink_tokens(&group);
                 let mut stmt = match crate::sql::windows::rewrite_streaming_clauses(&group) {
                     Some(rewritten) => {
                         let tokens = Tokenizer::new(&dialect, &rewritten)
@@ -75,7 +113,12 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
                 };
                 normalize_interval_literals(&mut stmt);
                 crate::sql::windows::rewrite_window_functions(&mut stmt)?;
-                Statement::Sql(Box::new(stmt))
+                match stmt {
+                    ast::Statement::CreateTable(ct) if source => {
+                        Statement::CreateSource(Box::new(ct))
+                    }
+                    stmt => Statement::Sql(Box::new(stmt)),
+                }
             }
         };
         out.push(Parsed { statement, text });
@@ -233,6 +276,49 @@ fn weir_statement(tokens: &[TokenWithSpan]) -> Option<Statement> {
         ["SHOW", "CHECKPOINTS"] => Some(Statement::ShowCheckpoints),
         ["SHOW", "TABLES"] => Some(Statement::ShowTables),
         ["SHOW", "MATERIALIZED", "VIEWS"] => Some(Statement::ShowMaterializedViews),
+        ["SHOW", "SOURCES"] => Some(Statement::ShowSources),
+        ["SHOW", "SINKS"] => Some(Statement::ShowSinks),
+        ["DROP", kind @ ("SOURCE" | "SINK"), rest @ ..] => {
+            let kind = match *kind {
+                "SOURCE" => crate::catalog::Kind::Source,
+                _ => crate::catalog::Kind::Sink,
+            };
+            let (if_exists, rest) = match rest {
+                ["IF", "EXISTS", rest @ ..] => (true, rest),
+                rest => (false, rest),
+            };
+            let (cascade, rest) = match rest {
+                [rest @ .., "CASCADE"] => (true, rest),
+                [rest @ .., "RESTRICT"] => (false, rest),
+                rest => (false, rest),
+            };
+            // Names separated by commas; the tokens' own spelling (quoted names keep case).
+            let first =
+                tokens.len() - rest.len() - usize::from(cascade || w.last() == Some(&"RESTRICT"));
+            let mut names = Vec::new();
+            for (i, word) in rest.iter().enumerate() {
+                if i % 2 == 1 {
+                    if *word != "," {
+                        return None;
+                    }
+                    continue;
+                }
+                match &tokens[first + i].token {
+                    Token::Word(w) if w.quote_style.is_some() => names.push(w.value.clone()),
+                    Token::Word(w) => names.push(w.value.to_lowercase()),
+                    _ => return None,
+                }
+            }
+            if names.is_empty() || rest.len() % 2 == 0 {
+                return None;
+            }
+            Some(Statement::Drop {
+                kind,
+                names,
+                if_exists,
+                cascade,
+            })
+        }
         ["SHOW", "CREATE", "MATERIALIZED", "VIEW", _] => {
             let name = match &tokens[4].token {
                 Token::Word(word) if word.quote_style.is_some() => word.value.clone(),
@@ -243,6 +329,79 @@ fn weir_statement(tokens: &[TokenWithSpan]) -> Option<Statement> {
         }
         _ => None,
     }
+}
+
+/// `CREATE SINK [IF NOT EXISTS] name {AS query | FROM relation} [EMIT ON WINDOW CLOSE]
+/// [WITH (options)]` as the materialized view statement it is read as:
+/// `CREATE MATERIALIZED VIEW name WITH (options) AS query`.
+fn rewrite_sink(sql: &str, tokens: &[TokenWithSpan]) -> Result<String> {
+    use crate::sql::windows::token_text;
+    let words: Vec<(usize, String)> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
+        .map(|(i, t)| (i, t.token.to_string().to_uppercase()))
+        .collect();
+    let text = |range: std::ops::Range<usize>| -> String {
+        tokens[range].iter().map(|t| token_text(&t.token)).collect()
+    };
+    let upper: Vec<&str> = words.iter().map(|(_, w)| w.as_str()).collect();
+    let bad = |k: usize| match words.get(k) {
+        Some((i, _)) => near(sql, &tokens[*i]),
+        None => Error::syntax("syntax error at end of input"),
+    };
+    let (if_not_exists, name_at) = match upper.get(2..5) {
+        Some(["IF", "NOT", "EXISTS"]) => ("IF NOT EXISTS ", 5),
+        _ => ("", 2),
+    };
+    if !matches!(words.get(name_at), Some((i, _)) if matches!(tokens[*i].token, Token::Word(_))) {
+        return Err(bad(name_at));
+    }
+    let name = token_text(&tokens[words[name_at].0].token);
+    // Trailing `WITH ( ... )`.
+    let mut end = upper.len();
+    let mut options = Vec::new();
+    if upper.last() == Some(&")") {
+        let mut depth = 0;
+        let mut open = None;
+        for k in (0..upper.len()).rev() {
+            match upper[k] {
+                ")" => depth += 1,
+                "(" => {
+                    depth -= 1;
+                    if depth == 0 {
+                        open = Some(k);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(open) = open.filter(|o| *o > 0 && upper[o - 1] == "WITH") {
+            options.push(text(words[open].0 + 1..words[upper.len() - 1].0));
+            end = open - 1;
+        }
+    }
+    if end >= 4 && upper[end - 4..end] == ["EMIT", "ON", "WINDOW", "CLOSE"] {
+        options.push("emit_on_window_close = true".into());
+        end -= 4;
+    }
+    let query_end = words.get(end).map(|(i, _)| *i).unwrap_or(tokens.len());
+    let body = match upper.get(name_at + 1) {
+        Some(&"AS") if end > name_at + 2 => text(words[name_at + 2].0..query_end),
+        Some(&"FROM") if end == name_at + 3 => {
+            format!("SELECT * FROM {}", text(words[name_at + 2].0..query_end))
+        }
+        _ => return Err(bad(name_at + 1)),
+    };
+    let with = if options.is_empty() {
+        String::new()
+    } else {
+        format!("WITH ({}) ", options.join(", "))
+    };
+    Ok(format!(
+        "CREATE MATERIALIZED VIEW {if_not_exists}{name} {with}AS {body}"
+    ))
 }
 
 #[cfg(test)]
@@ -276,6 +435,61 @@ mod tests {
         let p = parse("show create materialized view \"My\"; SHOW MATERIALIZED VIEWS").unwrap();
         assert!(matches!(&p[0].statement, Statement::ShowCreateMaterializedView(n) if n == "My"));
         assert!(matches!(p[1].statement, Statement::ShowMaterializedViews));
+    }
+
+    #[test]
+    fn sources_and_sinks_are_read() {
+        let p = parse(
+            "CREATE SOURCE bid (auction bigint, date_time timestamp, \
+             WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
+             WITH (connector = 'nexmark', stream = 'bid');
+             CREATE SOURCE p WITH (connector = 'nexmark', stream = 'person')",
+        )
+        .unwrap();
+        let Statement::CreateSource(ct) = &p[0].statement else {
+            panic!("{:?}", p[0].statement)
+        };
+        assert_eq!(ct.columns.len(), 2);
+        let options = ct.table_options.to_string();
+        assert!(
+            options.contains("watermark = 'date_time - INTERVAL ''4'' SECOND'"),
+            "{options}"
+        );
+        assert!(options.contains("connector = 'nexmark'"), "{options}");
+        assert!(matches!(&p[1].statement, Statement::CreateSource(ct) if ct.columns.is_empty()));
+        let p = parse(
+            "CREATE SINK s AS SELECT a, count(*) FROM t GROUP BY a WITH (connector = 'blackhole');
+             create sink IF NOT EXISTS \"S2\" from v; \
+             CREATE SINK w AS SELECT 1 FROM t EMIT ON WINDOW CLOSE WITH (connector = 'blackhole')",
+        )
+        .unwrap();
+        let Statement::CreateSink(cv) = &p[0].statement else {
+            panic!("{:?}", p[0].statement)
+        };
+        assert_eq!(cv.name.to_string(), "s");
+        assert_eq!(cv.query.to_string(), "SELECT a, count(*) FROM t GROUP BY a");
+        let Statement::CreateSink(cv) = &p[1].statement else {
+            panic!("{:?}", p[1].statement)
+        };
+        assert!(cv.if_not_exists);
+        assert_eq!(cv.query.to_string(), "SELECT * FROM v");
+        let Statement::CreateSink(cv) = &p[2].statement else {
+            panic!("{:?}", p[2].statement)
+        };
+        assert!(cv
+            .options
+            .to_string()
+            .contains("emit_on_window_close = true"));
+        assert!(parse("CREATE SINK s WITH (connector = 'blackhole')").is_err());
+        let p = parse("DROP SOURCE IF EXISTS a, \"B\" CASCADE; DROP SINK s").unwrap();
+        assert!(
+            matches!(&p[0].statement, Statement::Drop { names, if_exists: true, cascade: true, .. }
+            if names == &["a".to_string(), "B".to_string()])
+        );
+        assert!(matches!(
+            &p[1].statement,
+            Statement::Drop { cascade: false, .. }
+        ));
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub enum Rows {
     },
     /// A table's latest rows, for the DML statement that changes it.
     Latest(RecordBatch),
+    /// A source: a stream whose rows are not kept, so there is nothing to read.
+    Stream { name: String },
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -83,6 +85,13 @@ impl TableProvider for RelationTable {
             } => read_snapshot(snapshot, *table, &self.schema, SCAN_ROWS_MAX)
                 .map_err(|e| DataFusionError::External(Box::new(e)))?,
             Rows::Latest(batch) => vec![batch.clone()],
+            Rows::Stream { name } => {
+                let e = Error::not_supported(format!(
+                    "source \"{name}\" is a stream and keeps no rows to query"
+                ))
+                .with_hint("Create a materialized view over it, and query the view.");
+                return Err(DataFusionError::External(Box::new(e)));
+            }
         };
         Ok(MemorySourceConfig::try_new_exec(
             &[batches],

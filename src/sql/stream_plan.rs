@@ -388,6 +388,7 @@ impl Planner<'_> {
         match node {
             PlanNode::Input(i) => match self.catalog.by_id(build.inputs[*i]) {
                 Some(Object::Table(t)) => t.watermark.map(|w| vec![w.column]).unwrap_or_default(),
+                Some(Object::Source(s)) => s.watermark.map(|w| vec![w.column]).unwrap_or_default(),
                 _ => Vec::new(),
             },
             PlanNode::Project { input, exprs, .. } => {

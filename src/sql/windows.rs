@@ -125,6 +125,13 @@ pub fn rewrite_streaming_clauses(tokens: &[TokenWithSpan]) -> Option<String> {
         let expr = text(words[at + 4].0..words[end].0);
         let quoted = expr.trim().replace('\'', "''");
         let before = text(0..words[at - 1].0);
+        // Into the statement's own `WITH (...)` if it has one (a source's options).
+        if upper.get(end + 1) == Some(&"WITH") && upper.get(end + 2) == Some(&"(") {
+            let open = words[end + 2].0;
+            let head = text(words[end].0..open + 1);
+            let rest = text(open + 1..tokens.len());
+            return Some(format!("{before}{head}watermark = '{quoted}', {rest}"));
+        }
         let after = text(words[end].0..tokens.len());
         return Some(format!("{before}{after} WITH (watermark = '{quoted}')"));
     }
@@ -142,7 +149,7 @@ pub fn rewrite_streaming_clauses(tokens: &[TokenWithSpan]) -> Option<String> {
 
 /// A token as SQL text again. Tokens print quoted strings and identifiers without escaping
 /// the quotes inside them, so those are written here.
-fn token_text(token: &Token) -> String {
+pub(crate) fn token_text(token: &Token) -> String {
     match token {
         Token::SingleQuotedString(s) => format!("'{}'", s.replace('\'', "''")),
         Token::DoubleQuotedString(s) => format!("\"{}\"", s.replace('"', "\"\"")),

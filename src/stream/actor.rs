@@ -4,13 +4,14 @@
 //! forwards the barrier and acknowledges it to the coordinator.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures::FutureExt;
 use tokio::sync::mpsc;
 
 use super::align::{AlignedInputs, Event};
-use super::chunk::StreamChunk;
+use super::chunk::{Op, StreamChunk};
 use super::coordinator::ActorEvent;
 use super::message::{ActorId, Barrier, Message, NewOutput, Watermark};
 use super::operator::Operator;
@@ -35,6 +36,25 @@ pub struct Actor {
     /// The last watermark sent downstream per column, for outputs added later (after their
     /// backfill).
     pub watermarks: Vec<Watermark>,
+    /// A sink's own actor counts the changes it drops.
+    pub sink: Option<Arc<SinkCounter>>,
+    /// A source's actor: what it backfills new downstreams from.
+    pub source: Option<SourceRows>,
+}
+
+/// A source's rows so far, read again for a view created after they went by: a source keeps
+/// no rows, but reads its stream again from the start (`source::open`).
+pub struct SourceRows {
+    pub def: crate::catalog::SourceDef,
+    /// Rows the actor has passed on, from the stream's first.
+    pub seen: u64,
+}
+
+/// The changes a sink has received since the server started (`weir_catalog.sinks`).
+#[derive(Debug, Default)]
+pub struct SinkCounter {
+    pub inserts: AtomicU64,
+    pub deletes: AtomicU64,
 }
 
 impl Actor {
@@ -67,6 +87,9 @@ impl Actor {
         while let Some(event) = self.inputs.next().await {
             match event {
                 Event::Chunk { input, chunk } => {
+                    if let Some(source) = &mut self.source {
+                        source.seen += chunk.len() as u64;
+                    }
                     let chunks = self.root.on_chunk(input, chunk)?;
                     self.emit(chunks).await?;
                 }
@@ -103,6 +126,13 @@ impl Actor {
             }
             if let Some(m) = &mut self.materialize {
                 m.apply(&c)?;
+            }
+            if let Some(counter) = &self.sink {
+                let deletes = c.ops.iter().filter(|o| **o == Op::Delete).count() as u64;
+                counter.deletes.fetch_add(deletes, Ordering::Relaxed);
+                counter
+                    .inserts
+                    .fetch_add(c.len() as u64 - deletes, Ordering::Relaxed);
             }
             self.send(Message::Chunk(c)).await;
         }
@@ -149,6 +179,28 @@ impl Actor {
                 for (output, open) in new_outputs.iter().zip(open.iter_mut()) {
                     if *open && deliver(output, &message).await.is_err() {
                         *open = false;
+                    }
+                }
+            }
+            if let Some(source) = self.source.as_ref().filter(|_| open.iter().any(|o| *o)) {
+                // Batch by batch: a long stream is never held whole.
+                let mut reader = crate::source::open(&source.def, 0)?;
+                let mut read = 0;
+                while read < source.seen {
+                    let rows = (source.seen - read).min(self.chunk_rows_max as u64) as usize;
+                    let Some(batch) = reader.next_batch(rows)? else {
+                        return Err(Error::internal(format!(
+                            "source \"{}\" ended after {read} rows when read again, not {}",
+                            source.def.name, source.seen
+                        )));
+                    };
+                    read += batch.num_rows() as u64;
+                    let message =
+                        Message::Chunk(StreamChunk::new(vec![Op::Insert; batch.num_rows()], batch));
+                    for (output, open) in new_outputs.iter().zip(open.iter_mut()) {
+                        if *open && deliver(output, &message).await.is_err() {
+                            *open = false;
+                        }
                     }
                 }
             }

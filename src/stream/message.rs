@@ -76,8 +76,8 @@ pub struct Feed {
 /// What a feed has sent so far.
 #[derive(Debug, Default, Clone, Copy)]
 struct Fed {
-    /// Statements: the source's offset (its change-log records fed so far, replayed ones
-    /// included).
+    /// The source's offset: a table's change-log records fed so far (replayed ones included),
+    /// or a source's rows.
     statements: u64,
     /// The last watermark value sent.
     watermark: Option<i64>,
@@ -123,6 +123,30 @@ impl Feed {
             sent.watermark = Some(w.value);
         }
         sent.statements += 1;
+        Ok(())
+    }
+
+    /// Sends a source's rows (at most `FEED_ROWS_MAX`) and the watermark they advanced, with no
+    /// barrier in between; the offset counts rows. Fails when the actor is gone.
+    pub async fn send_rows(
+        &self,
+        chunk: StreamChunk,
+        watermark: Option<Watermark>,
+    ) -> Result<(), ()> {
+        let mut sent = self.lock.lock().await;
+        let rows = chunk.len() as u64;
+        self.sender
+            .send(Message::Chunk(chunk))
+            .await
+            .map_err(|_| ())?;
+        if let Some(w) = watermark {
+            self.sender
+                .send(Message::Watermark(w))
+                .await
+                .map_err(|_| ())?;
+            sent.watermark = Some(w.value);
+        }
+        sent.statements += rows;
         Ok(())
     }
 

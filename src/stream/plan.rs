@@ -793,6 +793,8 @@ pub fn build_actor(
         chunk_rows_max: ctx.chunk_rows_max,
         outputs: Vec::new(),
         watermarks: Vec::new(),
+        sink: None,
+        source: None,
     })
 }
 

@@ -20,7 +20,7 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::datatypes::TimestampMicrosecondType;
 
-use crate::catalog::TableDef;
+use crate::catalog::{TableDef, WatermarkDef};
 use crate::changelog::ChangeLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::chunk::{Op, StreamChunk};
@@ -206,27 +206,7 @@ impl TableWriter {
 
     /// Moves the watermark past the rows `chunk` inserts; returns it if it advanced.
     pub fn advance_watermark(&mut self, chunk: &StreamChunk) -> Option<Watermark> {
-        let def = self.def.watermark?;
-        let times = chunk
-            .data
-            .column(def.column)
-            .as_primitive_opt::<TimestampMicrosecondType>()?;
-        let newest = chunk
-            .ops
-            .iter()
-            .enumerate()
-            .filter(|(i, op)| **op == Op::Insert && times.is_valid(*i))
-            .map(|(i, _)| times.value(i))
-            .max()?;
-        let candidate = newest.saturating_sub(def.delay_us);
-        if self.watermark.is_some_and(|w| w >= candidate) {
-            return None;
-        }
-        self.watermark = Some(candidate);
-        Some(Watermark {
-            column: def.column,
-            value: candidate,
-        })
+        advance_watermark(self.def.watermark?, &mut self.watermark, chunk)
     }
 
     /// NOT NULL and varchar(n) limits.
@@ -258,6 +238,39 @@ impl TableWriter {
         }
         Ok(())
     }
+}
+
+/// Moves `current` (a relation's watermark under `def`) past the rows `chunk` inserts; returns
+/// the watermark if it advanced.
+pub fn advance_watermark(
+    def: WatermarkDef,
+    current: &mut Option<i64>,
+    chunk: &StreamChunk,
+) -> Option<Watermark> {
+    let times = chunk
+        .data
+        .column(def.column)
+        .as_primitive_opt::<TimestampMicrosecondType>()?;
+    let newest = if times.null_count() == 0 && chunk.ops.iter().all(|o| *o == Op::Insert) {
+        times.values().iter().copied().max()?
+    } else {
+        chunk
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(i, op)| **op == Op::Insert && times.is_valid(*i))
+            .map(|(i, _)| times.value(i))
+            .max()?
+    };
+    let candidate = newest.saturating_sub(def.delay_us);
+    if current.is_some_and(|w| w >= candidate) {
+        return None;
+    }
+    *current = Some(candidate);
+    Some(Watermark {
+        column: def.column,
+        value: candidate,
+    })
 }
 
 impl LatestRows {

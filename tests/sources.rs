@@ -1,0 +1,262 @@
+//! Sources and sinks: the Nexmark generator and CSV files feeding views, their offsets in
+//! checkpoints (a restart goes on from them and ends where an uninterrupted run ends), and
+//! the errors their DDL gives.
+
+mod common;
+
+use common::{text_rows, TestServer};
+
+/// Waits until every source has fed all its rows, then until the views have them.
+async fn drain(client: &tokio_postgres::Client) {
+    for _ in 0..6000 {
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE NOT done) AS running, \
+                 count(*) FILTER (WHERE error IS NOT NULL) AS failed FROM weir_catalog.sources",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>("failed"), 0, "a source failed");
+        if row.get::<_, i64>("running") == 0 {
+            client.batch_execute("FLUSH").await.unwrap();
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the sources did not end within 60 s");
+}
+
+fn nexmark(name: &str, stream: &str, extra: &str) -> String {
+    format!(
+        "CREATE SOURCE {name} WITH (connector = 'nexmark', stream = '{stream}', \
+         events = 60000{extra})"
+    )
+}
+
+const VIEWS: [(&str, &str); 3] = [
+    (
+        "totals",
+        "SELECT count(*) AS n, sum(price) AS s, min(date_time) AS lo, max(date_time) AS hi FROM {bid}",
+    ),
+    (
+        "by_auction",
+        "SELECT auction, count(*) AS n, max(price) AS top FROM {bid} GROUP BY auction",
+    ),
+    (
+        "sellers",
+        "SELECT a.seller, count(*) AS bids FROM {bid} b JOIN {auction} a ON b.auction = a.id \
+         GROUP BY a.seller",
+    ),
+];
+
+async fn create_views(client: &tokio_postgres::Client, suffix: &str) {
+    for (name, query) in VIEWS {
+        let query = query
+            .replace("{bid}", &format!("bid{suffix}"))
+            .replace("{auction}", &format!("auction{suffix}"));
+        client
+            .batch_execute(&format!(
+                "CREATE MATERIALIZED VIEW {name}{suffix} AS {query}"
+            ))
+            .await
+            .unwrap();
+    }
+}
+
+async fn contents(client: &tokio_postgres::Client, suffix: &str) -> Vec<Vec<String>> {
+    let mut all = Vec::new();
+    for (name, _) in VIEWS {
+        all.push(text_rows(client, &format!("SELECT * FROM {name}{suffix} ORDER BY 1")).await);
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_source_goes_on_from_its_checkpoint_and_ends_as_an_uninterrupted_one() {
+    let configure = |c: &mut weir::config::Config| {
+        c.checkpoint.interval_ms = 0;
+        c.streaming_parallelism = 2;
+    };
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    // Paced (20 000 events a second: 3 s in all) so that the checkpoint falls mid-stream.
+    client
+        .batch_execute(&format!(
+            "{}; {}",
+            nexmark("bid", "bid", ", events_per_second = 20000"),
+            nexmark("auction", "auction", ", events_per_second = 20000")
+        ))
+        .await
+        .unwrap();
+    create_views(&client, "").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    let id: i64 = client.query_one("CHECKPOINT", &[]).await.unwrap().get("id");
+    let root = server.dir.path().join("checkpoint-store");
+    let manifest = weir::checkpoint::manifest::Manifest::decode(
+        &std::fs::read(root.join(format!("checkpoints/{id:020}/manifest.json"))).unwrap(),
+    )
+    .unwrap();
+    let offsets: Vec<u64> = manifest.offsets.values().copied().collect();
+    assert!(
+        offsets.iter().all(|o| *o > 0 && *o < 55_200),
+        "the checkpoint falls mid-stream: offsets {offsets:?}"
+    );
+    drop(client);
+    let dir = server.stop_and_close().await;
+
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    drain(&client).await;
+    let restarted = contents(&client, "").await;
+    // The same streams, run start to end without a stop, in the same server.
+    client
+        .batch_execute(&format!(
+            "{}; {}",
+            nexmark("bid_ref", "bid", ""),
+            nexmark("auction_ref", "auction", "")
+        ))
+        .await
+        .unwrap();
+    create_views(&client, "_ref").await;
+    drain(&client).await;
+    let uninterrupted = contents(&client, "_ref").await;
+    assert!(restarted[0][0].starts_with("55200 "), "{:?}", restarted[0]);
+    for ((name, _), (got, want)) in VIEWS.iter().zip(restarted.iter().zip(&uninterrupted)) {
+        let differ: Vec<_> = got
+            .iter()
+            .zip(want)
+            .filter(|(g, w)| g != w)
+            .take(5)
+            .collect();
+        assert!(
+            got.len() == want.len() && differ.is_empty(),
+            "{name}: {} rows after the restart, {} uninterrupted; first differences {differ:?}",
+            got.len(),
+            want.len()
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_source_reads_csv_files_and_restarts_at_its_row() {
+    let server = TestServer::start_with(|c| c.checkpoint.interval_ms = 0).await;
+    let files = server.dir.path().join("input");
+    std::fs::create_dir(&files).unwrap();
+    std::fs::write(
+        files.join("part-0.csv"),
+        "1,2015-07-15 00:00:00.000,a\n2,2015-07-15 00:00:01.500,b\n",
+    )
+    .unwrap();
+    std::fs::write(files.join("part-1.csv"), "3,2015-07-15 00:00:02.000,c\n").unwrap();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE f (k bigint, ts timestamp, s text) \
+             WITH (connector = 'file', path = '{}', format = 'csv');
+             CREATE MATERIALIZED VIEW fv AS SELECT k, ts, s FROM f;",
+            files.display()
+        ))
+        .await
+        .unwrap();
+    drain(&client).await;
+    assert_eq!(
+        text_rows(&client, "SELECT * FROM fv ORDER BY k").await,
+        [
+            "1 2015-07-15 00:00:00 a",
+            "2 2015-07-15 00:00:01.5 b",
+            "3 2015-07-15 00:00:02 c"
+        ]
+    );
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    drop(client);
+    // Rows appended after the checkpoint are read after the restart, once.
+    std::fs::write(files.join("part-2.csv"), "4,2015-07-15 00:00:03.000,d\n").unwrap();
+    let dir = server.stop_and_close().await;
+    let server = TestServer::start_in(dir, |c| c.checkpoint.interval_ms = 0).await;
+    let client = server.connect().await;
+    drain(&client).await;
+    assert_eq!(
+        text_rows(&client, "SELECT k FROM fv ORDER BY k").await,
+        ["1", "2", "3", "4"]
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_and_sink_ddl_errors_are_clear() {
+    let server = TestServer::start().await;
+    let client = server.connect().await;
+    let code = |sql: &'static str| {
+        let client = &client;
+        async move {
+            let e = client.batch_execute(sql).await.unwrap_err();
+            let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
+            (db.code().code().to_string(), db.message().to_string())
+        }
+    };
+    client
+        .batch_execute(&nexmark("bid", "bid", ""))
+        .await
+        .unwrap();
+    let cases = [
+        ("SELECT * FROM bid", "0A000"),
+        ("INSERT INTO bid VALUES (1)", "42809"),
+        ("CREATE SOURCE x WITH (stream = 'bid')", "22023"),
+        ("CREATE SOURCE x WITH (connector = 'kafka')", "0A000"),
+        (
+            "CREATE SOURCE x WITH (connector = 'nexmark', stream = 'bids')",
+            "22023",
+        ),
+        (
+            "CREATE SOURCE x WITH (connector = 'nexmark', stream = 'bid', events = -1)",
+            "22023",
+        ),
+        (
+            "CREATE SOURCE x WITH (connector = 'nexmark', stream = 'bid', colour = 'red')",
+            "22023",
+        ),
+        (
+            "CREATE SOURCE x (a int) WITH (connector = 'nexmark', stream = 'bid')",
+            "42804",
+        ),
+        (
+            "CREATE SOURCE x (a int) WITH (connector = 'file', path = '/nonexistent/weir')",
+            "58P01",
+        ),
+        (
+            "CREATE SOURCE x WITH (connector = 'file', path = '/tmp')",
+            "22023",
+        ),
+        (
+            "CREATE SOURCE bid WITH (connector = 'nexmark', stream = 'bid')",
+            "42P07",
+        ),
+        (
+            "CREATE SINK s AS SELECT * FROM bid WITH (connector = 'kafka')",
+            "0A000",
+        ),
+        ("DROP SINK bid", "42809"),
+        ("DROP SOURCE nothing", "42P01"),
+    ];
+    for (sql, expected) in cases {
+        let (got, message) = code(sql).await;
+        assert_eq!(got, expected, "{sql}: {message}");
+    }
+    client
+        .batch_execute("CREATE SINK s FROM bid WITH (connector = 'blackhole')")
+        .await
+        .unwrap();
+    assert_eq!(code("SELECT * FROM s").await.0, "42P01");
+    assert_eq!(code("DROP SOURCE bid").await.0, "2BP01");
+    assert_eq!(code("DROP MATERIALIZED VIEW s").await.0, "42809");
+    client
+        .batch_execute("DROP SOURCE bid CASCADE")
+        .await
+        .unwrap();
+    assert_eq!(text_rows(&client, "SHOW SINKS").await, Vec::<String>::new());
+    // The server goes on.
+    assert_eq!(text_rows(&client, "SELECT 1").await, ["1"]);
+    server.stop().await;
+}
