@@ -759,7 +759,8 @@ impl Database {
         ])
     }
 
-    /// `weir_catalog.sources`: each source's connector, rows fed, and whether it has ended.
+    /// `weir_catalog.sources`: each source's connector, rows fed, whether it has ended, why it
+    /// stopped early, and whether something reads it (it produces only then).
     fn sources_batch(&self) -> Result<RecordBatch> {
         use std::sync::atomic::Ordering;
         let catalog = self.catalog();
@@ -781,6 +782,7 @@ impl Database {
                 h.progress.offset.load(Ordering::Acquire) as i64,
                 h.progress.done.load(Ordering::Acquire),
                 error,
+                h.running(),
             ));
         }
         let schema = Arc::new(Schema::new(vec![
@@ -789,6 +791,7 @@ impl Database {
             Field::new("rows", DataType::Int64, false),
             Field::new("done", DataType::Boolean, false),
             Field::new("error", DataType::Utf8, true),
+            Field::new("read", DataType::Boolean, false),
         ]));
         Ok(RecordBatch::try_new(
             schema,
@@ -802,6 +805,9 @@ impl Database {
                     rows.iter().map(|r| Some(r.3)),
                 )),
                 Arc::new(StringArray::from_iter(rows.iter().map(|r| r.4.as_deref()))),
+                Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
+                    rows.iter().map(|r| Some(r.5)),
+                )),
             ],
         )?)
     }

@@ -78,6 +78,11 @@ impl Handle {
     pub fn set_running(&self, running: bool) {
         self.running.send_replace(running);
     }
+
+    /// Whether something reads the source, so that it feeds rows until its stream ends.
+    pub fn running(&self) -> bool {
+        *self.running.borrow()
+    }
 }
 
 /// Starts the task that feeds `def`'s rows from `offset` on into `feed`, paused; `watermark`

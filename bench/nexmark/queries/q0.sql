@@ -1,0 +1,2 @@
+-- Passthrough: every bid.
+SELECT auction, bidder, price, date_time FROM bid
