@@ -328,6 +328,7 @@ impl Planner<'_> {
                 } else {
                     None
                 };
+                let append_only = self.append_only(&input, build);
                 Ok(PlanNode::Aggregate {
                     input: Box::new(input),
                     group_exprs,
@@ -335,6 +336,7 @@ impl Planner<'_> {
                     calls,
                     schema: Arc::new(output),
                     close_on,
+                    append_only,
                 })
             }
             LogicalPlan::Join(join) => self.join(join, build),
@@ -379,6 +381,30 @@ impl Planner<'_> {
                 "{} cannot be maintained incrementally",
                 other.display()
             ))),
+        }
+    }
+
+    /// Whether `node` only ever inserts: sources through filters, projections, inner joins and
+    /// unions. (Tables take deletes; aggregates, outer joins, Top-N and temporal filters
+    /// retract.)
+    fn append_only(&self, node: &PlanNode, build: &Build) -> bool {
+        match node {
+            PlanNode::Input(i) => matches!(
+                self.catalog.by_id(build.inputs[*i]),
+                Some(Object::Source(_))
+            ),
+            PlanNode::Project { input, .. } | PlanNode::Filter { input, .. } => {
+                self.append_only(input, build)
+            }
+            PlanNode::Join { left, right, spec } => {
+                spec.kind == JoinKind::Inner
+                    && self.append_only(left, build)
+                    && self.append_only(right, build)
+            }
+            PlanNode::Union { inputs, .. } => inputs.iter().all(|i| self.append_only(i, build)),
+            PlanNode::Aggregate { .. }
+            | PlanNode::TopN { .. }
+            | PlanNode::TemporalFilter { .. } => false,
         }
     }
 

@@ -63,6 +63,9 @@ pub enum PlanNode {
         schema: SchemaRef,
         /// EMIT ON WINDOW CLOSE on this grouping column (a window bound with a watermark).
         close_on: Option<usize>,
+        /// The input only ever inserts (it reads sources through filters, projections, inner
+        /// joins and unions): MIN and MAX keep just the extreme, not every value.
+        append_only: bool,
     },
     Join {
         left: Box<PlanNode>,
@@ -380,6 +383,7 @@ fn two_step(node: PlanNode) -> Result<PlanNode> {
             calls,
             schema,
             close_on,
+            append_only,
         } if group_exprs.is_empty()
             && close_on.is_none()
             // avg needs its sum and count carried apart; DISTINCT needs every value in one
@@ -388,7 +392,7 @@ fn two_step(node: PlanNode) -> Result<PlanNode> {
                 .iter()
                 .all(|c| !c.distinct && c.kind != AggKind::Avg) =>
         {
-            match partial_aggregate(*input, &calls)? {
+            match partial_aggregate(*input, &calls, append_only)? {
                 Ok(partial) => {
                     let finals = calls
                         .iter()
@@ -405,6 +409,8 @@ fn two_step(node: PlanNode) -> Result<PlanNode> {
                             filter: None,
                         })
                         .collect();
+                    // The partial step's results change: the final step's input is not
+                    // append-only.
                     PlanNode::Aggregate {
                         input: Box::new(partial),
                         group_exprs,
@@ -412,6 +418,7 @@ fn two_step(node: PlanNode) -> Result<PlanNode> {
                         calls: finals,
                         schema,
                         close_on,
+                        append_only: false,
                     }
                 }
                 Err(input) => PlanNode::Aggregate {
@@ -421,6 +428,7 @@ fn two_step(node: PlanNode) -> Result<PlanNode> {
                     calls,
                     schema,
                     close_on,
+                    append_only,
                 },
             }
         }
@@ -454,6 +462,7 @@ fn two_step(node: PlanNode) -> Result<PlanNode> {
 fn partial_aggregate(
     input: PlanNode,
     calls: &[AggCall],
+    append_only: bool,
 ) -> Result<std::result::Result<PlanNode, PlanNode>> {
     let (input, row_schema, calls) = match input {
         PlanNode::Project {
@@ -497,6 +506,7 @@ fn partial_aggregate(
         calls,
         schema: Arc::new(Schema::new(fields)),
         close_on: None,
+        append_only,
     }))
 }
 
@@ -722,6 +732,7 @@ impl PlanNode {
                 calls,
                 schema,
                 close_on,
+                append_only,
             } => PlanNode::Aggregate {
                 input: boxed(input)?,
                 group_exprs,
@@ -729,6 +740,7 @@ impl PlanNode {
                 calls,
                 schema,
                 close_on,
+                append_only,
             },
             PlanNode::Join { left, right, spec } => PlanNode::Join {
                 left: boxed(left)?,
@@ -826,6 +838,7 @@ fn build_node(
             calls,
             schema,
             close_on,
+            append_only,
         } => {
             let groups = next_table(tables);
             let extremes = next_table(tables);
@@ -838,6 +851,7 @@ fn build_node(
                 calls,
                 schema,
                 close_on,
+                append_only,
                 errors.clone(),
             )?;
             OpNode::unary(Box::new(agg), build_node(ctx, *input, tables, errors)?)

@@ -101,11 +101,27 @@ impl Values {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Acc {
-    Count { n: i64 },
-    Exact { n: i64, sum: i128 },
-    Float { n: i64, sum: f64 },
-    Extreme { n: i64 },
-    Bools { n: i64, trues: i64 },
+    Count {
+        n: i64,
+    },
+    Exact {
+        n: i64,
+        sum: i128,
+    },
+    Float {
+        n: i64,
+        sum: f64,
+    },
+    /// MIN/MAX: how many values; over an append-only input also the extreme itself (its
+    /// order-preserving bytes), the only value that can ever be the result.
+    Extreme {
+        n: i64,
+        best: Option<Vec<u8>>,
+    },
+    Bools {
+        n: i64,
+        trues: i64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -125,8 +141,11 @@ pub struct HashAgg {
     /// For MIN/MAX and DISTINCT calls, the codec of their argument's values.
     value_codecs: Vec<Option<RowCodec>>,
     groups: StateTable,
-    /// Per group and call, the multiset of values of MIN/MAX and DISTINCT calls.
+    /// Per group and call, the multiset of values of MIN/MAX (unless `append_only`) and
+    /// DISTINCT calls.
     values: StateTable,
+    /// The input only inserts: MIN and MAX keep their extreme in the group's state.
+    append_only: bool,
     cache: HashMap<Vec<u8>, GroupState>,
     dirty: HashSet<Vec<u8>>,
     global: bool,
@@ -155,6 +174,7 @@ impl HashAgg {
         calls: Vec<AggCall>,
         schema: SchemaRef,
         close_on: Option<usize>,
+        append_only: bool,
         errors: ErrorSink,
     ) -> Result<HashAgg> {
         let value_codecs = calls
@@ -186,6 +206,7 @@ impl HashAgg {
             value_codecs,
             groups: StateTable::new(store.clone(), groups_table),
             values: StateTable::new(store, values_table),
+            append_only,
             cache: HashMap::new(),
             dirty: HashSet::new(),
             global,
@@ -205,7 +226,7 @@ impl HashAgg {
                 .iter()
                 .map(|c| match (c.kind, &c.arg_type) {
                     (AggKind::Count, _) => Acc::Count { n: 0 },
-                    (AggKind::Min | AggKind::Max, _) => Acc::Extreme { n: 0 },
+                    (AggKind::Min | AggKind::Max, _) => Acc::Extreme { n: 0, best: None },
                     (AggKind::BoolAnd | AggKind::BoolOr, _) => Acc::Bools { n: 0, trues: 0 },
                     (_, t) if is_float(t) => Acc::Float { n: 0, sum: 0.0 },
                     _ => Acc::Exact { n: 0, sum: 0 },
@@ -353,7 +374,7 @@ impl HashAgg {
                 _,
                 Acc::Exact { n: 0, .. }
                 | Acc::Float { n: 0, .. }
-                | Acc::Extreme { n: 0 }
+                | Acc::Extreme { n: 0, .. }
                 | Acc::Bools { n: 0, .. },
             ) => Ok(null()?),
             (AggKind::BoolAnd, Acc::Bools { n, trues }) => {
@@ -377,6 +398,16 @@ impl HashAgg {
                 }
                 (_, t) => float_scalar(*sum as f64 / *n as f64, t),
             },
+            (
+                AggKind::Min | AggKind::Max,
+                Acc::Extreme {
+                    best: Some(best), ..
+                },
+            ) => {
+                let codec = self.value_codecs[idx].as_ref().expect("codec");
+                let arrays = codec.decode([best.as_slice()])?;
+                Ok(ScalarValue::try_from_array(&arrays[0], 0)?)
+            }
             (AggKind::Min | AggKind::Max, Acc::Extreme { .. }) => {
                 let mut prefix = key.to_vec();
                 prefix.push(idx as u8);
@@ -467,6 +498,7 @@ impl Operator for HashAgg {
         for (i, (call, array)) in self.calls.iter().zip(args).enumerate() {
             values.push(self.read_values(call, array, self.value_codecs[i].as_ref())?);
         }
+        let call_kinds: Vec<AggKind> = self.calls.iter().map(|c| c.kind).collect();
         for (row, (key, op)) in keys.iter().zip(&chunk.ops).enumerate() {
             if late[row] {
                 self.late_rows += 1;
@@ -497,6 +529,8 @@ impl Operator for HashAgg {
                 }
             }
             let mut extreme_updates: Vec<(Vec<u8>, i64)> = Vec::new();
+            let append_only = self.append_only;
+            let kinds: &[AggKind] = &call_kinds;
             let state = self.load(key)?;
             state.rows += w;
             for (idx, (acc, vals)) in state.accs.iter_mut().zip(&values).enumerate() {
@@ -532,7 +566,23 @@ impl Operator for HashAgg {
                             *sum += v.value(row) * w as f64;
                         }
                     }
-                    (Acc::Extreme { n }, Values::Ordered(a, bytes)) => {
+                    (Acc::Extreme { n, best }, Values::Ordered(a, bytes)) if append_only => {
+                        if a.is_valid(row) {
+                            // Nothing is ever retracted: only the extreme can be the result.
+                            assert!(w > 0, "an append-only input retracted a row");
+                            *n += w;
+                            let v = &bytes[row];
+                            let better = match best {
+                                None => true,
+                                Some(b) if kinds[idx] == AggKind::Min => v < b,
+                                Some(b) => v > b,
+                            };
+                            if better {
+                                *best = Some(v.clone());
+                            }
+                        }
+                    }
+                    (Acc::Extreme { n, .. }, Values::Ordered(a, bytes)) => {
                         if a.is_valid(row) {
                             *n += w;
                             let mut k = key.clone();
@@ -778,9 +828,15 @@ fn encode_state(s: &GroupState) -> Vec<u8> {
                 out.extend_from_slice(&n.to_le_bytes());
                 out.extend_from_slice(&sum.to_le_bytes());
             }
-            Acc::Extreme { n } => {
+            Acc::Extreme { n, best: None } => {
                 out.push(3);
                 out.extend_from_slice(&n.to_le_bytes());
+            }
+            Acc::Extreme { n, best: Some(v) } => {
+                out.push(5);
+                out.extend_from_slice(&n.to_le_bytes());
+                out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                out.extend_from_slice(v);
             }
             Acc::Bools { n, trues } => {
                 out.push(4);
@@ -834,7 +890,18 @@ fn decode_state(bytes: &[u8]) -> Result<GroupState> {
                 n: r.i64()?,
                 sum: f64::from_le_bytes(r.take(8)?.try_into().map_err(|_| corrupt())?),
             },
-            3 => Acc::Extreme { n: r.i64()? },
+            3 => Acc::Extreme {
+                n: r.i64()?,
+                best: None,
+            },
+            5 => {
+                let n = r.i64()?;
+                let len = u32::from_le_bytes(r.take(4)?.try_into().map_err(|_| corrupt())?);
+                Acc::Extreme {
+                    n,
+                    best: Some(r.take(len as usize)?.to_vec()),
+                }
+            }
             4 => Acc::Bools {
                 n: r.i64()?,
                 trues: r.i64()?,
@@ -870,6 +937,10 @@ mod tests {
     /// `SELECT g, count(*), count(v), sum(v), min(v), max(v), avg(v) FROM t [GROUP BY g]` over
     /// a table t(g int, v bigint).
     fn harness(grouped: bool) -> Harness {
+        harness_with(grouped, false)
+    }
+
+    fn harness_with(grouped: bool, append_only: bool) -> Harness {
         let epochs = Epochs::new();
         let input = schema(&[("g", DataType::Int32), ("v", DataType::Int64)]);
         let v = col("v", &input).unwrap();
@@ -915,6 +986,7 @@ mod tests {
             calls,
             schema(&cols),
             None,
+            append_only,
             ErrorSink::new("v"),
         )
         .unwrap();
@@ -951,6 +1023,38 @@ mod tests {
             h.epoch("+ 1 4").await,
             "+ 1 2 2 9 4 5 4.5\n- 1 1 1 5 5 5 5.0"
         );
+    }
+
+    #[tokio::test]
+    async fn over_an_append_only_input_min_and_max_keep_only_the_extreme() {
+        let mut kept = harness(true);
+        let mut append_only = harness_with(true, true);
+        let epochs = [
+            "+ 1 5\n+ 1 3\n+ 1 9\n+ 2 7",
+            "+ 1 2\n+ 2 8\n+ 1 4",
+            "+ 1 10\n+ 3 -1",
+        ];
+        for (i, changes) in epochs.iter().enumerate() {
+            if i == 2 {
+                // The extremes come back from RocksDB with the groups' state.
+                append_only.agg.cache.clear();
+            }
+            assert_eq!(
+                append_only.epoch(changes).await,
+                kept.epoch(changes).await,
+                "{changes}"
+            );
+        }
+        let mut values = 0;
+        append_only
+            .agg
+            .values
+            .scan(&[], false, &mut |_, _| {
+                values += 1;
+                true
+            })
+            .unwrap();
+        assert_eq!(values, 0, "no value multiset is kept");
     }
 
     #[tokio::test]
@@ -1015,6 +1119,7 @@ mod tests {
             ],
             schema(&[("w", ts), ("c", DataType::Int64), ("lo", DataType::Int64)]),
             Some(0),
+            false,
             ErrorSink::new("v"),
         )
         .unwrap();
@@ -1093,7 +1198,11 @@ mod tests {
                 Acc::Count { n: 3 },
                 Acc::Exact { n: 2, sum: -5 },
                 Acc::Float { n: 1, sum: 1.5 },
-                Acc::Extreme { n: 2 },
+                Acc::Extreme { n: 2, best: None },
+                Acc::Extreme {
+                    n: 1,
+                    best: Some(vec![7, 0, 1]),
+                },
             ],
             emitted: Some(vec![1, 2, 3]),
         };
