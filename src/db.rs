@@ -189,7 +189,9 @@ impl Database {
             .filter(|o| {
                 let broken = match o {
                     Object::Table(t) => failed.contains(&t.id),
-                    Object::Source(src) => failed.contains(&src.id),
+                    // A source keeps no state: its offset at the barrier is right even if
+                    // its actor had failed, and its views were restored with that offset.
+                    Object::Source(_) => false,
                     Object::View(v) => std::iter::once(&v.id)
                         .chain(&v.workers)
                         .any(|a| failed.contains(a)),
@@ -1004,9 +1006,19 @@ impl Database {
         actor.spawn();
         let epoch = self
             .barriers
-            .inject(None, vec![def.id], vec![(def.id, feed)])
+            .inject(None, vec![def.id], vec![(def.id, feed.clone())])
             .await?;
         self.barriers.wait_sealed(epoch).await?;
+        // A restored source's watermark first, as a restored table's: the views restored with
+        // it lost theirs with the process, and rows late for it must stay late.
+        if let (Some(w), Some(value)) = (def.watermark, watermark) {
+            feed.send_watermark(crate::stream::message::Watermark {
+                column: w.column,
+                value,
+            })
+            .await
+            .map_err(|_| Error::internal("source actor stopped during start"))?;
+        }
         self.sources
             .lock()
             .unwrap_or_else(|p| p.into_inner())
