@@ -1285,13 +1285,7 @@ impl Database {
                 ast::SqlOption::KeyValue { key, value }
                     if key.value.eq_ignore_ascii_case("connector") =>
                 {
-                    connector = Some(match value {
-                        ast::Expr::Value(v) => match &v.value {
-                            ast::Value::SingleQuotedString(s) => s.clone(),
-                            other => other.to_string(),
-                        },
-                        other => other.to_string(),
-                    });
+                    connector = Some(ddl::option_text(value));
                     false
                 }
                 _ => true,

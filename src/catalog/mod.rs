@@ -43,16 +43,21 @@ pub struct WatermarkDef {
     pub delay_us: i64,
 }
 
+/// The Arrow schema of declared columns. Every field is nullable: NOT NULL is enforced where
+/// rows come in (a table's write path reports it as PostgreSQL does, SQLSTATE 23502).
+fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {
+    Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|c| Field::new(&c.name, c.ty.to_arrow(), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
 impl TableDef {
-    /// The table's Arrow schema. Every field is nullable: NOT NULL is enforced by the table's
-    /// write path, which reports it as PostgreSQL does (SQLSTATE 23502).
+    /// The table's Arrow schema (`columns_schema`).
     pub fn schema(&self) -> SchemaRef {
-        Arc::new(Schema::new(
-            self.columns
-                .iter()
-                .map(|c| Field::new(&c.name, c.ty.to_arrow(), true))
-                .collect::<Vec<_>>(),
-        ))
+        columns_schema(&self.columns)
     }
 }
 
@@ -143,12 +148,7 @@ pub enum Connector {
 
 impl SourceDef {
     pub fn schema(&self) -> SchemaRef {
-        Arc::new(Schema::new(
-            self.columns
-                .iter()
-                .map(|c| Field::new(&c.name, c.ty.to_arrow(), true))
-                .collect::<Vec<_>>(),
-        ))
+        columns_schema(&self.columns)
     }
 
     pub fn connector_name(&self) -> &'static str {

@@ -164,6 +164,19 @@ pub fn create_table(ct: &ast::CreateTable, id: ObjectId) -> Result<TableDef> {
     })
 }
 
+/// A `WITH` option's value as text: a string's contents, a number or boolean as written.
+pub fn option_text(value: &ast::Expr) -> String {
+    match value {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) => s.clone(),
+            ast::Value::Number(n, _) => n.to_string(),
+            ast::Value::Boolean(b) => b.to_string(),
+            _ => value.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
 /// Reads `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)`.
 /// A Nexmark source's columns are its stream's; written out, they must be those.
 pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
@@ -181,15 +194,7 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
                 "source option {option} is not supported"
             )));
         };
-        let text = match value {
-            ast::Expr::Value(v) => match &v.value {
-                ast::Value::SingleQuotedString(s) => s.clone(),
-                ast::Value::Number(n, _) => n.to_string(),
-                ast::Value::Boolean(b) => b.to_string(),
-                _ => value.to_string(),
-            },
-            other => other.to_string(),
-        };
+        let text = option_text(value);
         match ident_name(key).as_str() {
             "watermark" => watermark_text = Some(text),
             key => settings.push((key.to_string(), text)),

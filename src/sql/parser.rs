@@ -335,16 +335,9 @@ fn weir_statement(tokens: &[TokenWithSpan]) -> Option<Statement> {
 /// [WITH (options)]` as the materialized view statement it is read as:
 /// `CREATE MATERIALIZED VIEW name WITH (options) AS query`.
 fn rewrite_sink(sql: &str, tokens: &[TokenWithSpan]) -> Result<String> {
-    use crate::sql::windows::token_text;
-    let words: Vec<(usize, String)> = tokens
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
-        .map(|(i, t)| (i, t.token.to_string().to_uppercase()))
-        .collect();
-    let text = |range: std::ops::Range<usize>| -> String {
-        tokens[range].iter().map(|t| token_text(&t.token)).collect()
-    };
+    use crate::sql::windows::{token_text, tokens_text};
+    let words = crate::sql::windows::words(tokens);
+    let text = |range| tokens_text(tokens, range);
     let upper: Vec<&str> = words.iter().map(|(_, w)| w.as_str()).collect();
     let bad = |k: usize| match words.get(k) {
         Some((i, _)) => near(sql, &tokens[*i]),

@@ -91,15 +91,8 @@ pub fn rewrite_flink_tokens(tokens: &[TokenWithSpan]) -> Vec<TokenWithSpan> {
 /// `CREATE MATERIALIZED VIEW v AS ... EMIT ON WINDOW CLOSE` becomes
 /// `CREATE MATERIALIZED VIEW v WITH (emit_on_window_close = true) AS ...`.
 pub fn rewrite_streaming_clauses(tokens: &[TokenWithSpan]) -> Option<String> {
-    let words: Vec<(usize, String)> = tokens
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
-        .map(|(i, t)| (i, t.token.to_string().to_uppercase()))
-        .collect();
-    let text = |range: std::ops::Range<usize>| -> String {
-        tokens[range].iter().map(|t| token_text(&t.token)).collect()
-    };
+    let words = words(tokens);
+    let text = |range| tokens_text(tokens, range);
     let upper: Vec<&str> = words.iter().map(|(_, w)| w.as_str()).collect();
     if upper.len() > 3 && upper[..2] == ["CREATE", "TABLE"] {
         // `, WATERMARK FOR col AS expr` up to the column list's closing parenthesis.
@@ -145,6 +138,21 @@ pub fn rewrite_streaming_clauses(tokens: &[TokenWithSpan]) -> Option<String> {
         return Some(format!("{head} WITH (emit_on_window_close = true) {body}"));
     }
     None
+}
+
+/// The tokens that are not whitespace, upper-cased, with their positions in `tokens`.
+pub(crate) fn words(tokens: &[TokenWithSpan]) -> Vec<(usize, String)> {
+    tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
+        .map(|(i, t)| (i, t.token.to_string().to_uppercase()))
+        .collect()
+}
+
+/// The tokens in `range` as SQL text again.
+pub(crate) fn tokens_text(tokens: &[TokenWithSpan], range: std::ops::Range<usize>) -> String {
+    tokens[range].iter().map(|t| token_text(&t.token)).collect()
 }
 
 /// A token as SQL text again. Tokens print quoted strings and identifiers without escaping

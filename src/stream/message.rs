@@ -108,22 +108,8 @@ impl Feed {
         chunk: StreamChunk,
         watermark: Option<Watermark>,
     ) -> Result<(), ()> {
-        let mut sent = self.lock.lock().await;
-        for slice in chunk.slices(FEED_ROWS_MAX) {
-            self.sender
-                .send(Message::Chunk(slice))
-                .await
-                .map_err(|_| ())?;
-        }
-        if let Some(w) = watermark {
-            self.sender
-                .send(Message::Watermark(w))
-                .await
-                .map_err(|_| ())?;
-            sent.watermark = Some(w.value);
-        }
-        sent.statements += 1;
-        Ok(())
+        self.send_changes(chunk.slices(FEED_ROWS_MAX), watermark, 1)
+            .await
     }
 
     /// Sends a source's rows (at most `FEED_ROWS_MAX`) and the watermark they advanced, with no
@@ -133,12 +119,24 @@ impl Feed {
         chunk: StreamChunk,
         watermark: Option<Watermark>,
     ) -> Result<(), ()> {
-        let mut sent = self.lock.lock().await;
         let rows = chunk.len() as u64;
-        self.sender
-            .send(Message::Chunk(chunk))
-            .await
-            .map_err(|_| ())?;
+        self.send_changes([chunk], watermark, rows).await
+    }
+
+    /// Sends `chunks` and then `watermark` under the lock, and moves the offset by `advance`.
+    async fn send_changes(
+        &self,
+        chunks: impl IntoIterator<Item = StreamChunk>,
+        watermark: Option<Watermark>,
+        advance: u64,
+    ) -> Result<(), ()> {
+        let mut sent = self.lock.lock().await;
+        for chunk in chunks {
+            self.sender
+                .send(Message::Chunk(chunk))
+                .await
+                .map_err(|_| ())?;
+        }
         if let Some(w) = watermark {
             self.sender
                 .send(Message::Watermark(w))
@@ -146,7 +144,7 @@ impl Feed {
                 .map_err(|_| ())?;
             sent.watermark = Some(w.value);
         }
-        sent.statements += rows;
+        sent.statements += advance;
         Ok(())
     }
 
