@@ -117,7 +117,8 @@ async fn route(db: &Database, head: &str) -> Response {
             } else {
                 Kind::Manual
             };
-            match db.take_checkpoint(kind, label).await {
+            let base = query.split('&').any(|kv| kv == "base=true");
+            match db.take_checkpoint(kind, label, base).await {
                 Ok((id, epoch)) => {
                     Response::json(200, serde_json::json!({"id": id, "epoch": epoch}))
                 }
@@ -135,6 +136,7 @@ async fn route(db: &Database, head: &str) -> Response {
                                 "id": r.id,
                                 "epoch": r.epoch,
                                 "kind": r.kind.map(|k| k.as_str()),
+                                "mode": r.mode.map(|m| m.as_str()),
                                 "label": r.label,
                                 "status": r.status,
                                 "started_at_ms": r.started_at_ms,

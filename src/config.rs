@@ -61,6 +61,11 @@ pub struct CheckpointConfig {
     pub retained: usize,
     /// Upload only the SST files no retained checkpoint holds (false: every file, every time).
     pub incremental: bool,
+    /// Most delta checkpoints after a base one: a delta checkpoint uploads only the state's
+    /// writes since the previous checkpoint, and a restore ingests every delta since the base
+    /// (`docs/design/0003-checkpoints.md`, "Delta checkpoints"); 0 makes every checkpoint a
+    /// base one.
+    pub max_deltas: usize,
     /// How often the tables' new change-log records are shipped to the store, so that a
     /// restore from the store alone loses only what was acknowledged since; 0 ships none.
     pub ship_logs_ms: u64,
@@ -75,6 +80,7 @@ impl Default for CheckpointConfig {
             min_pause_ms: 1_000,
             retained: 2,
             incremental: true,
+            max_deltas: 1000,
             ship_logs_ms: 0,
         }
     }

@@ -377,8 +377,9 @@ impl Database {
         &self,
         kind: CheckpointKind,
         label: Option<String>,
+        base: bool,
     ) -> Result<(u64, u64)> {
-        self.checkpoints()?.trigger(kind, label).await
+        self.checkpoints()?.trigger(kind, label, base).await
     }
 
     /// The checkpoints of this run and those found in the store, newest first.
@@ -386,9 +387,12 @@ impl Database {
         Ok(self.checkpoints()?.records())
     }
 
-    /// CHECKPOINT: takes one now (after the one in flight) and answers with its id and epoch.
-    pub async fn checkpoint(&self) -> Result<Output> {
-        let (id, epoch) = self.take_checkpoint(CheckpointKind::Manual, None).await?;
+    /// CHECKPOINT [BASE]: takes one now (after the one in flight) and answers with its id and
+    /// epoch.
+    pub async fn checkpoint(&self, base: bool) -> Result<Output> {
+        let (id, epoch) = self
+            .take_checkpoint(CheckpointKind::Manual, None, base)
+            .await?;
         let schema = checkpoint_schema();
         let batch = RecordBatch::try_new(
             schema.clone(),
@@ -510,11 +514,24 @@ async fn restore_state(
         if rebuilding.exists() {
             std::fs::remove_dir_all(&rebuilding)?;
         }
-        let rebuilt = match restore::rebuild(storage, &m, &state_dir, &rebuilding).await {
-            Ok(rebuilt) => rebuilt,
+        let fetched = config.data_dir.join("deltas.restoring");
+        if fetched.exists() {
+            std::fs::remove_dir_all(&fetched)?;
+        }
+        let kept = crate::checkpoint::deltas_dir(&config.data_dir);
+        let fetch = async {
+            let mut rebuilt = restore::rebuild(storage, &m, &state_dir, &rebuilding).await?;
+            let deltas = restore::fetch_deltas(storage, &m, &kept, &fetched, &mut rebuilt).await?;
+            Ok::<_, Error>((rebuilt, deltas))
+        };
+        let (rebuilt, deltas) = match fetch.await {
+            Ok(fetched) => fetched,
             // A file whose bytes do not match the manifest: the next older checkpoint.
             Err(e) if e.kind == ErrorKind::DataCorruption => {
                 std::fs::remove_dir_all(&rebuilding)?;
+                if fetched.exists() {
+                    std::fs::remove_dir_all(&fetched)?;
+                }
                 recovery.damaged.push(restore::Damaged {
                     manifest: crate::checkpoint::ledger::manifest_object(m.id),
                     reason: e.message,
@@ -534,10 +551,16 @@ async fn restore_state(
                 m.id
             );
         }
+        let store = StateStore::open_restored(&state_dir, m.epoch, &deltas)?;
+        if fetched.exists() {
+            std::fs::remove_dir_all(&fetched)?;
+        }
         tracing::info!(
-            "restored checkpoint {} (epoch {}): {} files reused, {} downloaded ({} bytes)",
+            "restored checkpoint {} (epoch {}, {} deltas): {} files reused, {} downloaded \
+             ({} bytes)",
             m.id,
             m.epoch,
+            deltas.len(),
             rebuilt.files_reused,
             rebuilt.files_downloaded,
             rebuilt.bytes_downloaded
@@ -547,7 +570,7 @@ async fn restore_state(
         recovery.files_reused = rebuilt.files_reused;
         recovery.files_downloaded = rebuilt.files_downloaded;
         recovery.bytes_downloaded = rebuilt.bytes_downloaded;
-        return Ok((StateStore::open_restored(&state_dir, m.epoch)?, Some(m)));
+        return Ok((store, Some(m)));
     }
     // Without a checkpoint, every view is rebuilt from the tables' logs: exact only while
     // every log starts at record 0.
@@ -613,6 +636,7 @@ fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatc
             Field::new("id", DataType::Int64, false),
             Field::new("epoch", DataType::Int64, true),
             Field::new("kind", DataType::Utf8, true),
+            Field::new("mode", DataType::Utf8, true),
             Field::new("status", DataType::Utf8, false),
             started_at_field(),
             Field::new("duration_ms", DataType::Int64, false),
@@ -634,6 +658,9 @@ fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatc
                 )),
                 Arc::new(StringArray::from_iter(
                     records.iter().map(|r| r.kind.map(|k| k.as_str())),
+                )),
+                Arc::new(StringArray::from_iter(
+                    records.iter().map(|r| r.mode.map(|m| m.as_str())),
                 )),
                 Arc::new(StringArray::from_iter_values(
                     records.iter().map(|r| r.status.as_str()),

@@ -93,7 +93,7 @@ impl Session {
     ) -> Result<Output> {
         match &parsed.statement {
             Statement::Flush => self.db.flush().await,
-            Statement::Checkpoint => self.db.checkpoint().await,
+            Statement::Checkpoint { base } => self.db.checkpoint(*base).await,
             Statement::ShowCheckpoints => self.db.show_checkpoints(),
             Statement::ShowTables => self.db.show_tables(),
             Statement::ShowMaterializedViews => self.db.show_views(),
@@ -333,7 +333,7 @@ impl Session {
         let stmt = match &parsed.statement {
             Statement::Sql(s) => s,
             Statement::Flush => return Ok(none(None)),
-            Statement::Checkpoint => return Ok(none(Some(crate::db::checkpoint_schema()))),
+            Statement::Checkpoint { .. } => return Ok(none(Some(crate::db::checkpoint_schema()))),
             Statement::ShowCheckpoints => {
                 return Ok(none(rows_schema(self.db.show_checkpoints()?)))
             }

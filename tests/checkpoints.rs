@@ -36,6 +36,15 @@ async fn checkpoint(client: &tokio_postgres::Client) -> i64 {
     client.query_one("CHECKPOINT", &[]).await.unwrap().get("id")
 }
 
+/// A base checkpoint: a RocksDB image, whatever the deltas since the last one.
+async fn checkpoint_base(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one("CHECKPOINT BASE", &[])
+        .await
+        .unwrap()
+        .get("id")
+}
+
 /// Every object in the local store, relative to its root.
 fn objects(root: &Path) -> BTreeSet<String> {
     fn walk(dir: &Path, root: &Path, out: &mut BTreeSet<String>) {
@@ -64,7 +73,7 @@ fn named(root: &Path, ids: &[i64]) -> BTreeSet<String> {
     for id in ids {
         let m = manifest(root, *id);
         assert_eq!(m.id, *id as u64);
-        for f in &m.files {
+        for f in m.objects() {
             let size = std::fs::metadata(root.join(&f.object)).unwrap().len();
             assert_eq!(size, f.size, "{} has the size its manifest says", f.object);
             out.insert(f.object.clone());
@@ -143,11 +152,11 @@ async fn checkpoints_upload_only_new_files_and_expire_what_nothing_names() {
     );
     assert_eq!(objects(&root), named(&root, &[1, 2]));
 
-    // Compaction rewrites every file: the next checkpoint uploads the new ones, and the
+    // Compaction rewrites every file: the next base checkpoint uploads the new ones, and the
     // first checkpoint expires with the files only it named.
     let first_files = named(&root, &[1]);
     server.db.compact_state().await.unwrap();
-    assert_eq!(checkpoint(&client).await, 3);
+    assert_eq!(checkpoint_base(&client).await, 3);
     let after = shown(&client).await;
     assert_eq!(after[2].1, "expired");
     assert!(!root
@@ -395,7 +404,7 @@ async fn named_in(store: &Storage, ids: &[i64]) -> BTreeSet<String> {
         let name = format!("checkpoints/{id:020}/manifest.json");
         let m = Manifest::decode(&store.get(&name).await.unwrap()).unwrap();
         assert_eq!(m.id, *id as u64);
-        for f in &m.files {
+        for f in m.objects() {
             assert_eq!(sizes.get(&f.object), Some(&f.size), "{}", f.object);
             out.insert(f.object.clone());
         }
@@ -456,9 +465,10 @@ async fn checkpoints_go_to_an_s3_compatible_store() {
     assert!(everything.iter().all(|o| o.starts_with("cluster-a/")));
     assert_eq!(everything.len(), listed(&store).await.len());
 
-    // Compaction, a third checkpoint: the first expires and its own files leave the bucket.
+    // Compaction, a third checkpoint (a base one): the first expires and its own files
+    // leave the bucket.
     server.db.compact_state().await.unwrap();
-    assert_eq!(checkpoint(&client).await, 3);
+    assert_eq!(checkpoint_base(&client).await, 3);
     assert_eq!(listed(&store).await, named_in(&store, &[2, 3]).await);
 
     // A restart adopts the bucket's checkpoints; ids continue.
@@ -588,6 +598,165 @@ async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it(
     server.stop().await;
 }
 
+/// The modes of the checkpoints `weir_catalog.checkpoints` shows, oldest first.
+async fn modes(client: &tokio_postgres::Client) -> Vec<String> {
+    client
+        .query("SELECT mode FROM weir_catalog.checkpoints ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_checkpoints_restore_exactly_and_a_base_one_comes_after_max_deltas() {
+    let configure = |c: &mut weir::config::Config| {
+        c.checkpoint.interval_ms = 0;
+        c.checkpoint.max_deltas = 3;
+        c.streaming_parallelism = 2;
+    };
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g int, v int, p text);
+             CREATE MATERIALIZED VIEW by_g AS
+               SELECT g, count(*) AS n, sum(v) AS s, max(v) AS top FROM t GROUP BY g;
+             CREATE MATERIALIZED VIEW odd AS SELECT id, p FROM t WHERE v % 2 = 1;
+             CREATE MATERIALIZED VIEW dropped AS SELECT g, min(v) AS lo FROM t GROUP BY g;
+             INSERT INTO t SELECT value, value % 17, value % 101, md5(value::text)
+             FROM generate_series(1, 20000);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 1);
+    // Each round inserts, updates (a key's value changed in several checkpoints) and
+    // deletes (keys the base holds), then checkpoints.
+    let round = |i: i64| {
+        format!(
+            "INSERT INTO t SELECT value, value % 17, value % 7, 'r{i}' \
+               FROM generate_series({lo}, {hi});
+             UPDATE t SET v = v + {i} WHERE id % 97 = {i};
+             DELETE FROM t WHERE id % 89 = {i};",
+            lo = 100_000 * i,
+            hi = 100_000 * i + 100
+        )
+    };
+    for i in 1..=4 {
+        client.batch_execute(&round(i)).await.unwrap();
+        assert_eq!(checkpoint(&client).await, i + 1);
+    }
+    assert_eq!(
+        modes(&client).await,
+        ["base", "delta", "delta", "delta", "base"]
+    );
+    let (_, _, uploaded, reused, up, referenced) = shown(&client).await[1].clone();
+    assert_eq!(uploaded, 1, "a delta checkpoint uploads one file");
+    assert!(reused > 0 && up * 10 < referenced, "{up} of {referenced}");
+    // A dropped view's state: the next checkpoint is a base one.
+    client.batch_execute(&round(5)).await.unwrap();
+    assert_eq!(checkpoint(&client).await, 6);
+    client
+        .batch_execute("DROP MATERIALIZED VIEW dropped")
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 7);
+    client.batch_execute(&round(6)).await.unwrap();
+    assert_eq!(checkpoint(&client).await, 8);
+    client.batch_execute(&round(7)).await.unwrap();
+    assert_eq!(checkpoint(&client).await, 9);
+    let all = modes(&client).await;
+    assert_eq!(all[5..], ["delta", "base", "delta", "delta"]);
+    // Changes after the last checkpoint, replayed from the log.
+    client.batch_execute(&round(8)).await.unwrap();
+    client.batch_execute("FLUSH").await.unwrap();
+    let checks = [
+        (
+            "SELECT * FROM by_g ORDER BY g",
+            "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS top FROM t GROUP BY g ORDER BY g",
+        ),
+        (
+            "SELECT * FROM odd ORDER BY id",
+            "SELECT id, p FROM t WHERE v % 2 = 1 ORDER BY id",
+        ),
+    ];
+    let mut before = Vec::new();
+    for (view, query) in checks {
+        let rows = text_rows(&client, view).await;
+        assert_eq!(rows, text_rows(&client, query).await, "{view}");
+        before.push(rows);
+    }
+    let root = server.dir.path().join("checkpoint-store");
+    assert_eq!(manifest(&root, 9).deltas.len(), 2);
+    assert_eq!(objects(&root), named(&root, &[8, 9]));
+    drop(client);
+    let dir = server.stop_and_close().await;
+
+    // Restored from checkpoint 9: its base (7) and two deltas, kept on the local disk; then
+    // without the state or the local deltas, every delta downloaded.
+    let kept = dir.path().join("checkpoints").join("deltas");
+    assert_eq!(std::fs::read_dir(&kept).unwrap().count(), 2);
+    let mut dir = dir;
+    let mut counts = Vec::new();
+    for wipe in [false, true] {
+        if wipe {
+            std::fs::remove_dir_all(dir.path().join("state")).unwrap();
+            std::fs::remove_dir_all(&kept).unwrap();
+        }
+        let server = TestServer::start_in(dir, configure).await;
+        let client = server.connect().await;
+        for ((view, _), rows) in checks.iter().zip(&before) {
+            assert_eq!(
+                &text_rows(&client, view).await,
+                rows,
+                "{view}, wiped: {wipe}"
+            );
+        }
+        let row = client
+            .query_one(
+                "SELECT files_reused, files_downloaded FROM weir_catalog.recoveries \
+                 ORDER BY started_at DESC LIMIT 1",
+                &[],
+            )
+            .await
+            .unwrap();
+        counts.push((row.get::<_, i64>(0), row.get::<_, i64>(1)));
+
+        drop(client);
+        dir = server.stop_and_close().await;
+    }
+    // (reused, downloaded): the kept deltas and the base's SSTs reused, then none of them.
+    let (kept_reused, kept_downloaded) = counts[0];
+    let (wiped_reused, wiped_downloaded) = counts[1];
+    assert!(kept_reused >= 2, "{counts:?}");
+    assert_eq!(wiped_reused, 0, "{counts:?}");
+    assert!(wiped_downloaded >= kept_downloaded + 2, "{counts:?}");
+    // And the chain goes on from the restored checkpoint.
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    client.batch_execute(&round(9)).await.unwrap();
+    let id = checkpoint(&client).await;
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        modes(&client).await.last().map(String::as_str),
+        Some("delta")
+    );
+    assert_eq!(manifest(&root_of(&server), id).deltas.len(), 3);
+    for (view, query) in checks {
+        assert_eq!(
+            text_rows(&client, view).await,
+            text_rows(&client, query).await,
+            "{view}"
+        );
+    }
+    server.stop().await;
+}
+
+fn root_of(server: &TestServer) -> std::path::PathBuf {
+    server.dir.path().join("checkpoint-store")
+}
+
 /// `weir_catalog.recoveries`, newest first: (checkpoint_id, damaged, records_replayed).
 async fn recoveries(client: &tokio_postgres::Client) -> Vec<(Option<i64>, Option<String>, i64)> {
     client
@@ -636,15 +805,14 @@ async fn a_damaged_checkpoint_is_skipped_and_none_whole_refuses_to_start() {
     drop(client);
     let dir = server.stop_and_close().await;
 
-    // Truncate an SST only checkpoint 2 names: checkpoint 1 is restored and both logs'
-    // records after its offsets are replayed.
+    // Truncate the SST only checkpoint 2 names (its delta): checkpoint 1 is restored and both
+    // logs' records after its offsets are replayed.
     let root = dir.path().join("checkpoint-store");
     let first = manifest(&root, 1);
     let second = manifest(&root, 2);
     let only_2 = second
-        .files
-        .iter()
-        .find(|f| f.local.ends_with(".sst") && !first.files.iter().any(|o| o.object == f.object))
+        .objects()
+        .find(|f| f.local.ends_with(".sst") && !first.objects().any(|o| o.object == f.object))
         .expect("checkpoint 2 uploaded an SST");
     let path = root.join(&only_2.object);
     std::fs::OpenOptions::new()

@@ -34,7 +34,16 @@ pub struct FileRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completed {
     pub id: u64,
+    /// The files of its RocksDB checkpoint (of its base, for a delta checkpoint).
     pub files: Vec<FileRef>,
+    /// The deltas since its base, oldest first.
+    pub deltas: Vec<FileRef>,
+}
+
+impl Completed {
+    pub fn objects(&self) -> impl Iterator<Item = &FileRef> {
+        self.files.iter().chain(&self.deltas)
+    }
 }
 
 /// What a checkpoint must do with each of its files.
@@ -79,6 +88,10 @@ pub struct Ledger {
     /// local names, byte for byte, so they are reused by name although another run uploaded
     /// them.
     restored: Option<u64>,
+    /// The checkpoint whose state the store's writes since are relative to: the last one
+    /// completed by this run, or the one it was restored from; none after a failure (the
+    /// writes it took are in no checkpoint). A delta checkpoint extends it.
+    extendable: Option<u64>,
 }
 
 impl Ledger {
@@ -90,12 +103,28 @@ impl Ledger {
             refs: BTreeMap::new(),
             orphans: BTreeSet::new(),
             restored: None,
+            extendable: None,
         }
     }
 
     /// Says that this run's RocksDB was restored from adopted checkpoint `id`.
     pub fn restored_from(&mut self, id: u64) {
         self.restored = Some(id);
+        self.extendable = Some(id);
+    }
+
+    /// The checkpoint a delta checkpoint may extend: the newest retained one, if the store's
+    /// writes since it were all kept (see `extendable`).
+    pub fn chain(&self) -> Option<&Completed> {
+        self.retained
+            .back()
+            .filter(|c| Some(c.id) == self.extendable)
+    }
+
+    /// The object and local file name of checkpoint `id`'s delta.
+    pub fn delta_names(&self, id: u64) -> (String, String) {
+        let local = format!("{}-delta-{id:020}.sst", self.run);
+        (format!("shared/{local}"), local)
     }
 
     /// The objects that retained checkpoints name, with how many name each.
@@ -149,7 +178,7 @@ impl Ledger {
     /// files are not reused by name (they are another run's), unless this run was restored
     /// from it (`restored_from`).
     pub fn adopt(&mut self, checkpoint: Completed) {
-        for f in &checkpoint.files {
+        for f in checkpoint.objects() {
             *self.refs.entry(f.object.clone()).or_default() += 1;
         }
         self.retained.push_back(checkpoint);
@@ -159,9 +188,10 @@ impl Ledger {
     /// beyond the retention limit expire, and the objects nobody names any more are returned
     /// for deletion (with those of failed checkpoints that this one does not name).
     pub fn complete(&mut self, checkpoint: Completed) -> Retired {
-        for f in &checkpoint.files {
+        for f in checkpoint.objects() {
             *self.refs.entry(f.object.clone()).or_default() += 1;
         }
+        self.extendable = Some(checkpoint.id);
         self.retained.push_back(checkpoint);
         let mut retired = Retired::default();
         let mut released = BTreeSet::new();
@@ -169,7 +199,7 @@ impl Ledger {
             let Some(old) = self.retained.pop_front() else {
                 break;
             };
-            for f in &old.files {
+            for f in old.objects() {
                 if let Some(n) = self.refs.get_mut(&f.object) {
                     *n -= 1;
                     if *n == 0 {
@@ -188,8 +218,10 @@ impl Ledger {
 
     /// Records a checkpoint that failed after uploading `uploaded`: nothing retained changes,
     /// and its objects are deleted at the next completion unless that one names them.
+    /// The next checkpoint is a base one: the writes this one took are in no checkpoint.
     pub fn fail(&mut self, uploaded: impl IntoIterator<Item = String>) {
         self.orphans.extend(uploaded);
+        self.extendable = None;
     }
 }
 
@@ -217,7 +249,11 @@ mod tests {
             size: f.size,
             crc32: f.size as u32,
         }));
-        let retired = ledger.complete(Completed { id, files: refs });
+        let retired = ledger.complete(Completed {
+            id,
+            files: refs,
+            deltas: vec![],
+        });
         let deleted = retired
             .delete
             .iter()
@@ -319,6 +355,7 @@ mod tests {
         let retired = ledger.complete(Completed {
             id: 4,
             files: plan.reuse.clone(),
+            deltas: vec![],
         });
         assert_eq!(retired.expired, [1]);
         assert_eq!(retired.delete, ["shared/old-1.sst", "shared/old-2.sst"]);
@@ -358,6 +395,75 @@ mod tests {
         }
         ledger.restored_from(1);
         assert!(ledger.plan(3, &[sst("1")], true).reuse.is_empty());
+    }
+
+    /// Completes delta checkpoint `id` over the chain: its base's files, the chain's deltas
+    /// and its own. Returns what completing it deleted.
+    fn delta(ledger: &mut Ledger, id: u64) -> Vec<String> {
+        let last = ledger.chain().expect("a chain to extend").clone();
+        let (object, local) = ledger.delta_names(id);
+        let mut deltas = last.deltas.clone();
+        deltas.push(FileRef {
+            object,
+            local,
+            size: 10,
+            crc32: 0,
+        });
+        ledger
+            .complete(Completed {
+                id,
+                files: last.files,
+                deltas,
+            })
+            .delete
+    }
+
+    #[test]
+    fn deltas_extend_the_last_checkpoint_and_go_when_no_retained_one_names_them() {
+        let mut ledger = Ledger::new("run", 2);
+        assert!(
+            ledger.chain().is_none(),
+            "the first checkpoint is a base one"
+        );
+        checkpoint(&mut ledger, 1, &["1", "2"]);
+        assert_eq!(delta(&mut ledger, 2), Vec::<String>::new());
+        // 1 expires, but 3 names its files through its base.
+        assert_eq!(delta(&mut ledger, 3), Vec::<String>::new());
+        assert_eq!(
+            ledger
+                .ref_counts()
+                .get("shared/run-delta-00000000000000000002.sst"),
+            Some(&2)
+        );
+        assert_eq!(ledger.ref_counts().get("shared/run-1.sst"), Some(&2));
+        // A base checkpoint after compaction (2 into 4): 2 expires; its delta is still named
+        // by 3, and file 2 too.
+        let (up, deleted) = checkpoint(&mut ledger, 4, &["1", "4"]);
+        assert_eq!(up, ["4"]);
+        assert!(deleted.is_empty(), "{deleted:?}");
+        // 3 expires: its deltas and file 2 go.
+        let (_, deleted) = checkpoint(&mut ledger, 5, &["1", "4"]);
+        assert_eq!(
+            deleted,
+            [
+                "2",
+                "delta-00000000000000000002",
+                "delta-00000000000000000003"
+            ]
+        );
+        // A failed checkpoint took writes no checkpoint holds: the next one is a base one.
+        ledger.fail(Vec::new());
+        assert!(ledger.chain().is_none());
+        checkpoint(&mut ledger, 7, &["1", "4"]);
+        assert_eq!(ledger.chain().map(|c| c.id), Some(7));
+        // Restored from the newest adopted checkpoint: the chain goes on from it.
+        let mut restored = Ledger::new("next", 2);
+        for c in ledger.retained() {
+            restored.adopt(c.clone());
+        }
+        assert!(restored.chain().is_none());
+        restored.restored_from(7);
+        assert_eq!(restored.chain().map(|c| c.id), Some(7));
     }
 
     #[test]
@@ -401,7 +507,11 @@ mod tests {
                     crc32: 0,
                 })
                 .collect();
-            let retired = ledger.complete(Completed { id, files: refs });
+            let retired = ledger.complete(Completed {
+                id,
+                files: refs,
+                deltas: vec![],
+            });
             if id == 2 {
                 // The first checkpoint expired with all its files.
                 assert_eq!(retired.expired, [1]);
@@ -429,7 +539,11 @@ mod tests {
             size: 16,
             crc32: 0,
         }];
-        ledger.complete(Completed { id: 1, files: refs });
+        ledger.complete(Completed {
+            id: 1,
+            files: refs,
+            deltas: vec![],
+        });
         let plan = ledger.plan(2, &files, true);
         assert!(plan.reuse.is_empty());
         assert_eq!(plan.upload[0].1, format!("{}/CURRENT", checkpoint_dir(2)));

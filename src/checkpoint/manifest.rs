@@ -9,7 +9,28 @@ use serde::{Deserialize, Serialize};
 use super::ledger::FileRef;
 use crate::error::{Error, ErrorKind, Result};
 
-pub const FORMAT: u32 = 1;
+/// 2: delta checkpoints (`mode`, `deltas`). Format 1 manifests are base checkpoints and
+/// read as such.
+pub const FORMAT: u32 = 2;
+
+/// A base checkpoint is a RocksDB checkpoint; a delta one names its base's files and the
+/// deltas written since (`docs/design/0003-checkpoints.md`, "Delta checkpoints").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Base,
+    Delta,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Base => "base",
+            Mode::Delta => "delta",
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -53,8 +74,15 @@ pub struct Manifest {
     pub run: String,
     /// Milliseconds since the Unix epoch.
     pub started_at_ms: i64,
-    /// Every file of the RocksDB checkpoint: reused and uploaded alike.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Every file of the RocksDB checkpoint: reused and uploaded alike. A delta checkpoint
+    /// names its base's.
     pub files: Vec<FileRef>,
+    /// The SST files of the writes since the base checkpoint, oldest first: a restore
+    /// ingests each over the ones before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deltas: Vec<FileRef>,
     pub files_uploaded: u64,
     pub bytes_uploaded: u64,
     /// Each table's offset at the epoch, by relation id: the records of its change log fed
@@ -75,8 +103,13 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Every object the checkpoint names: its base's files, then its deltas.
+    pub fn objects(&self) -> impl Iterator<Item = &FileRef> {
+        self.files.iter().chain(&self.deltas)
+    }
+
     pub fn bytes_referenced(&self) -> u64 {
-        self.files.iter().map(|f| f.size).sum()
+        self.objects().map(|f| f.size).sum()
     }
 
     pub fn encode(&self) -> Result<Vec<u8>> {
@@ -109,7 +142,7 @@ impl Manifest {
             return Err(damaged("checksum mismatch"));
         }
         let manifest: Manifest = serde_json::from_str(json).map_err(|e| damaged(&e.to_string()))?;
-        if manifest.format != FORMAT {
+        if !(1..=FORMAT).contains(&manifest.format) {
             return Err(damaged(&format!("unknown format {}", manifest.format)));
         }
         Ok(manifest)
@@ -129,11 +162,18 @@ mod tests {
             label: None,
             run: "00ff".into(),
             started_at_ms: 1,
+            mode: Mode::Delta,
             files: vec![FileRef {
                 object: "shared/00ff-000009.sst".into(),
                 local: "000009.sst".into(),
                 size: 1234,
                 crc32: 99,
+            }],
+            deltas: vec![FileRef {
+                object: "shared/00ff-delta-00000000000000000008.sst".into(),
+                local: "00ff-delta-00000000000000000008.sst".into(),
+                size: 12,
+                crc32: 7,
             }],
             files_uploaded: 1,
             bytes_uploaded: 1234,
@@ -158,5 +198,23 @@ mod tests {
         flipped[10] ^= 0x01;
         let err = Manifest::decode(&flipped).unwrap_err();
         assert_eq!(err.kind, ErrorKind::DataCorruption);
+    }
+
+    #[test]
+    fn a_format_1_manifest_reads_as_a_base_checkpoint() {
+        let mut m = manifest();
+        m.deltas.clear();
+        let mut json = serde_json::to_value(&m).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        fields.remove("mode");
+        fields.insert("format".into(), 1.into());
+        let text = serde_json::to_string(&json).unwrap();
+        let crc = crc32fast::hash(text.as_bytes());
+        let bytes = format!("{text}\ncrc32 {crc:08x}\n");
+        let read = Manifest::decode(bytes.as_bytes()).unwrap();
+        assert_eq!((read.format, read.mode), (1, Mode::Base));
+        assert!(read.deltas.is_empty());
+        m.format = 3;
+        assert!(Manifest::decode(&m.encode().unwrap()).is_err());
     }
 }

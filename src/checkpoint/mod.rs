@@ -31,12 +31,13 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use self::ledger::{manifest_object, Completed, FileRef, Ledger, LocalFile};
-use self::manifest::{Kind, Manifest, Timings, FORMAT};
+use self::manifest::{Kind, Manifest, Mode, Timings, FORMAT};
 use self::storage::Storage;
 use crate::config::CheckpointConfig;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::metrics::Metrics;
+use crate::state::{Delta, Image};
 use crate::stream::coordinator::BarrierClient;
 
 /// What `SHOW CHECKPOINTS` shows of one checkpoint.
@@ -46,6 +47,8 @@ pub struct Record {
     pub epoch: Option<u64>,
     /// Unknown only for a damaged checkpoint whose manifest does not decode.
     pub kind: Option<Kind>,
+    /// Known once the state's image is taken.
+    pub mode: Option<Mode>,
     pub label: Option<String>,
     /// `in progress`, `completed`, `expired` (no longer retained), `failed: <reason>`, or
     /// `damaged: <reason>` (found in the store at start, and not restorable).
@@ -65,9 +68,14 @@ pub type RetainedFiles = BTreeMap<String, (u64, Vec<u64>)>;
 /// How many checkpoints `SHOW CHECKPOINTS` remembers.
 const RECORDS_MAX: usize = 100;
 
+/// A delta checkpoint is taken only while its chain references at most this many times the
+/// state's size (`StateStore::size_bytes`); past it, a base checkpoint.
+const REFERENCED_MAX: u64 = 2;
+
 struct Trigger {
     kind: Kind,
     label: Option<String>,
+    base: bool,
     reply: oneshot::Sender<Result<(u64, u64)>>,
 }
 
@@ -88,12 +96,23 @@ pub type LogFloors = BTreeMap<u32, u64>;
 pub type Truncate = (LogFloors, oneshot::Sender<()>);
 
 impl CheckpointClient {
-    /// Takes a checkpoint after the one in flight, if any; returns its id and epoch once it is
-    /// complete, or why it failed.
-    pub async fn trigger(&self, kind: Kind, label: Option<String>) -> Result<(u64, u64)> {
+    /// Takes a checkpoint after the one in flight, if any (a base one with `base`); returns
+    /// its id and epoch once it is complete, or why it failed.
+    pub async fn trigger(
+        &self,
+        kind: Kind,
+        label: Option<String>,
+        base: bool,
+    ) -> Result<(u64, u64)> {
         let (reply, rx) = oneshot::channel();
+        let trigger = Trigger {
+            kind,
+            label,
+            base,
+            reply,
+        };
         self.triggers
-            .send(Trigger { kind, label, reply })
+            .send(trigger)
             .await
             .map_err(|_| Error::unavailable("the checkpointer has stopped"))?;
         rx.await
@@ -128,6 +147,9 @@ pub struct Checkpointer {
     run: String,
     next_id: u64,
     staging: PathBuf,
+    /// The deltas of retained checkpoints, as written and uploaded: a restart restores from
+    /// them without downloading them.
+    deltas: PathBuf,
     catalog_path: PathBuf,
     triggers: mpsc::Receiver<Trigger>,
     records: Arc<Mutex<Vec<Record>>>,
@@ -173,6 +195,7 @@ impl Checkpointer {
             ledger.adopt(Completed {
                 id: m.id,
                 files: m.files.clone(),
+                deltas: m.deltas.clone(),
             });
         }
         if let Some(id) = restored {
@@ -183,6 +206,8 @@ impl Checkpointer {
         if staging.exists() {
             std::fs::remove_dir_all(&staging)?;
         }
+        let deltas = deltas_dir(&data_dir);
+        sweep_deltas(&deltas, &existing)?;
         let (triggers, rx) = mpsc::channel(16);
         let mut found: Vec<Record> = existing
             .iter()
@@ -206,6 +231,7 @@ impl Checkpointer {
             run,
             next_id,
             staging,
+            deltas,
             catalog_path: data_dir.join("catalog.json"),
             triggers: rx,
             records,
@@ -243,13 +269,13 @@ impl Checkpointer {
                 trigger = self.triggers.recv() => {
                     let Some(t) = trigger else { return };
                     last_start = Instant::now();
-                    let result = self.checkpoint(t.kind, t.label).await;
+                    let result = self.checkpoint(t.kind, t.label, t.base).await;
                     last_end = Instant::now();
                     let _ = t.reply.send(result);
                 }
                 _ = periodic => {
                     last_start = Instant::now();
-                    if let Err(e) = self.checkpoint(Kind::Periodic, None).await {
+                    if let Err(e) = self.checkpoint(Kind::Periodic, None, false).await {
                         tracing::warn!("periodic checkpoint failed: {e}");
                     }
                     last_end = Instant::now();
@@ -259,7 +285,12 @@ impl Checkpointer {
     }
 
     /// Takes one checkpoint, start to finish; returns its id and epoch.
-    async fn checkpoint(&mut self, kind: Kind, label: Option<String>) -> Result<(u64, u64)> {
+    async fn checkpoint(
+        &mut self,
+        kind: Kind,
+        label: Option<String>,
+        base: bool,
+    ) -> Result<(u64, u64)> {
         let id = self.next_id;
         self.next_id += 1;
         let started_at_ms = chrono::Utc::now().timestamp_millis();
@@ -279,8 +310,7 @@ impl Checkpointer {
         let result = self
             .take(
                 id,
-                kind,
-                label,
+                (kind, label, base),
                 started_at_ms,
                 &dir,
                 &mut record,
@@ -323,6 +353,7 @@ impl Checkpointer {
                         left.push(object);
                     }
                 }
+                let _ = std::fs::remove_file(self.deltas.join(self.ledger.delta_names(id).1));
                 self.ledger.fail(left);
             }
         }
@@ -330,24 +361,41 @@ impl Checkpointer {
         result.map(|()| (id, record.epoch.unwrap_or_default()))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The checkpoint a delta checkpoint would extend now, if it may: asked for (not
+    /// `base`), incremental, fewer than `max_deltas` deltas since its base, and not more than
+    /// `REFERENCED_MAX` times the state's size referenced (each delta adds the changes of
+    /// its interval, including new values of keys the base or an older delta holds).
+    fn chain(&self, base: bool) -> Option<&Completed> {
+        if base || !self.config.incremental {
+            return None;
+        }
+        let last = self.ledger.chain()?;
+        let referenced: u64 = last.objects().map(|f| f.size).sum();
+        let state = self.barriers.state_bytes();
+        (last.deltas.len() < self.config.max_deltas && referenced <= REFERENCED_MAX * state)
+            .then_some(last)
+    }
+
     async fn take(
         &mut self,
         id: u64,
-        kind: Kind,
-        label: Option<String>,
+        (kind, label, base): (Kind, Option<String>, bool),
         started_at_ms: i64,
         dir: &std::path::Path,
         record: &mut Record,
         uploaded: &mut Vec<String>,
     ) -> Result<()> {
+        let chain = self.chain(base).cloned();
         let (catalog, snapshot) = {
             let _ddl = self.ddl.lock().await;
             let catalog = std::fs::read(&self.catalog_path)
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok())
                 .unwrap_or(serde_json::Value::Null);
-            let snapshot = self.barriers.checkpoint_barrier(dir.to_path_buf()).await?;
+            let snapshot = self
+                .barriers
+                .checkpoint_barrier(dir.to_path_buf(), chain.is_some())
+                .await?;
             (catalog, snapshot)
         };
         let taken = snapshot
@@ -366,16 +414,141 @@ impl Checkpointer {
         record.epoch = Some(taken.epoch);
         record.timings.align_ms = taken.align.as_millis() as u64;
         record.timings.snapshot_ms = taken.snapshot.as_millis() as u64;
+        record.mode = Some(match taken.image {
+            Image::Delta(_) => Mode::Delta,
+            Image::Files(_) => Mode::Base,
+        });
         self.set_record(record);
-        let files: Vec<LocalFile> = taken
-            .files
+        let upload_started = Instant::now();
+        failpoint::hit("checkpoint.before_upload");
+        let (mode, files, deltas) = match (taken.image, chain) {
+            (Image::Delta(delta), Some(chain)) => {
+                let mut deltas = chain.deltas.clone();
+                record.files_reused = (chain.files.len() + deltas.len()) as u64;
+                if let Some(file) = self.upload_delta(id, delta, record, uploaded).await? {
+                    deltas.push(file);
+                }
+                (Mode::Delta, chain.files, deltas)
+            }
+            (Image::Files(files), _) => {
+                let files = self.upload_files(id, dir, files, record, uploaded).await?;
+                (Mode::Base, files, Vec::new())
+            }
+            (Image::Delta(_), None) => {
+                return Err(Error::internal(
+                    "a delta taken without a checkpoint to extend",
+                ))
+            }
+        };
+        record.bytes_referenced = files.iter().chain(&deltas).map(|f| f.size).sum();
+        let mut manifest = Manifest {
+            format: FORMAT,
+            id,
+            epoch: taken.epoch,
+            kind,
+            label,
+            run: self.run.clone(),
+            started_at_ms,
+            mode,
+            files: files.clone(),
+            deltas: deltas.clone(),
+            files_uploaded: record.files_uploaded,
+            bytes_uploaded: record.bytes_uploaded,
+            offsets: taken.offsets.clone(),
+            watermarks: taken.watermarks.clone(),
+            failed_actors,
+            catalog,
+            timings: record.timings.clone(),
+        };
+        manifest.timings.upload_ms = upload_started.elapsed().as_millis() as u64;
+        failpoint::hit("checkpoint.before_manifest");
+        self.storage
+            .put(&manifest_object(id), Bytes::from(manifest.encode()?))
+            .await?;
+        failpoint::hit("checkpoint.after_manifest");
+        record.timings = manifest.timings.clone();
+        self.offsets.insert(id, taken.offsets.clone());
+        // The checkpoint exists. What expired goes: manifests first, so that a crash between
+        // these deletions leaves only objects no manifest names.
+        let retired = self.ledger.complete(Completed { id, files, deltas });
+        for expired in &retired.expired {
+            if let Err(e) = self.storage.delete(&manifest_object(*expired)).await {
+                tracing::warn!("cannot delete expired checkpoint {expired}: {e}");
+            }
+            let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(r) = records.iter_mut().find(|r| r.id == *expired) {
+                r.status = "expired".into();
+            }
+        }
+        for object in &retired.delete {
+            failpoint::hit("checkpoint.during_expiry");
+            if let Err(e) = self.storage.delete(object).await {
+                tracing::warn!("cannot delete {object}, left for the sweep at start: {e}");
+            }
+            if let Some(local) = object.strip_prefix("shared/") {
+                let _ = std::fs::remove_file(self.deltas.join(local));
+            }
+        }
+        self.publish_files();
+        self.truncate_logs().await;
+        Ok(())
+    }
+
+    /// Writes checkpoint `id`'s delta as an SST file beside the others and uploads it;
+    /// `None` when there were no writes.
+    async fn upload_delta(
+        &mut self,
+        id: u64,
+        delta: Delta,
+        record: &mut Record,
+        uploaded: &mut Vec<String>,
+    ) -> Result<Option<FileRef>> {
+        let (object, local) = self.ledger.delta_names(id);
+        std::fs::create_dir_all(&self.deltas)?;
+        let path = self.deltas.join(&local);
+        // Sorting the writes and encoding them run off the async threads.
+        let written = tokio::task::spawn_blocking(move || -> Result<Option<(Bytes, u32)>> {
+            if delta.write(&path)?.is_none() {
+                return Ok(None);
+            }
+            let bytes = std::fs::read(&path)?;
+            let crc32 = crc32fast::hash(&bytes);
+            Ok(Some((Bytes::from(bytes), crc32)))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("writing a delta: {e}")))??;
+        let Some((bytes, crc32)) = written else {
+            return Ok(None);
+        };
+        let size = bytes.len() as u64;
+        uploaded.push(object.clone());
+        self.storage.put(&object, bytes).await?;
+        record.files_uploaded += 1;
+        record.bytes_uploaded += size;
+        Ok(Some(FileRef {
+            object,
+            local,
+            size,
+            crc32,
+        }))
+    }
+
+    /// Uploads what the ledger says of a RocksDB checkpoint's `files` in `dir`; returns every
+    /// file the checkpoint names, reused and uploaded.
+    async fn upload_files(
+        &mut self,
+        id: u64,
+        dir: &std::path::Path,
+        files: Vec<(String, u64)>,
+        record: &mut Record,
+        uploaded: &mut Vec<String>,
+    ) -> Result<Vec<FileRef>> {
+        let files: Vec<LocalFile> = files
             .into_iter()
             .map(|(name, size)| LocalFile { name, size })
             .collect();
         let plan = self.ledger.plan(id, &files, self.config.incremental);
-        let upload_started = Instant::now();
         let mut refs = plan.reuse.clone();
-        failpoint::hit("checkpoint.before_upload");
         for (file, object) in &plan.upload {
             // Read and checksummed off the async threads: an SST can be hundreds of MB.
             let path = dir.join(&file.name);
@@ -400,55 +573,8 @@ impl Checkpointer {
             record.bytes_uploaded += file.size;
         }
         record.files_reused = plan.reuse.len() as u64;
-        record.bytes_referenced = refs.iter().map(|f| f.size).sum();
-        let mut manifest = Manifest {
-            format: FORMAT,
-            id,
-            epoch: taken.epoch,
-            kind,
-            label,
-            run: self.run.clone(),
-            started_at_ms,
-            files: refs.clone(),
-            files_uploaded: record.files_uploaded,
-            bytes_uploaded: record.bytes_uploaded,
-            offsets: taken.offsets.clone(),
-            watermarks: taken.watermarks.clone(),
-            failed_actors,
-            catalog,
-            timings: record.timings.clone(),
-        };
-        manifest.timings.upload_ms = upload_started.elapsed().as_millis() as u64;
-        failpoint::hit("checkpoint.before_manifest");
-        self.storage
-            .put(&manifest_object(id), Bytes::from(manifest.encode()?))
-            .await?;
-        failpoint::hit("checkpoint.after_manifest");
-        record.timings = manifest.timings.clone();
-        self.offsets.insert(id, taken.offsets.clone());
-        // The checkpoint exists. What expired goes: manifests first, so that a crash between
-        // these deletions leaves only objects no manifest names.
-        let retired = self.ledger.complete(Completed { id, files: refs });
-        for expired in &retired.expired {
-            if let Err(e) = self.storage.delete(&manifest_object(*expired)).await {
-                tracing::warn!("cannot delete expired checkpoint {expired}: {e}");
-            }
-            let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(r) = records.iter_mut().find(|r| r.id == *expired) {
-                r.status = "expired".into();
-            }
-        }
-        for object in &retired.delete {
-            failpoint::hit("checkpoint.during_expiry");
-            if let Err(e) = self.storage.delete(object).await {
-                tracing::warn!("cannot delete {object}, left for the sweep at start: {e}");
-            }
-        }
-        self.publish_files();
-        self.truncate_logs().await;
-        Ok(())
+        Ok(refs)
     }
-
     fn set_record(&self, record: &Record) {
         let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
         match records.iter_mut().find(|r| r.id == record.id) {
@@ -491,7 +617,7 @@ impl Checkpointer {
     fn publish_files(&self) {
         let mut files = RetainedFiles::new();
         for c in self.ledger.retained() {
-            for f in &c.files {
+            for f in c.objects() {
                 let entry = files
                     .entry(f.object.clone())
                     .or_insert((f.size, Vec::new()));
@@ -507,13 +633,17 @@ fn record_of(m: &Manifest, status: &str) -> Record {
         id: m.id,
         epoch: Some(m.epoch),
         kind: Some(m.kind),
+        mode: Some(m.mode),
         label: m.label.clone(),
         status: status.into(),
         started_at_ms: m.started_at_ms,
         duration_ms: m.timings.align_ms + m.timings.snapshot_ms + m.timings.upload_ms,
         timings: m.timings.clone(),
         files_uploaded: m.files_uploaded,
-        files_reused: m.files.len() as u64 - m.files_uploaded.min(m.files.len() as u64),
+        files_reused: {
+            let named = (m.files.len() + m.deltas.len()) as u64;
+            named - m.files_uploaded.min(named)
+        },
         bytes_uploaded: m.bytes_uploaded,
         bytes_referenced: m.bytes_referenced(),
     }
@@ -561,14 +691,14 @@ async fn load_manifests(
     Ok((usable, unusable))
 }
 
-/// Deletes what a crash left behind: objects of checkpoints that never got a manifest, and
-/// shared objects no manifest names. Runs before the first checkpoint of a run, when nothing
+/// Deletes what a crash left behind: objects of checkpoints that never got a manifest (and
+/// that no other manifest names), and shared objects no manifest names. Runs before the first checkpoint of a run, when nothing
 /// is in flight. If any manifest could not be read, shared objects are left alone: the
 /// damaged one may name them.
 async fn sweep(storage: &Storage, manifests: &[Manifest]) {
     let named: BTreeSet<&str> = manifests
         .iter()
-        .flat_map(|m| m.files.iter().map(|f| f.object.as_str()))
+        .flat_map(|m| m.objects().map(|f| f.object.as_str()))
         .collect();
     let Ok(all) = storage.list("").await else {
         return;
@@ -580,8 +710,11 @@ async fn sweep(storage: &Storage, manifests: &[Manifest]) {
     let readable = manifests.len() == with_manifest.len();
     for (name, _) in &all {
         let orphan = if let Some(rest) = name.strip_prefix("checkpoints/") {
+            // A delta checkpoint names its base's own files, also once the base expired.
             let dir = rest.split('/').next().unwrap_or_default();
             !with_manifest.contains(format!("checkpoints/{dir}").as_str())
+                && readable
+                && !named.contains(name.as_str())
         } else if name.starts_with("shared/") {
             readable && !named.contains(name.as_str())
         } else {
@@ -594,6 +727,31 @@ async fn sweep(storage: &Storage, manifests: &[Manifest]) {
             }
         }
     }
+}
+
+/// Where a data directory keeps the deltas of retained checkpoints.
+pub fn deltas_dir(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("checkpoints").join("deltas")
+}
+
+/// Removes the local deltas that no checkpoint in the store names (expired while the server
+/// was down, or written by a checkpoint that never completed).
+fn sweep_deltas(dir: &std::path::Path, manifests: &[Manifest]) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let named: BTreeSet<&str> = manifests
+        .iter()
+        .flat_map(|m| m.deltas.iter().map(|f| f.local.as_str()))
+        .collect();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !named.contains(name.to_string_lossy().as_ref()) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// A random id for this run of the server, so that its file names never meet another run's.

@@ -59,13 +59,16 @@ pub async fn find(storage: &Storage) -> Result<Found> {
         let bytes = storage.get(name).await?;
         let problem = match Manifest::decode(&bytes) {
             Err(e) => e.to_string(),
-            Ok(m) => match m.files.iter().find_map(|f| missing(f, &objects)) {
-                Some(reason) => reason,
-                None => {
-                    found.whole.push(m);
-                    continue;
+            Ok(m) => {
+                let problem = m.objects().find_map(|f| missing(f, &objects));
+                match problem {
+                    Some(reason) => reason,
+                    None => {
+                        found.whole.push(m);
+                        continue;
+                    }
                 }
-            },
+            }
         };
         found.damaged.push(Damaged {
             manifest: name.clone(),
@@ -114,27 +117,72 @@ pub async fn rebuild(
             done.files_reused += 1;
             continue;
         }
-        let bytes = storage.get(&file.object).await?;
-        if bytes.len() as u64 != file.size || crc32fast::hash(&bytes) != file.crc32 {
-            return Err(corrupt(format!(
-                "checkpoint {}: {} does not have the size and checksum its manifest records",
-                manifest.id, file.object
-            )));
-        }
-        let len = bytes.len() as u64;
-        tokio::task::spawn_blocking(move || -> Result<()> {
-            std::fs::write(&path, &bytes)?;
-            std::fs::File::open(&path)?.sync_all()?;
-            Ok(())
-        })
-        .await
-        .map_err(|e| Error::internal(format!("writing a restored file: {e}")))??;
+        done.bytes_downloaded += download(storage, manifest, file, &path).await?;
         done.files_downloaded += 1;
-        done.bytes_downloaded += len;
         failpoint::hit("recovery.during_download");
     }
     std::fs::File::open(target)?.sync_all()?;
     Ok(done)
+}
+
+/// The deltas of `manifest`, oldest first, as local files to ingest over its base: each is
+/// the copy in `kept` (the data directory's deltas) when that has the recorded size and
+/// checksum, and is downloaded into `target` (created) and checked otherwise.
+pub async fn fetch_deltas(
+    storage: &Storage,
+    manifest: &Manifest,
+    kept: &Path,
+    target: &Path,
+    done: &mut Rebuilt,
+) -> Result<Vec<std::path::PathBuf>> {
+    let mut paths = Vec::new();
+    for file in &manifest.deltas {
+        if file.local.contains('/') || file.local.starts_with('.') {
+            return Err(corrupt(format!(
+                "checkpoint {}: delta name \"{}\" is not a plain name",
+                manifest.id, file.local
+            )));
+        }
+        let local = kept.join(&file.local);
+        if local_matches(&local, file).await? {
+            done.files_reused += 1;
+            paths.push(local);
+            continue;
+        }
+        std::fs::create_dir_all(target)?;
+        let path = target.join(&file.local);
+        done.bytes_downloaded += download(storage, manifest, file, &path).await?;
+        done.files_downloaded += 1;
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// Downloads `file` of `manifest` to `path` after checking its size and checksum, and syncs
+/// it; returns its size.
+async fn download(
+    storage: &Storage,
+    manifest: &Manifest,
+    file: &FileRef,
+    path: &Path,
+) -> Result<u64> {
+    let bytes = storage.get(&file.object).await?;
+    if bytes.len() as u64 != file.size || crc32fast::hash(&bytes) != file.crc32 {
+        return Err(corrupt(format!(
+            "checkpoint {}: {} does not have the size and checksum its manifest records",
+            manifest.id, file.object
+        )));
+    }
+    let len = bytes.len() as u64;
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        std::fs::write(&path, &bytes)?;
+        std::fs::File::open(&path)?.sync_all()?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::internal(format!("writing a restored file: {e}")))??;
+    Ok(len)
 }
 
 /// Whether `path` exists with the size and checksum `file` records.
@@ -262,7 +310,9 @@ mod tests {
             label: None,
             run: "r".into(),
             started_at_ms: 0,
+            mode: crate::checkpoint::manifest::Mode::Base,
             files,
+            deltas: Vec::new(),
             files_uploaded: 0,
             bytes_uploaded: 0,
             offsets: BTreeMap::new(),

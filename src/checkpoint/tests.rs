@@ -17,7 +17,7 @@ use object_store::{
 };
 use tokio::sync::Semaphore;
 
-use super::manifest::Kind;
+use super::manifest::{Kind, Mode};
 use super::storage::Storage;
 use super::*;
 use crate::clock::ManualClock;
@@ -209,13 +209,21 @@ impl Setup {
         for id in ids {
             let m =
                 Manifest::decode(&self.storage.get(&manifest_object(*id)).await.unwrap()).unwrap();
-            for f in &m.files {
+            for f in m.objects() {
                 assert_eq!(sizes.get(&f.object), Some(&f.size), "{}", f.object);
                 out.insert(f.object.clone());
             }
             out.insert(manifest_object(*id));
         }
         out
+    }
+
+    fn mode(&self, id: u64) -> Option<Mode> {
+        let records = self.checkpoints.records();
+        records
+            .into_iter()
+            .find(|r| r.id == id)
+            .and_then(|r| r.mode)
     }
 
     fn status(&self, id: u64) -> String {
@@ -233,7 +241,11 @@ async fn failed_checkpoints_leave_the_last_one_whole_and_uploads_never_hold_the_
     let mut s = setup().await;
     s.write(5000).await;
     assert_eq!(
-        s.checkpoints.trigger(Kind::Manual, None).await.unwrap().0,
+        s.checkpoints
+            .trigger(Kind::Manual, None, false)
+            .await
+            .unwrap()
+            .0,
         1
     );
     assert_eq!(s.objects().await, s.named(&[1]).await);
@@ -241,16 +253,30 @@ async fn failed_checkpoints_leave_the_last_one_whole_and_uploads_never_hold_the_
     // A failing upload: the checkpoint fails, and what it uploaded is removed.
     s.write(100).await;
     *s.faulty.fail_on.lock().unwrap() = Some(".sst".into());
-    let err = s.checkpoints.trigger(Kind::Manual, None).await.unwrap_err();
+    let err = s
+        .checkpoints
+        .trigger(Kind::Manual, None, false)
+        .await
+        .unwrap_err();
     assert!(err.message.contains("injected failure"), "{}", err.message);
     assert!(s.status(2).starts_with("failed: "), "{}", s.status(2));
+    assert_eq!(s.mode(2), Some(Mode::Delta), "2 would have extended 1");
     assert_eq!(s.objects().await, s.named(&[1]).await);
 
     // A failed manifest write: every file went up, but the checkpoint does not exist.
     s.write(100).await;
     *s.faulty.fail_on.lock().unwrap() = Some("manifest.json".into());
-    assert!(s.checkpoints.trigger(Kind::Manual, None).await.is_err());
+    assert!(s
+        .checkpoints
+        .trigger(Kind::Manual, None, false)
+        .await
+        .is_err());
     assert!(s.storage.get(&manifest_object(3)).await.is_err());
+    assert_eq!(
+        s.mode(3),
+        Some(Mode::Base),
+        "2's writes are in no checkpoint: 3 is a base one"
+    );
     assert!(
         s.faulty
             .puts
@@ -272,7 +298,8 @@ async fn failed_checkpoints_leave_the_last_one_whole_and_uploads_never_hold_the_
     *s.faulty.gated.lock().unwrap() = true;
     let puts_before = s.faulty.puts.lock().unwrap().len();
     let checkpoints = s.checkpoints.clone();
-    let pending = tokio::spawn(async move { checkpoints.trigger(Kind::External, None).await });
+    let pending =
+        tokio::spawn(async move { checkpoints.trigger(Kind::External, None, false).await });
     while s.faulty.puts.lock().unwrap().len() == puts_before {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -23,8 +23,11 @@ const NESTING_MAX: usize = 64;
 pub enum Statement {
     /// Wait until every acknowledged change is visible in every view.
     Flush,
-    /// Take a checkpoint now and answer with its id once it is complete.
-    Checkpoint,
+    /// Take a checkpoint now and answer with its id once it is complete; `CHECKPOINT BASE`
+    /// takes a base one (a RocksDB image, not a delta).
+    Checkpoint {
+        base: bool,
+    },
     ShowCheckpoints,
     ShowTables,
     ShowMaterializedViews,
@@ -272,7 +275,8 @@ fn weir_statement(tokens: &[TokenWithSpan]) -> Option<Statement> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
         ["FLUSH"] => Some(Statement::Flush),
-        ["CHECKPOINT"] => Some(Statement::Checkpoint),
+        ["CHECKPOINT"] => Some(Statement::Checkpoint { base: false }),
+        ["CHECKPOINT", "BASE"] => Some(Statement::Checkpoint { base: true }),
         ["SHOW", "CHECKPOINTS"] => Some(Statement::ShowCheckpoints),
         ["SHOW", "TABLES"] => Some(Statement::ShowTables),
         ["SHOW", "MATERIALIZED", "VIEWS"] => Some(Statement::ShowMaterializedViews),
@@ -428,6 +432,15 @@ mod tests {
         let p = parse("show create materialized view \"My\"; SHOW MATERIALIZED VIEWS").unwrap();
         assert!(matches!(&p[0].statement, Statement::ShowCreateMaterializedView(n) if n == "My"));
         assert!(matches!(p[1].statement, Statement::ShowMaterializedViews));
+        let p = parse("CHECKPOINT; checkpoint base").unwrap();
+        assert!(matches!(
+            p[0].statement,
+            Statement::Checkpoint { base: false }
+        ));
+        assert!(matches!(
+            p[1].statement,
+            Statement::Checkpoint { base: true }
+        ));
     }
 
     #[test]

@@ -12,11 +12,14 @@
 
 mod table;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB};
+use rocksdb::{
+    Direction, IngestExternalFileOptions, IteratorMode, Options, ReadOptions, SstFileWriter,
+    WriteBatch, WriteOptions, DB,
+};
 use tokio::sync::watch;
 
 pub use table::StateTable;
@@ -90,8 +93,101 @@ pub struct StateStore {
     /// The last sealed epoch, and the snapshot readers use for it.
     sealed: watch::Sender<Arc<Snapshot>>,
     /// Serialises sealing against the commit check, so that no batch of e+1 slips in between
-    /// sealing e and taking its snapshot.
-    seal_lock: Mutex<()>,
+    /// sealing e and taking its snapshot; and holds the writes since the last checkpoint.
+    seal_lock: Mutex<Changes>,
+}
+
+/// Most bytes of writes kept between two checkpoints for a delta: beyond, the next checkpoint
+/// is a base one (a delta that large would cost what a base one costs).
+const DELTA_BYTES_MAX: usize = 256 << 20;
+
+/// The writes committed since the last checkpoint, in commit order: what a delta checkpoint
+/// holds (`docs/design/0003-checkpoints.md`, "Delta checkpoints").
+#[derive(Debug)]
+struct Changes {
+    writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    bytes: usize,
+    /// False once something happened that a delta does not carry: a whole state table
+    /// deleted, or more than `DELTA_BYTES_MAX` bytes written.
+    whole: bool,
+}
+
+impl Changes {
+    fn new() -> Changes {
+        Changes {
+            writes: Vec::new(),
+            bytes: 0,
+            whole: true,
+        }
+    }
+
+    fn spoil(&mut self) {
+        *self = Changes {
+            whole: false,
+            ..Changes::new()
+        };
+    }
+
+    fn record(&mut self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+        if !self.whole {
+            return;
+        }
+        // Each write's bytes and its two vectors' headers and allocations.
+        self.bytes += writes
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len) + 64)
+            .sum::<usize>();
+        if self.bytes > DELTA_BYTES_MAX {
+            self.spoil();
+        } else {
+            self.writes.extend(writes);
+        }
+    }
+}
+
+/// What a checkpoint of the store holds.
+#[derive(Debug)]
+pub enum Image {
+    /// A RocksDB checkpoint: every file of its directory, by name, with its size.
+    Files(Vec<(String, u64)>),
+    /// The writes since the previous checkpoint, to be written as one SST file.
+    Delta(Delta),
+}
+
+/// The writes of the epochs since the previous checkpoint, last write of a key winning.
+#[derive(Debug)]
+pub struct Delta {
+    writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl Delta {
+    /// Writes the delta as an SST file at `path` (puts and deletions in key order, each key's
+    /// last write), for `StateStore::open_restored` to ingest on top of the state before it.
+    /// Returns the file's size, or `None` (and writes nothing) when there were no writes.
+    pub fn write(self, path: &Path) -> Result<Option<u64>> {
+        let mut writes = self.writes;
+        if writes.is_empty() {
+            return Ok(None);
+        }
+        // Stable: a key's writes stay in commit order, and the last one is kept.
+        writes.sort_by(|a, b| a.0.cmp(&b.0));
+        let opts = db_options();
+        let mut sst = SstFileWriter::create(&opts);
+        sst.open(path).map_err(storage_error)?;
+        let mut writes = writes.into_iter().peekable();
+        while let Some((key, value)) = writes.next() {
+            if writes.peek().is_some_and(|(next, _)| *next == key) {
+                continue;
+            }
+            match value {
+                Some(v) => sst.put(&key, &v),
+                None => sst.delete(&key),
+            }
+            .map_err(storage_error)?;
+        }
+        sst.finish().map_err(storage_error)?;
+        Ok(Some(std::fs::metadata(path)?.len()))
+    }
 }
 
 impl StateStore {
@@ -102,23 +198,30 @@ impl StateStore {
             std::fs::remove_dir_all(dir)?;
         }
         std::fs::create_dir_all(dir)?;
-        StateStore::open(dir, 0, true)
+        StateStore::open(dir, 0, true, &[])
     }
 
     /// Opens a directory restored from a checkpoint of `epoch`
-    /// (`docs/design/0004-recovery.md`): readers see that epoch, and the next one committed is
-    /// `epoch + 1`. A directory that holds no RocksDB is refused.
-    pub fn open_restored(dir: &Path, epoch: u64) -> Result<Arc<StateStore>> {
-        StateStore::open(dir, epoch, false)
+    /// (`docs/design/0004-recovery.md`), with the checkpoint's `deltas` (SST files written by
+    /// [`Delta::write`], oldest first) ingested on top, each over the ones before it: readers
+    /// see that epoch, and the next one committed is `epoch + 1`. A directory that holds no
+    /// RocksDB is refused.
+    pub fn open_restored(dir: &Path, epoch: u64, deltas: &[PathBuf]) -> Result<Arc<StateStore>> {
+        StateStore::open(dir, epoch, false, deltas)
     }
 
-    fn open(dir: &Path, epoch: u64, create: bool) -> Result<Arc<StateStore>> {
-        let mut opts = Options::default();
+    fn open(dir: &Path, epoch: u64, create: bool, deltas: &[PathBuf]) -> Result<Arc<StateStore>> {
+        let mut opts = db_options();
         opts.create_if_missing(create);
-        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-        opts.increase_parallelism(2);
-        set_compaction(&mut opts);
         let db = DB::open(&opts, dir).map_err(storage_error)?;
+        // One file per call: each gets a newer sequence number than everything before it,
+        // so a delta's writes win over the state they change. Copied, not moved: the caller
+        // keeps its files.
+        let ingest = IngestExternalFileOptions::default();
+        for delta in deltas {
+            db.ingest_external_file_opts(&ingest, vec![delta])
+                .map_err(storage_error)?;
+        }
         let db = Arc::new(Db {
             inner: db,
             closed: ClosedOnDrop(Arc::default()),
@@ -129,13 +232,17 @@ impl StateStore {
             db,
             poisoned: AtomicBool::new(false),
             sealed,
-            seal_lock: Mutex::new(()),
+            seal_lock: Mutex::new(Changes::new()),
         }))
     }
 
     /// Deletes state tables whole, at once (before any actor runs: the state of objects that
     /// were dropped after the checkpoint the store was restored from).
     pub fn delete_tables(&self, tables: &[TableId]) -> Result<()> {
+        if tables.is_empty() {
+            return Ok(());
+        }
+        self.changes().spoil();
         let mut batch = WriteBatch::default();
         for table in tables {
             let (start, end) = table_range(*table);
@@ -156,7 +263,7 @@ impl StateStore {
         if writes.is_empty() {
             return Ok(());
         }
-        let _guard = self.seal_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut changes = self.changes();
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::unavailable(
                 "state store is poisoned after a failed write",
@@ -167,7 +274,7 @@ impl StateStore {
             let (start, end) = table_range(*table);
             batch.delete_range(start, end);
         }
-        for (key, value) in writes.puts {
+        for (key, value) in &writes.puts {
             match value {
                 Some(v) => batch.put(key, v),
                 None => batch.delete(key),
@@ -179,21 +286,46 @@ impl StateStore {
             self.poisoned.store(true, Ordering::Release);
             return Err(storage_error(e));
         }
+        // A delta carries no range deletions: a dropped table's state makes the next
+        // checkpoint a base one.
+        if writes.dropped_tables.is_empty() {
+            changes.record(writes.puts);
+        } else {
+            changes.spoil();
+        }
         Ok(())
+    }
+
+    fn changes(&self) -> std::sync::MutexGuard<'_, Changes> {
+        self.seal_lock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Marks `epoch` sealed: every actor has committed it. Readers see it from now on.
     pub fn seal(&self, epoch: u64) {
-        let _guard = self.seal_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = self.changes();
         let snapshot = Arc::new(Snapshot::new(self.db.clone(), epoch));
         self.sealed.send_replace(snapshot);
     }
 
-    /// Writes a RocksDB checkpoint of the committed state into `dir` (which must not exist):
-    /// the memtable is flushed, and every live file hard-linked (copied across file systems).
-    /// Called between the last commit of an epoch and its seal, it holds exactly that epoch's
-    /// state: the next epoch's batches wait for the seal. Returns each file's name and size.
-    pub fn checkpoint(&self, dir: &Path) -> Result<Vec<(String, u64)>> {
+    /// Takes a checkpoint of the committed state. Called between the last commit of an epoch
+    /// and its seal, it holds exactly that epoch's state: the next epoch's batches wait for
+    /// the seal. With `delta`, and when every write since the previous checkpoint was kept,
+    /// that is those writes ([`Image::Delta`]); otherwise a RocksDB checkpoint into `dir`
+    /// ([`Image::Files`]). Either way the next checkpoint's writes start here.
+    pub fn checkpoint(&self, dir: &Path, delta: bool) -> Result<Image> {
+        let changes = std::mem::replace(&mut *self.changes(), Changes::new());
+        if delta && changes.whole {
+            return Ok(Image::Delta(Delta {
+                writes: changes.writes,
+            }));
+        }
+        self.checkpoint_files(dir).map(Image::Files)
+    }
+
+    /// Writes a RocksDB checkpoint into `dir` (which must not exist): the memtable is flushed,
+    /// and every live file hard-linked (copied across file systems). Returns each file's name
+    /// and size.
+    fn checkpoint_files(&self, dir: &Path) -> Result<Vec<(String, u64)>> {
         if let Some(parent) = dir.parent() {
             std::fs::create_dir_all(parent)?;
         }
@@ -210,6 +342,18 @@ impl StateStore {
         }
         files.sort();
         Ok(files)
+    }
+
+    /// The state's size: RocksDB's SST files and its memtables (whose bytes, uncompressed
+    /// and indexed, count more than the file they would flush into).
+    pub fn size_bytes(&self) -> u64 {
+        [
+            "rocksdb.total-sst-files-size",
+            "rocksdb.cur-size-all-mem-tables",
+        ]
+        .iter()
+        .filter_map(|p| self.db.property_int_value(*p).ok().flatten())
+        .sum()
     }
 
     /// Whether this store's RocksDB has closed, to be asked after the store is dropped.
@@ -369,6 +513,15 @@ fn storage_error(e: rocksdb::Error) -> Error {
 /// final state uploaded over a run at 1.5 s checkpoints. Universal compaction merging 16 files
 /// at a time rewrites far less (2.9x), and bloom filters keep point reads over the extra files
 /// cheap (a key not in a file costs a filter probe, not a block read).
+/// The options of the store's RocksDB, and of the delta files ingested into it.
+fn db_options() -> Options {
+    let mut opts = Options::default();
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    opts.increase_parallelism(2);
+    set_compaction(&mut opts);
+    opts
+}
+
 fn set_compaction(opts: &mut Options) {
     opts.set_compaction_style(rocksdb::DBCompactionStyle::Universal);
     let mut universal = rocksdb::UniversalCompactOptions::default();
@@ -431,7 +584,10 @@ mod tests {
         t.take_writes(&mut w);
         store.commit(1, w).await.unwrap();
         let copy = dir.path().join("copy");
-        store.checkpoint(&copy).unwrap();
+        assert!(matches!(
+            store.checkpoint(&copy, false).unwrap(),
+            Image::Files(_)
+        ));
         store.seal(1);
         // Written after the checkpoint: not in it.
         t.put(b"c".to_vec(), b"3".to_vec());
@@ -439,7 +595,7 @@ mod tests {
         t.take_writes(&mut w);
         store.commit(2, w).await.unwrap();
 
-        let restored = StateStore::open_restored(&copy, 1).unwrap();
+        let restored = StateStore::open_restored(&copy, 1, &[]).unwrap();
         assert_eq!(restored.sealed_epoch(), 1);
         let mut rows = Vec::new();
         restored
@@ -461,7 +617,153 @@ mod tests {
         // A directory without a RocksDB is refused, not created.
         let empty = dir.path().join("empty");
         std::fs::create_dir_all(&empty).unwrap();
-        assert!(StateStore::open_restored(&empty, 1).is_err());
+        assert!(StateStore::open_restored(&empty, 1, &[]).is_err());
+    }
+
+    fn rows(store: &StateStore, table: TableId) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut rows = Vec::new();
+        store
+            .snapshot()
+            .scan_table(table, &mut |k, v| {
+                rows.push((k.to_vec(), v.to_vec()));
+                true
+            })
+            .unwrap();
+        rows
+    }
+
+    /// Commits `writes` (key, value or deletion) to table 7 as `epoch` and seals it.
+    async fn epoch(store: &Arc<StateStore>, epoch: u64, writes: &[(&str, Option<&str>)]) {
+        let mut t = StateTable::new(store.clone(), 7);
+        for (k, v) in writes {
+            match v {
+                Some(v) => t.put(k.as_bytes().to_vec(), v.as_bytes().to_vec()),
+                None => t.delete(k.as_bytes().to_vec()),
+            }
+        }
+        let mut w = EpochWrites::default();
+        t.take_writes(&mut w);
+        store.commit(epoch, w).await.unwrap();
+        store.seal(epoch);
+    }
+
+    fn delta(image: Image) -> Delta {
+        match image {
+            Image::Delta(d) => d,
+            Image::Files(_) => panic!("a delta was asked for and possible"),
+        }
+    }
+
+    #[tokio::test]
+    async fn deltas_ingested_over_a_base_restore_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(&dir.path().join("live")).unwrap();
+        epoch(
+            &store,
+            1,
+            &[("a", Some("1")), ("b", Some("2")), ("c", Some("3"))],
+        )
+        .await;
+        let base = dir.path().join("base");
+        assert!(matches!(
+            store.checkpoint(&base, true).unwrap(),
+            Image::Delta(_)
+        ));
+        // The first image asked for as a delta above was the writes of epoch 1; this base
+        // one holds everything.
+        let base = dir.path().join("base2");
+        assert!(matches!(
+            store.checkpoint(&base, false).unwrap(),
+            Image::Files(_)
+        ));
+        // A key written in two epochs keeps its last value; a deleted one goes; one deleted
+        // and written again comes back.
+        epoch(
+            &store,
+            2,
+            &[("b", Some("20")), ("a", None), ("d", Some("4"))],
+        )
+        .await;
+        epoch(
+            &store,
+            3,
+            &[("b", Some("21")), ("d", None), ("d", Some("5"))],
+        )
+        .await;
+        let first = dir.path().join("d1.sst");
+        let size = delta(store.checkpoint(&dir.path().join("x"), true).unwrap())
+            .write(&first)
+            .unwrap();
+        assert!(size.is_some_and(|s| s > 0));
+        // Nothing written: no file.
+        let none = dir.path().join("none.sst");
+        let empty = delta(store.checkpoint(&dir.path().join("y"), true).unwrap());
+        assert_eq!(empty.write(&none).unwrap(), None);
+        assert!(!none.exists());
+        epoch(
+            &store,
+            4,
+            &[("c", None), ("e", Some("6")), ("b", Some("22"))],
+        )
+        .await;
+        let second = dir.path().join("d2.sst");
+        delta(store.checkpoint(&dir.path().join("z"), true).unwrap())
+            .write(&second)
+            .unwrap();
+        let live = rows(&store, 7);
+        let text = |r: &[(Vec<u8>, Vec<u8>)]| -> Vec<(String, String)> {
+            r.iter()
+                .map(|(k, v)| {
+                    (
+                        String::from_utf8_lossy(k).into(),
+                        String::from_utf8_lossy(v).into(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            text(&live),
+            [
+                ("b".into(), "22".into()),
+                ("d".into(), "5".into()),
+                ("e".into(), "6".into())
+            ]
+        );
+        let restored =
+            StateStore::open_restored(&base, 4, &[first.clone(), second.clone()]).unwrap();
+        assert_eq!(rows(&restored, 7), live);
+        // The files ingested were copied: they stay for the next restore.
+        assert!(first.exists() && second.exists());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_table_or_too_many_writes_make_the_next_checkpoint_a_base_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(&dir.path().join("live")).unwrap();
+        epoch(&store, 1, &[("a", Some("1"))]).await;
+        let mut w = EpochWrites::default();
+        w.drop_table(9);
+        store.commit(2, w).await.unwrap();
+        store.seal(2);
+        let dir1 = dir.path().join("c1");
+        assert!(matches!(
+            store.checkpoint(&dir1, true).unwrap(),
+            Image::Files(_)
+        ));
+        // Whole again after that checkpoint.
+        epoch(&store, 3, &[("b", Some("2"))]).await;
+        assert!(matches!(
+            store.checkpoint(&dir.path().join("c2"), true).unwrap(),
+            Image::Delta(_)
+        ));
+        store.delete_tables(&[9]).unwrap();
+        assert!(matches!(
+            store.checkpoint(&dir.path().join("c3"), true).unwrap(),
+            Image::Files(_)
+        ));
+        let mut changes = Changes::new();
+        changes.record(vec![(vec![1; 16], Some(vec![0; DELTA_BYTES_MAX]))]);
+        assert!(!changes.whole && changes.writes.is_empty());
     }
 
     #[tokio::test]

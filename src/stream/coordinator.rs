@@ -13,7 +13,7 @@ use super::message::{ActorId, Barrier, BarrierKind, Feed, Mutation};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::state::StateStore;
+use crate::state::{Image, StateStore};
 
 /// What actors report to the coordinator.
 #[derive(Debug)]
@@ -44,18 +44,20 @@ pub struct InjectRequest {
 
 pub struct SnapshotRequest {
     pub dir: PathBuf,
+    /// Asks for the epoch's writes since the previous checkpoint rather than a RocksDB
+    /// checkpoint, when the store kept them all (`StateStore::checkpoint`).
+    pub delta: bool,
     pub reply: oneshot::Sender<Result<TakenSnapshot>>,
 }
 
 /// Where a source was when it sent a checkpoint barrier: statements sent, last watermark.
 type SourcePosition = (u64, Option<i64>);
 
-/// A RocksDB checkpoint of the state at the end of one epoch.
+/// A checkpoint of the state at the end of one epoch.
 #[derive(Debug)]
 pub struct TakenSnapshot {
     pub epoch: u64,
-    /// Every file of the checkpoint directory, by name, with its size.
-    pub files: Vec<(String, u64)>,
+    pub image: Image,
     /// From the barrier's injection until every actor had committed its epoch.
     pub align: Duration,
     /// Flushing and linking the files.
@@ -69,7 +71,7 @@ pub struct TakenSnapshot {
 /// A snapshot the coordinator took off its own task, coming back to be sealed.
 struct SnapshotDone {
     epoch: u64,
-    result: Result<Vec<(String, u64)>>,
+    result: Result<Image>,
     align: Duration,
     snapshot: Duration,
     reply: oneshot::Sender<Result<TakenSnapshot>>,
@@ -98,16 +100,23 @@ impl BarrierClient {
         self.request(mutation, add_actors, add_sources, None).await
     }
 
-    /// Injects a checkpoint barrier whose snapshot goes into `dir`; the receiver gets the
-    /// snapshot once taken (the epoch is sealed right after).
+    /// Injects a checkpoint barrier whose snapshot goes into `dir` (or is a delta, see
+    /// [`SnapshotRequest::delta`]); the receiver gets the snapshot once taken (the epoch is
+    /// sealed right after).
     pub async fn checkpoint_barrier(
         &self,
         dir: PathBuf,
+        delta: bool,
     ) -> Result<oneshot::Receiver<Result<TakenSnapshot>>> {
         let (reply, rx) = oneshot::channel();
-        self.request(None, vec![], vec![], Some(SnapshotRequest { dir, reply }))
-            .await?;
+        let snapshot = SnapshotRequest { dir, delta, reply };
+        self.request(None, vec![], vec![], Some(snapshot)).await?;
         Ok(rx)
+    }
+
+    /// The state's size (`StateStore::size_bytes`).
+    pub fn state_bytes(&self) -> u64 {
+        self.store.size_bytes()
     }
 
     async fn request(
@@ -349,7 +358,7 @@ impl Coordinator {
                 let align = injected.elapsed();
                 tokio::task::spawn_blocking(move || {
                     let started = Instant::now();
-                    let result = store.checkpoint(&request.dir);
+                    let result = store.checkpoint(&request.dir, request.delta);
                     let _ = done.send(SnapshotDone {
                         epoch,
                         result,
@@ -382,9 +391,9 @@ impl Coordinator {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&done.epoch)
             .unwrap_or_default();
-        let taken = done.result.map(|files| TakenSnapshot {
+        let taken = done.result.map(|image| TakenSnapshot {
             epoch: done.epoch,
-            files,
+            image,
             align: done.align,
             snapshot: done.snapshot,
             offsets: positions.iter().map(|(id, (o, _))| (*id, *o)).collect(),
