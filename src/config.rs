@@ -80,7 +80,7 @@ impl Default for CheckpointConfig {
             min_pause_ms: 1_000,
             retained: 2,
             incremental: true,
-            max_deltas: 1000,
+            max_deltas: 600,
             ship_logs_ms: 0,
         }
     }

@@ -125,9 +125,9 @@ pub async fn rebuild(
     Ok(done)
 }
 
-/// The deltas of `manifest`, oldest first, as local files to ingest over its base: each is
-/// the copy in `kept` (the data directory's deltas) when that has the recorded size and
-/// checksum, and is downloaded into `target` (created) and checked otherwise.
+/// The deltas of `manifest`, oldest first, as files in `target` (created) to ingest over its
+/// base: each is hard-linked from the copy in `kept` (the data directory's deltas) when that
+/// has the recorded size and checksum, and downloaded and checked otherwise.
 pub async fn fetch_deltas(
     storage: &Storage,
     manifest: &Manifest,
@@ -143,14 +143,17 @@ pub async fn fetch_deltas(
                 manifest.id, file.local
             )));
         }
+        std::fs::create_dir_all(target)?;
         let local = kept.join(&file.local);
+        let path = target.join(&file.local);
         if local_matches(&local, file).await? {
+            if std::fs::hard_link(&local, &path).is_err() {
+                std::fs::copy(&local, &path)?;
+            }
             done.files_reused += 1;
-            paths.push(local);
+            paths.push(path);
             continue;
         }
-        std::fs::create_dir_all(target)?;
-        let path = target.join(&file.local);
         done.bytes_downloaded += download(storage, manifest, file, &path).await?;
         done.files_downloaded += 1;
         paths.push(path);

@@ -203,7 +203,8 @@ impl StateStore {
 
     /// Opens a directory restored from a checkpoint of `epoch`
     /// (`docs/design/0004-recovery.md`), with the checkpoint's `deltas` (SST files written by
-    /// [`Delta::write`], oldest first) ingested on top, each over the ones before it: readers
+    /// [`Delta::write`], oldest first; moved into the directory) ingested on top, each over the
+    /// ones before it: readers
     /// see that epoch, and the next one committed is `epoch + 1`. A directory that holds no
     /// RocksDB is refused.
     pub fn open_restored(dir: &Path, epoch: u64, deltas: &[PathBuf]) -> Result<Arc<StateStore>> {
@@ -215,9 +216,11 @@ impl StateStore {
         opts.create_if_missing(create);
         let db = DB::open(&opts, dir).map_err(storage_error)?;
         // One file per call: each gets a newer sequence number than everything before it,
-        // so a delta's writes win over the state they change. Copied, not moved: the caller
-        // keeps its files.
-        let ingest = IngestExternalFileOptions::default();
+        // so a delta's writes win over the state they change. Moved (linked into the
+        // directory, then unlinked from where it was): RocksDB records the sequence number in
+        // its MANIFEST and leaves the file's bytes as they are.
+        let mut ingest = IngestExternalFileOptions::default();
+        ingest.set_move_files(true);
         for delta in deltas {
             db.ingest_external_file_opts(&ingest, vec![delta])
                 .map_err(storage_error)?;
@@ -729,11 +732,22 @@ mod tests {
                 ("e".into(), "6".into())
             ]
         );
-        let restored =
-            StateStore::open_restored(&base, 4, &[first.clone(), second.clone()]).unwrap();
+        // Ingested through hard links, as a restore does with the deltas it keeps: the links
+        // are moved into RocksDB's directory, and the kept files' bytes stay as they were.
+        let kept = [
+            std::fs::read(&first).unwrap(),
+            std::fs::read(&second).unwrap(),
+        ];
+        let ingest = dir.path().join("ingest");
+        std::fs::create_dir_all(&ingest).unwrap();
+        let links = [ingest.join("1.sst"), ingest.join("2.sst")];
+        std::fs::hard_link(&first, &links[0]).unwrap();
+        std::fs::hard_link(&second, &links[1]).unwrap();
+        let restored = StateStore::open_restored(&base, 4, &links).unwrap();
         assert_eq!(rows(&restored, 7), live);
-        // The files ingested were copied: they stay for the next restore.
-        assert!(first.exists() && second.exists());
+        assert!(!links[0].exists() && !links[1].exists());
+        assert_eq!(std::fs::read(&first).unwrap(), kept[0]);
+        assert_eq!(std::fs::read(&second).unwrap(), kept[1]);
     }
 
     #[tokio::test]
