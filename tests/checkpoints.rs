@@ -32,6 +32,20 @@ async fn shown(client: &tokio_postgres::Client) -> Vec<(i64, String, i64, i64, i
         .collect()
 }
 
+/// Asserts that each (view, query) pair reads the same rows; returns the views' rows.
+async fn views_equal_their_queries(
+    client: &tokio_postgres::Client,
+    checks: &[(&str, &str)],
+) -> Vec<Vec<String>> {
+    let mut all = Vec::new();
+    for (view, query) in checks {
+        let rows = text_rows(client, view).await;
+        assert_eq!(rows, text_rows(client, query).await, "{view}");
+        all.push(rows);
+    }
+    all
+}
+
 async fn checkpoint(client: &tokio_postgres::Client) -> i64 {
     client.query_one("CHECKPOINT", &[]).await.unwrap().get("id")
 }
@@ -546,12 +560,7 @@ async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it(
             "SELECT g, min(v) AS lo FROM t GROUP BY g ORDER BY g",
         ),
     ];
-    let mut before = Vec::new();
-    for (view, query) in checks {
-        let rows = text_rows(&client, view).await;
-        assert_eq!(rows, text_rows(&client, query).await, "{view}");
-        before.push(rows);
-    }
+    let before = views_equal_their_queries(&client, &checks).await;
     drop(client);
     let dir = server.stop_and_close().await;
 
@@ -574,13 +583,7 @@ async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it(
         .batch_execute("INSERT INTO t VALUES (100000, 3, 1000); INSERT INTO u VALUES (7)")
         .await
         .unwrap();
-    for (view, query) in checks {
-        assert_eq!(
-            text_rows(&client, view).await,
-            text_rows(&client, query).await,
-            "{view}"
-        );
-    }
+    views_equal_their_queries(&client, &checks).await;
     // The next checkpoint reuses the restored files instead of uploading the state again:
     // only a restore puts them back on disk under their names.
     assert_eq!(checkpoint(&client).await, 2);
@@ -681,12 +684,7 @@ async fn delta_checkpoints_restore_exactly_and_a_base_one_comes_after_max_deltas
             "SELECT id, p FROM t WHERE v % 2 = 1 ORDER BY id",
         ),
     ];
-    let mut before = Vec::new();
-    for (view, query) in checks {
-        let rows = text_rows(&client, view).await;
-        assert_eq!(rows, text_rows(&client, query).await, "{view}");
-        before.push(rows);
-    }
+    let before = views_equal_their_queries(&client, &checks).await;
     let root = server.dir.path().join("checkpoint-store");
     assert_eq!(manifest(&root, 9).deltas.len(), 2);
     assert_eq!(objects(&root), named(&root, &[8, 9]));
@@ -743,13 +741,7 @@ async fn delta_checkpoints_restore_exactly_and_a_base_one_comes_after_max_deltas
         Some("delta")
     );
     assert_eq!(manifest(&root_of(&server), id).deltas.len(), 3);
-    for (view, query) in checks {
-        assert_eq!(
-            text_rows(&client, view).await,
-            text_rows(&client, query).await,
-            "{view}"
-        );
-    }
+    views_equal_their_queries(&client, &checks).await;
     server.stop().await;
 }
 

@@ -102,24 +102,7 @@ pub async fn rebuild(
     std::fs::create_dir_all(target)?;
     let mut done = Rebuilt::default();
     for file in &manifest.files {
-        if file.local.contains('/') || file.local.starts_with('.') {
-            return Err(corrupt(format!(
-                "checkpoint {}: file name \"{}\" is not a plain name",
-                manifest.id, file.local
-            )));
-        }
-        let local = previous.join(&file.local);
-        let path = target.join(&file.local);
-        if local_matches(&local, file).await? {
-            if std::fs::hard_link(&local, &path).is_err() {
-                std::fs::copy(&local, &path)?;
-            }
-            done.files_reused += 1;
-            continue;
-        }
-        done.bytes_downloaded += download(storage, manifest, file, &path).await?;
-        done.files_downloaded += 1;
-        failpoint::hit("recovery.during_download");
+        place(storage, manifest, file, previous, target, &mut done).await?;
     }
     std::fs::File::open(target)?.sync_all()?;
     Ok(done)
@@ -135,30 +118,44 @@ pub async fn fetch_deltas(
     target: &Path,
     done: &mut Rebuilt,
 ) -> Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(target)?;
     let mut paths = Vec::new();
     for file in &manifest.deltas {
-        if file.local.contains('/') || file.local.starts_with('.') {
-            return Err(corrupt(format!(
-                "checkpoint {}: delta name \"{}\" is not a plain name",
-                manifest.id, file.local
-            )));
-        }
-        std::fs::create_dir_all(target)?;
-        let local = kept.join(&file.local);
-        let path = target.join(&file.local);
-        if local_matches(&local, file).await? {
-            if std::fs::hard_link(&local, &path).is_err() {
-                std::fs::copy(&local, &path)?;
-            }
-            done.files_reused += 1;
-            paths.push(path);
-            continue;
-        }
-        done.bytes_downloaded += download(storage, manifest, file, &path).await?;
-        done.files_downloaded += 1;
-        paths.push(path);
+        paths.push(place(storage, manifest, file, kept, target, done).await?);
     }
     Ok(paths)
+}
+
+/// Puts `file` of `manifest` into `target` under its local name: hard-linked (or copied) from
+/// `local_dir` when a file there has the recorded size and checksum, downloaded and checked
+/// otherwise. Returns its path.
+async fn place(
+    storage: &Storage,
+    manifest: &Manifest,
+    file: &FileRef,
+    local_dir: &Path,
+    target: &Path,
+    done: &mut Rebuilt,
+) -> Result<std::path::PathBuf> {
+    if file.local.contains('/') || file.local.starts_with('.') {
+        return Err(corrupt(format!(
+            "checkpoint {}: file name \"{}\" is not a plain name",
+            manifest.id, file.local
+        )));
+    }
+    let local = local_dir.join(&file.local);
+    let path = target.join(&file.local);
+    if local_matches(&local, file).await? {
+        if std::fs::hard_link(&local, &path).is_err() {
+            std::fs::copy(&local, &path)?;
+        }
+        done.files_reused += 1;
+        return Ok(path);
+    }
+    done.bytes_downloaded += download(storage, manifest, file, &path).await?;
+    done.files_downloaded += 1;
+    failpoint::hit("recovery.during_download");
+    Ok(path)
 }
 
 /// Downloads `file` of `manifest` to `path` after checking its size and checksum, and syncs
