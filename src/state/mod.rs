@@ -204,9 +204,8 @@ impl StateStore {
     /// Opens a directory restored from a checkpoint of `epoch`
     /// (`docs/design/0004-recovery.md`), with the checkpoint's `deltas` (SST files written by
     /// [`Delta::write`], oldest first; moved into the directory) ingested on top, each over the
-    /// ones before it: readers
-    /// see that epoch, and the next one committed is `epoch + 1`. A directory that holds no
-    /// RocksDB is refused.
+    /// ones before it: readers see that epoch, and the next one committed is `epoch + 1`. A
+    /// directory that holds no RocksDB is refused.
     pub fn open_restored(dir: &Path, epoch: u64, deltas: &[PathBuf]) -> Result<Arc<StateStore>> {
         StateStore::open(dir, epoch, false, deltas)
     }
