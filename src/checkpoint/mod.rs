@@ -183,6 +183,7 @@ impl Checkpointer {
         metrics: Arc<Metrics>,
     ) -> Result<CheckpointClient> {
         let run = run_id();
+        barriers.keep_changes(config.incremental && config.max_deltas > 0);
         let mut ledger = Ledger::new(run.clone(), config.retained);
         let (existing, unusable) = load_manifests(&storage, damaged).await?;
         let next_id = existing

@@ -95,6 +95,8 @@ pub struct StateStore {
     /// Serialises sealing against the commit check, so that no batch of e+1 slips in between
     /// sealing e and taking its snapshot; and holds the writes since the last checkpoint.
     seal_lock: Mutex<Changes>,
+    /// Whether those writes are kept: false when every checkpoint is a base one.
+    keep_changes: AtomicBool,
 }
 
 /// Most bytes of writes kept between two checkpoints for a delta: beyond, the next checkpoint
@@ -113,19 +115,17 @@ struct Changes {
 }
 
 impl Changes {
-    fn new() -> Changes {
+    /// No writes yet; with `keep` false, none will be kept.
+    fn new(keep: bool) -> Changes {
         Changes {
             writes: Vec::new(),
             bytes: 0,
-            whole: true,
+            whole: keep,
         }
     }
 
     fn spoil(&mut self) {
-        *self = Changes {
-            whole: false,
-            ..Changes::new()
-        };
+        *self = Changes::new(false);
     }
 
     fn record(&mut self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
@@ -234,7 +234,8 @@ impl StateStore {
             db,
             poisoned: AtomicBool::new(false),
             sealed,
-            seal_lock: Mutex::new(Changes::new()),
+            seal_lock: Mutex::new(Changes::new(true)),
+            keep_changes: AtomicBool::new(true),
         }))
     }
 
@@ -298,6 +299,16 @@ impl StateStore {
         Ok(())
     }
 
+    /// Whether to keep the writes between checkpoints for delta checkpoints (kept by
+    /// default; not when every checkpoint is a base one, where they would only cost memory).
+    pub fn keep_changes(&self, keep: bool) {
+        self.keep_changes.store(keep, Ordering::Release);
+        let mut changes = self.changes();
+        if !keep {
+            changes.spoil();
+        }
+    }
+
     fn changes(&self) -> std::sync::MutexGuard<'_, Changes> {
         self.seal_lock.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -315,7 +326,8 @@ impl StateStore {
     /// that is those writes ([`Image::Delta`]); otherwise a RocksDB checkpoint into `dir`
     /// ([`Image::Files`]). Either way the next checkpoint's writes start here.
     pub fn checkpoint(&self, dir: &Path, delta: bool) -> Result<Image> {
-        let changes = std::mem::replace(&mut *self.changes(), Changes::new());
+        let fresh = Changes::new(self.keep_changes.load(Ordering::Acquire));
+        let changes = std::mem::replace(&mut *self.changes(), fresh);
         if delta && changes.whole {
             return Ok(Image::Delta(Delta {
                 writes: changes.writes,
@@ -750,7 +762,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_dropped_table_or_too_many_writes_make_the_next_checkpoint_a_base_one() {
+    async fn a_dropped_table_too_many_writes_or_no_kept_writes_make_base_checkpoints() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open_fresh(&dir.path().join("live")).unwrap();
         epoch(&store, 1, &[("a", Some("1"))]).await;
@@ -774,9 +786,19 @@ mod tests {
             store.checkpoint(&dir.path().join("c3"), true).unwrap(),
             Image::Files(_)
         ));
-        let mut changes = Changes::new();
+        let mut changes = Changes::new(true);
         changes.record(vec![(vec![1; 16], Some(vec![0; DELTA_BYTES_MAX]))]);
         assert!(!changes.whole && changes.writes.is_empty());
+        // Not kept at all: every checkpoint is a base one, also after one was taken.
+        store.keep_changes(false);
+        for n in 4..6 {
+            epoch(&store, n, &[("c", Some("3"))]).await;
+            let dir = dir.path().join(format!("c{n}"));
+            assert!(matches!(
+                store.checkpoint(&dir, true).unwrap(),
+                Image::Files(_)
+            ));
+        }
     }
 
     #[tokio::test]

@@ -114,6 +114,12 @@ impl BarrierClient {
         Ok(rx)
     }
 
+    /// Whether the state store keeps the writes between checkpoints for deltas
+    /// (`StateStore::keep_changes`).
+    pub fn keep_changes(&self, keep: bool) {
+        self.store.keep_changes(keep);
+    }
+
     /// The state's size (`StateStore::size_bytes`).
     pub fn state_bytes(&self) -> u64 {
         self.store.size_bytes()
