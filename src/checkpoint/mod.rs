@@ -441,7 +441,6 @@ impl Checkpointer {
                 ))
             }
         };
-        record.bytes_referenced = files.iter().chain(&deltas).map(|f| f.size).sum();
         let mut manifest = Manifest {
             format: FORMAT,
             id,
@@ -462,6 +461,7 @@ impl Checkpointer {
             timings: record.timings.clone(),
         };
         manifest.timings.upload_ms = upload_started.elapsed().as_millis() as u64;
+        record.bytes_referenced = manifest.bytes_referenced();
         failpoint::hit("checkpoint.before_manifest");
         self.storage
             .put(&manifest_object(id), Bytes::from(manifest.encode()?))
@@ -508,24 +508,16 @@ impl Checkpointer {
         std::fs::create_dir_all(&self.deltas)?;
         let path = self.deltas.join(&local);
         // Sorting the writes and encoding them run off the async threads.
-        let written = tokio::task::spawn_blocking(move || -> Result<Option<(Bytes, u32)>> {
-            if delta.write(&path)?.is_none() {
-                return Ok(None);
-            }
-            let bytes = std::fs::read(&path)?;
-            let crc32 = crc32fast::hash(&bytes);
-            Ok(Some((Bytes::from(bytes), crc32)))
-        })
-        .await
-        .map_err(|e| Error::internal(format!("writing a delta: {e}")))??;
-        let Some((bytes, crc32)) = written else {
-            return Ok(None);
+        let written = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || delta.write(&path))
+                .await
+                .map_err(|e| Error::internal(format!("writing a delta: {e}")))??
         };
-        let size = bytes.len() as u64;
-        uploaded.push(object.clone());
-        self.storage.put(&object, bytes).await?;
-        record.files_uploaded += 1;
-        record.bytes_uploaded += size;
+        if written.is_none() {
+            return Ok(None);
+        }
+        let (size, crc32) = self.upload(path, &object, record, uploaded).await?;
         Ok(Some(FileRef {
             object,
             local,
@@ -551,31 +543,47 @@ impl Checkpointer {
         let plan = self.ledger.plan(id, &files, self.config.incremental);
         let mut refs = plan.reuse.clone();
         for (file, object) in &plan.upload {
-            // Read and checksummed off the async threads: an SST can be hundreds of MB.
-            let path = dir.join(&file.name);
-            let (bytes, crc32) = tokio::task::spawn_blocking(move || {
-                std::fs::read(path).map(|b| {
-                    let crc32 = crc32fast::hash(&b);
-                    (Bytes::from(b), crc32)
-                })
-            })
-            .await
-            .map_err(|e| Error::internal(format!("reading a checkpoint file: {e}")))??;
-            uploaded.push(object.clone());
-            self.storage.put(object, bytes).await?;
+            let (size, crc32) = self
+                .upload(dir.join(&file.name), object, record, uploaded)
+                .await?;
             failpoint::hit("checkpoint.between_uploads");
             refs.push(FileRef {
                 object: object.clone(),
                 local: file.name.clone(),
-                size: file.size,
+                size,
                 crc32,
             });
-            record.files_uploaded += 1;
-            record.bytes_uploaded += file.size;
         }
         record.files_reused = plan.reuse.len() as u64;
         Ok(refs)
     }
+
+    /// Uploads the file at `path` as `object` (named in `uploaded` first, so that a failed
+    /// checkpoint deletes it) and counts it in `record`; returns its size and CRC32.
+    async fn upload(
+        &self,
+        path: PathBuf,
+        object: &str,
+        record: &mut Record,
+        uploaded: &mut Vec<String>,
+    ) -> Result<(u64, u32)> {
+        // Read and checksummed off the async threads: an SST can be hundreds of MB.
+        let (bytes, crc32) = tokio::task::spawn_blocking(move || {
+            std::fs::read(path).map(|b| {
+                let crc32 = crc32fast::hash(&b);
+                (Bytes::from(b), crc32)
+            })
+        })
+        .await
+        .map_err(|e| Error::internal(format!("reading a checkpoint file: {e}")))??;
+        let size = bytes.len() as u64;
+        uploaded.push(object.to_string());
+        self.storage.put(object, bytes).await?;
+        record.files_uploaded += 1;
+        record.bytes_uploaded += size;
+        Ok((size, crc32))
+    }
+
     fn set_record(&self, record: &Record) {
         let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
         match records.iter_mut().find(|r| r.id == record.id) {
@@ -693,9 +701,9 @@ async fn load_manifests(
 }
 
 /// Deletes what a crash left behind: objects of checkpoints that never got a manifest (and
-/// that no other manifest names), and shared objects no manifest names. Runs before the first checkpoint of a run, when nothing
-/// is in flight. If any manifest could not be read, shared objects are left alone: the
-/// damaged one may name them.
+/// that no other manifest names), and shared objects no manifest names. Runs before the
+/// first checkpoint of a run, when nothing is in flight. If any manifest could not be read,
+/// shared objects are left alone: the damaged one may name them.
 async fn sweep(storage: &Storage, manifests: &[Manifest]) {
     let named: BTreeSet<&str> = manifests
         .iter()
