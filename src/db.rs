@@ -74,7 +74,7 @@ impl Output {
 pub struct Database {
     pub config: Config,
     store: Arc<StateStore>,
-    catalog: RwLock<Catalog>,
+    catalog: Arc<RwLock<Catalog>>,
     tables: RwLock<HashMap<ObjectId, Arc<tokio::sync::Mutex<TableWriter>>>>,
     barriers: BarrierClient,
     actors: ActorContext,
@@ -233,7 +233,7 @@ impl Database {
             },
             config,
             store,
-            catalog: RwLock::new(catalog),
+            catalog: Arc::new(RwLock::new(catalog)),
             tables: RwLock::new(HashMap::new()),
             barriers,
             view_errors: Mutex::new(HashMap::new()),
@@ -335,6 +335,7 @@ impl Database {
             Some(truncate),
             db.barriers.clone(),
             db.config.data_dir.clone(),
+            db.catalog.clone(),
             db.ddl.clone(),
             db.metrics.clone(),
         )

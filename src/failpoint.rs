@@ -1,33 +1,56 @@
 //! Failpoints: named places in the checkpoint, table and recovery paths where a test can make
-//! the process die, as a `kill -9` would, at exactly that instant; and places where an actor
-//! can be made to fail.
+//! the process die, as a `kill -9` would, at exactly that instant; places where an actor
+//! can be made to fail; and places in async code where the process can be held, so that a
+//! test stops it there with the signal of its choice.
 //!
-//! `WEIR_FAILPOINTS=name[@n][,name[@n]...]` arms each named point at its `n`-th hit (first
-//! when no `@n`): `hit(name)` aborts the process there, `fails(name)` answers true there (the
-//! caller then fails as a bug would, for tests of what survives a broken actor). Only debug
-//! builds (what tests run) read the variable; in release builds both are empty and compile
-//! away. The names are listed in `docs/design/0004-recovery.md`.
+//! `WEIR_FAILPOINTS=name[@n][:pause][,name[@n][:pause]...]` arms each named point at its
+//! `n`-th hit (first when no `@n`): `hit(name)` and `reach(name)` abort the process there,
+//! `fails(name)` answers true there (the caller then fails as a bug would, for tests of what
+//! survives a broken actor). A point armed with `:pause` makes `reach(name)` wait there for
+//! ever instead of aborting (`hit` and `fails` ignore it). Only debug builds (what tests run)
+//! read the variable; in release builds all of them are empty and compile away. The names
+//! are listed in `docs/design/0004-recovery.md`.
 
 /// Aborts the process if the failpoint `name` is armed and this is its chosen hit.
 #[inline(always)]
 pub fn hit(name: &str) {
     if fails(name) {
-        // Straight to stderr: the log's writer may buffer, and nothing after this runs.
-        eprintln!("failpoint {name}: aborting the process");
-        std::process::abort();
+        abort(name);
     }
 }
 
-/// Whether the failpoint `name` is armed and this is its chosen hit.
+/// Like `hit`, for async code: a point armed with `:pause` holds the task here for ever.
+#[inline(always)]
+pub async fn reach(name: &str) {
+    #[cfg(debug_assertions)]
+    match armed::reached(name) {
+        Some(armed::Action::Abort) => abort(name),
+        Some(armed::Action::Pause) => {
+            eprintln!("failpoint {name}: paused");
+            std::future::pending::<()>().await;
+        }
+        None => {}
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
+}
+
+/// Whether the failpoint `name` is armed (to abort) and this is its chosen hit.
 #[inline(always)]
 pub fn fails(name: &str) -> bool {
     #[cfg(debug_assertions)]
-    return armed::reached(name);
+    return armed::reached(name) == Some(armed::Action::Abort);
     #[cfg(not(debug_assertions))]
     {
         let _ = name;
         false
     }
+}
+
+fn abort(name: &str) -> ! {
+    // Straight to stderr: the log's writer may buffer, and nothing after this runs.
+    eprintln!("failpoint {name}: aborting the process");
+    std::process::abort();
 }
 
 #[cfg(debug_assertions)]
@@ -36,39 +59,68 @@ mod armed {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
 
-    /// Each armed failpoint: the hit that fires, and how many hits so far.
-    static ARMED: OnceLock<HashMap<String, (u64, AtomicU64)>> = OnceLock::new();
-
-    pub fn reached(name: &str) -> bool {
-        let armed =
-            ARMED.get_or_init(|| parse(&std::env::var("WEIR_FAILPOINTS").unwrap_or_default()));
-        let Some((at, hits)) = armed.get(name) else {
-            return false;
-        };
-        hits.fetch_add(1, Ordering::SeqCst) + 1 == *at
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Action {
+        Abort,
+        Pause,
     }
 
-    pub(super) fn parse(spec: &str) -> HashMap<String, (u64, AtomicU64)> {
+    pub struct Armed {
+        /// The hit that fires.
+        pub at: u64,
+        pub action: Action,
+        hits: AtomicU64,
+    }
+
+    static ARMED: OnceLock<HashMap<String, Armed>> = OnceLock::new();
+
+    /// The action of the failpoint `name` if it is armed and this is its chosen hit.
+    pub fn reached(name: &str) -> Option<Action> {
+        let armed =
+            ARMED.get_or_init(|| parse(&std::env::var("WEIR_FAILPOINTS").unwrap_or_default()));
+        let point = armed.get(name)?;
+        (point.hits.fetch_add(1, Ordering::SeqCst) + 1 == point.at).then_some(point.action)
+    }
+
+    pub(super) fn parse(spec: &str) -> HashMap<String, Armed> {
         spec.split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(|s| match s.split_once('@') {
-                Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1).max(1)),
-                None => (s.to_string(), 1),
+            .map(|s| {
+                let (s, action) = match s.strip_suffix(":pause") {
+                    Some(s) => (s, Action::Pause),
+                    None => (s, Action::Abort),
+                };
+                let (name, at) = match s.split_once('@') {
+                    Some((name, n)) => (name, n.parse().unwrap_or(1).max(1)),
+                    None => (s, 1),
+                };
+                let armed = Armed {
+                    at,
+                    action,
+                    hits: AtomicU64::new(0),
+                };
+                (name.to_string(), armed)
             })
-            .map(|(name, at)| (name, (at, AtomicU64::new(0))))
             .collect()
     }
 }
 
 #[cfg(all(test, debug_assertions))]
 mod tests {
+    use super::armed::Action;
+
     #[test]
-    fn specs_name_points_and_hits() {
-        let armed = super::armed::parse(" checkpoint.before_manifest , recovery.before_swap@3,");
-        assert_eq!(armed.len(), 2);
-        assert_eq!(armed["checkpoint.before_manifest"].0, 1);
-        assert_eq!(armed["recovery.before_swap"].0, 3);
+    fn specs_name_points_hits_and_actions() {
+        let armed = super::armed::parse(
+            " checkpoint.before_manifest , recovery.before_swap@3,checkpoint.before_upload@2:pause,",
+        );
+        assert_eq!(armed.len(), 3);
+        assert_eq!(armed["checkpoint.before_manifest"].at, 1);
+        assert_eq!(armed["checkpoint.before_manifest"].action, Action::Abort);
+        assert_eq!(armed["recovery.before_swap"].at, 3);
+        assert_eq!(armed["checkpoint.before_upload"].at, 2);
+        assert_eq!(armed["checkpoint.before_upload"].action, Action::Pause);
         assert!(super::armed::parse("").is_empty());
     }
 }

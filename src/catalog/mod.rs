@@ -237,27 +237,45 @@ pub struct Catalog {
 const FIRST_USER_ID: ObjectId = 1000;
 
 impl Catalog {
-    /// Loads the catalog from `dir`, or starts an empty one.
+    /// Loads the catalog from `dir`, or starts an empty one and saves it: from the first
+    /// start on, a data directory always holds the catalog its state belongs to.
     pub fn load(dir: &Path) -> Result<Catalog> {
         let path = dir.join("catalog.json");
-        let data = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                Error::new(
-                    ErrorKind::DataCorruption,
-                    format!("cannot read catalog {}: {e}", path.display()),
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Persisted {
-                next_id: FIRST_USER_ID,
-                objects: Vec::new(),
-            },
+        let (data, new) = match std::fs::read(&path) {
+            Ok(bytes) => (
+                serde_json::from_slice(&bytes).map_err(|e| {
+                    Error::new(
+                        ErrorKind::DataCorruption,
+                        format!("cannot read catalog {}: {e}", path.display()),
+                    )
+                })?,
+                false,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
+                Persisted {
+                    next_id: FIRST_USER_ID,
+                    objects: Vec::new(),
+                },
+                true,
+            ),
             Err(e) => return Err(e.into()),
         };
-        Ok(Catalog {
+        let catalog = Catalog {
             path,
             data,
             schemas: BTreeMap::new(),
-        })
+        };
+        if new {
+            catalog.save()?;
+        }
+        Ok(catalog)
+    }
+
+    /// The catalog as a checkpoint records it (`catalog.json`'s form), ids not yet saved
+    /// included: a restore must never hand out an id this server has used.
+    pub fn saved(&self) -> Result<serde_json::Value> {
+        serde_json::to_value(&self.data)
+            .map_err(|e| Error::internal(format!("cannot encode catalog: {e}")))
     }
 
     fn save(&self) -> Result<()> {

@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::ledger::{manifest_object, Completed, FileRef, Ledger, LocalFile};
 use self::manifest::{Kind, Manifest, Mode, Timings, FORMAT};
 use self::storage::Storage;
+use crate::catalog::Catalog;
 use crate::config::CheckpointConfig;
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -150,7 +151,8 @@ pub struct Checkpointer {
     /// The deltas of retained checkpoints, as written and uploaded: a restart restores from
     /// them without downloading them.
     deltas: PathBuf,
-    catalog_path: PathBuf,
+    /// The catalog every checkpoint records, read while DDL is held off.
+    catalog: Arc<std::sync::RwLock<Catalog>>,
     triggers: mpsc::Receiver<Trigger>,
     records: Arc<Mutex<Vec<Record>>>,
     files: Arc<Mutex<RetainedFiles>>,
@@ -179,6 +181,7 @@ impl Checkpointer {
         truncate: Option<mpsc::Sender<Truncate>>,
         barriers: BarrierClient,
         data_dir: PathBuf,
+        catalog: Arc<std::sync::RwLock<Catalog>>,
         ddl: Arc<tokio::sync::Mutex<()>>,
         metrics: Arc<Metrics>,
     ) -> Result<CheckpointClient> {
@@ -233,7 +236,7 @@ impl Checkpointer {
             next_id,
             staging,
             deltas,
-            catalog_path: data_dir.join("catalog.json"),
+            catalog,
             triggers: rx,
             records,
             files,
@@ -389,10 +392,11 @@ impl Checkpointer {
         let chain = self.chain(base).cloned();
         let (catalog, snapshot) = {
             let _ddl = self.ddl.lock().await;
-            let catalog = std::fs::read(&self.catalog_path)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or(serde_json::Value::Null);
+            let catalog = self
+                .catalog
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .saved()?;
             let snapshot = self
                 .barriers
                 .checkpoint_barrier(dir.to_path_buf(), chain.is_some())
@@ -421,7 +425,7 @@ impl Checkpointer {
         });
         self.set_record(record);
         let upload_started = Instant::now();
-        failpoint::hit("checkpoint.before_upload");
+        failpoint::reach("checkpoint.before_upload").await;
         let (mode, files, deltas) = match (taken.image, chain) {
             (Image::Delta(delta), Some(chain)) => {
                 let mut deltas = chain.deltas.clone();
@@ -462,11 +466,11 @@ impl Checkpointer {
         };
         manifest.timings.upload_ms = upload_started.elapsed().as_millis() as u64;
         record.bytes_referenced = manifest.bytes_referenced();
-        failpoint::hit("checkpoint.before_manifest");
+        failpoint::reach("checkpoint.before_manifest").await;
         self.storage
             .put(&manifest_object(id), Bytes::from(manifest.encode()?))
             .await?;
-        failpoint::hit("checkpoint.after_manifest");
+        failpoint::reach("checkpoint.after_manifest").await;
         record.timings = manifest.timings.clone();
         self.offsets.insert(id, taken.offsets.clone());
         // The checkpoint exists. What expired goes: manifests first, so that a crash between
@@ -482,7 +486,7 @@ impl Checkpointer {
             }
         }
         for object in &retired.delete {
-            failpoint::hit("checkpoint.during_expiry");
+            failpoint::reach("checkpoint.during_expiry").await;
             if let Err(e) = self.storage.delete(object).await {
                 tracing::warn!("cannot delete {object}, left for the sweep at start: {e}");
             }
@@ -546,7 +550,7 @@ impl Checkpointer {
             let (size, crc32) = self
                 .upload(dir.join(&file.name), object, record, uploaded)
                 .await?;
-            failpoint::hit("checkpoint.between_uploads");
+            failpoint::reach("checkpoint.between_uploads").await;
             refs.push(FileRef {
                 object: object.clone(),
                 local: file.name.clone(),

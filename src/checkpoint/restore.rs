@@ -41,8 +41,9 @@ fn corrupt(what: String) -> Error {
     Error::new(ErrorKind::DataCorruption, what)
 }
 
-/// Sorts the store's checkpoints into whole ones (the manifest checks, and every file it
-/// names is in the store with its recorded size) and damaged ones, newest first.
+/// Sorts the store's checkpoints into whole ones (the manifest checks, its catalog reads,
+/// and every file it names is in the store with its recorded size) and damaged ones, newest
+/// first.
 pub async fn find(storage: &Storage) -> Result<Found> {
     let objects: BTreeMap<String, u64> = storage.list("").await?.into_iter().collect();
     let mut manifests: Vec<&String> = objects
@@ -60,7 +61,12 @@ pub async fn find(storage: &Storage) -> Result<Found> {
         let problem = match Manifest::decode(&bytes) {
             Err(e) => e.to_string(),
             Ok(m) => {
-                let problem = m.objects().find_map(|f| missing(f, &objects));
+                // A catalog that cannot be read is as damaging as a missing file: the state
+                // cannot be told apart without it.
+                let problem = match crate::catalog::Catalog::objects_in(&m.catalog) {
+                    Err(e) => Some(e.message),
+                    Ok(_) => m.objects().find_map(|f| missing(f, &objects)),
+                };
                 match problem {
                     Some(reason) => reason,
                     None => {
@@ -318,7 +324,7 @@ mod tests {
             offsets: BTreeMap::new(),
             watermarks: BTreeMap::new(),
             failed_actors: Vec::new(),
-            catalog: serde_json::json!({}),
+            catalog: serde_json::json!({"next_id": 1000, "objects": []}),
             timings: Timings::default(),
         }
     }
@@ -375,6 +381,22 @@ mod tests {
         assert!(reasons[0].1.contains("damaged checkpoint manifest"));
         assert!(reasons[1].1.contains("has 6 bytes, the manifest says 7"));
         assert!(reasons[2].1.contains("shared/r-000003.sst is missing"));
+
+        // 6 recorded no catalog (`null`, as earlier servers did when none had been saved
+        // yet): damaged, and 2 is still restored.
+        let mut no_catalog = manifest(6, vec![a.clone()]);
+        no_catalog.catalog = serde_json::Value::Null;
+        put_manifest(&s, &no_catalog).await;
+        let found = find(&s).await.unwrap();
+        assert_eq!(found.whole[0].id, 2);
+        assert!(found.damaged[0].manifest.contains("00000000000000000006"));
+        assert!(
+            found.damaged[0]
+                .reason
+                .contains("cannot read a checkpoint's catalog"),
+            "{}",
+            found.damaged[0].reason
+        );
 
         // Nothing whole at all.
         let s = store();

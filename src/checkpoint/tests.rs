@@ -155,6 +155,9 @@ async fn setup() -> Setup {
         None,
         barriers.clone(),
         dir.path().to_path_buf(),
+        Arc::new(std::sync::RwLock::new(
+            crate::catalog::Catalog::load(dir.path()).unwrap(),
+        )),
         Arc::default(),
         Arc::default(),
     )

@@ -1,0 +1,394 @@
+//! Start, stop, start again: a server stopped by SIGTERM or SIGKILL before, during or after
+//! its first checkpoint, holding no objects, only failed DDL, tables, views, sources or
+//! dropped objects, starts again with everything it acknowledged in place, and again after
+//! a checkpoint taken by the restarted server.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{text_rows, ChildServer};
+
+const SIGTERM: i32 = 15;
+const SIGKILL: i32 = 9;
+
+#[derive(Debug, Clone, Copy)]
+enum Objects {
+    None,
+    FailedDdl,
+    Tables,
+    Views,
+    Sources,
+    Dropped,
+}
+
+const ALL: [Objects; 6] = [
+    Objects::None,
+    Objects::FailedDdl,
+    Objects::Tables,
+    Objects::Views,
+    Objects::Sources,
+    Objects::Dropped,
+];
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum When {
+    /// No checkpoint was ever taken.
+    Before,
+    /// The first checkpoint is held before its manifest is written.
+    During,
+    /// The first checkpoint completed, and more was acknowledged after it.
+    After,
+}
+
+/// One data directory through its stops and starts, and what it must hold.
+struct Scenario {
+    objects: Objects,
+    signal: i32,
+    when: When,
+    dir: tempfile::TempDir,
+    /// The rows of table `t` the server acknowledged, as `id v`, in id order.
+    t: Vec<(i32, String)>,
+}
+
+impl Scenario {
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("weir.toml")
+    }
+
+    fn input(&self) -> PathBuf {
+        self.dir.path().join("input")
+    }
+
+    async fn start(&self, failpoints: &str) -> ChildServer {
+        let config = self.config().display().to_string();
+        ChildServer::start_with_env(
+            &self.data(),
+            &["--config", &config],
+            &[("WEIR_FAILPOINTS", failpoints)],
+        )
+        .await
+    }
+
+    fn name(&self) -> String {
+        let signal = if self.signal == SIGTERM {
+            "SIGTERM"
+        } else {
+            "SIGKILL"
+        };
+        format!(
+            "{:?} stopped by {signal} {:?} the first checkpoint",
+            self.objects, self.when
+        )
+    }
+
+    /// Creates the scenario's objects and its first rows.
+    async fn create(&mut self, client: &tokio_postgres::Client) {
+        match self.objects {
+            Objects::None => {}
+            Objects::FailedDdl => {
+                // Each refused (their SQLSTATEs are tested elsewhere), none leaving a trace.
+                for sql in [
+                    "CREATE TABLE t (a nosuchtype)",
+                    "CREATE TABLE t (a int, a int)",
+                    "CREATE MATERIALIZED VIEW v AS SELECT * FROM missing",
+                    "CREATE SOURCE s (a int) WITH (connector = 'file', path = '/nonexistent/weir')",
+                    "CREATE SINK k AS SELECT 1 / 0 AS x WITH (connector = 'blackhole')",
+                    "DROP TABLE missing",
+                    "INSERT INTO missing VALUES (1)",
+                ] {
+                    client.batch_execute(sql).await.expect_err(sql);
+                }
+            }
+            Objects::Tables | Objects::Views => {
+                client
+                    .batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+                    .await
+                    .unwrap();
+                if matches!(self.objects, Objects::Views) {
+                    client
+                        .batch_execute(
+                            "CREATE TABLE u (id int, w int);
+                             CREATE MATERIALIZED VIEW counts AS
+                               SELECT v, count(*) AS n, sum(id) AS s FROM t GROUP BY v;
+                             CREATE MATERIALIZED VIEW joined AS
+                               SELECT t.id, t.v, u.w FROM t JOIN u ON t.id = u.id;
+                             INSERT INTO u VALUES (1, 10), (2, 20), (11, 110), (21, 210);",
+                        )
+                        .await
+                        .unwrap();
+                }
+                self.write(client, 0).await;
+            }
+            Objects::Sources => {
+                std::fs::create_dir_all(self.input()).unwrap();
+                std::fs::write(self.input().join("part-0.csv"), "1,a\n2,b\n3,c\n").unwrap();
+                client
+                    .batch_execute(&format!(
+                        "CREATE SOURCE f (k bigint, s text) WITH (connector = 'file', path = '{}');
+                         CREATE MATERIALIZED VIEW fv AS SELECT count(*) AS n, sum(k) AS s FROM f;
+                         CREATE SOURCE bid WITH (connector = 'nexmark', stream = 'bid', events = 1000);
+                         CREATE MATERIALIZED VIEW bids AS SELECT count(*) AS n FROM bid;
+                         CREATE SOURCE idle WITH (connector = 'nexmark', stream = 'person');",
+                        self.input().display()
+                    ))
+                    .await
+                    .unwrap();
+                drain(client).await;
+            }
+            Objects::Dropped => {
+                client
+                    .batch_execute(
+                        "CREATE TABLE t (id int PRIMARY KEY, v text);
+                         CREATE MATERIALIZED VIEW gone AS SELECT count(*) AS n FROM t;
+                         INSERT INTO t VALUES (100, 'old'), (101, 'old');
+                         CREATE SOURCE s WITH (connector = 'nexmark', stream = 'bid', events = 100);
+                         CREATE SINK k AS SELECT * FROM s WITH (connector = 'blackhole');
+                         FLUSH;
+                         DROP SINK k;
+                         DROP SOURCE s;
+                         DROP MATERIALIZED VIEW gone;
+                         DROP TABLE t;
+                         CREATE TABLE t (id int PRIMARY KEY, v text);
+                         CREATE MATERIALIZED VIEW n AS SELECT count(*) AS n FROM t;",
+                    )
+                    .await
+                    .unwrap();
+                self.write(client, 0).await;
+            }
+        }
+    }
+
+    /// Round `r`'s writes to `t`, where the scenario has it: two rows inserted, one of them
+    /// updated, and a row of the round before deleted.
+    async fn write(&mut self, client: &tokio_postgres::Client, r: i32) {
+        if !matches!(
+            self.objects,
+            Objects::Tables | Objects::Views | Objects::Dropped
+        ) {
+            return;
+        }
+        let (a, b) = (r * 10 + 1, r * 10 + 2);
+        client
+            .batch_execute(&format!(
+                "INSERT INTO t VALUES ({a}, 'r{r}'), ({b}, 'r{r}');
+                 UPDATE t SET v = 'r{r} updated' WHERE id = {a};
+                 DELETE FROM t WHERE id = {}",
+                b - 10
+            ))
+            .await
+            .unwrap();
+        self.t.retain(|(id, _)| *id != b - 10);
+        self.t.push((a, format!("r{r} updated")));
+        self.t.push((b, format!("r{r}")));
+        self.t.sort();
+    }
+
+    /// Asserts that the server holds everything acknowledged, and that its views equal
+    /// their queries.
+    async fn check(&self, client: &tokio_postgres::Client) {
+        let name = self.name();
+        let relations = text_rows(client, "SHOW TABLES").await;
+        match self.objects {
+            Objects::None | Objects::FailedDdl => {
+                assert!(relations.is_empty(), "{name}: {relations:?}");
+                // Every name the failed statements tried is free.
+                client
+                    .batch_execute(
+                        "CREATE TABLE t (a int); CREATE MATERIALIZED VIEW v AS SELECT * FROM t;
+                         DROP MATERIALIZED VIEW v; DROP TABLE t;",
+                    )
+                    .await
+                    .unwrap();
+            }
+            Objects::Tables | Objects::Views | Objects::Dropped => {
+                client.batch_execute("FLUSH").await.unwrap();
+                let want: Vec<String> = self.t.iter().map(|(id, v)| format!("{id} {v}")).collect();
+                let got = text_rows(client, "SELECT id, v FROM t ORDER BY id").await;
+                assert_eq!(got, want, "{name}: table t");
+                let views: &[(&str, &str)] = match self.objects {
+                    Objects::Views => &[
+                        (
+                            "counts",
+                            "SELECT v, count(*) AS n, sum(id) AS s FROM t GROUP BY v",
+                        ),
+                        (
+                            "joined",
+                            "SELECT t.id, t.v, u.w FROM t JOIN u ON t.id = u.id",
+                        ),
+                    ],
+                    Objects::Dropped => &[("n", "SELECT count(*) AS n FROM t")],
+                    _ => &[],
+                };
+                for (view, query) in views {
+                    let got = text_rows(client, &format!("SELECT * FROM {view} ORDER BY 1")).await;
+                    let want =
+                        text_rows(client, &format!("SELECT * FROM ({query}) q ORDER BY 1")).await;
+                    assert_eq!(got, want, "{name}: view {view}");
+                }
+                if matches!(self.objects, Objects::Dropped) {
+                    let err = client
+                        .batch_execute("SELECT * FROM gone")
+                        .await
+                        .unwrap_err();
+                    assert_eq!(err.code().map(|c| c.code()), Some("42P01"), "{name}");
+                    assert_eq!(relations, ["t"], "{name}");
+                }
+            }
+            Objects::Sources => {
+                drain(client).await;
+                assert_eq!(
+                    text_rows(client, "SELECT * FROM fv").await,
+                    ["3 6"],
+                    "{name}"
+                );
+                assert_eq!(
+                    text_rows(client, "SELECT * FROM bids").await,
+                    ["920"],
+                    "{name}"
+                );
+                let sources = text_rows(client, "SHOW SOURCES").await;
+                assert_eq!(sources, ["bid", "f", "idle"], "{name}");
+            }
+        }
+    }
+
+    /// The whole scenario: create, stop as chosen, start and check; then a checkpoint by the
+    /// restarted server, more writes, the same stop, start and check again.
+    async fn run(mut self) {
+        let failpoints = match self.when {
+            When::During => "checkpoint.before_manifest:pause",
+            _ => "",
+        };
+        let server = self.start(failpoints).await;
+        let client = server.connect().await;
+        self.create(&client).await;
+        match self.when {
+            When::Before => {}
+            When::During => {
+                let held = server.connect().await;
+                tokio::spawn(async move {
+                    let _ = held.batch_execute("CHECKPOINT").await;
+                });
+                wait_for(&server.log, "failpoint checkpoint.before_manifest: paused").await;
+            }
+            When::After => {
+                client.batch_execute("CHECKPOINT").await.unwrap();
+                self.write(&client, 1).await;
+            }
+        }
+        drop(client);
+        server.stop(self.signal).await;
+
+        let server = self.start("").await;
+        let client = server.connect().await;
+        self.check(&client).await;
+        client.batch_execute("CHECKPOINT").await.unwrap();
+        self.write(&client, 2).await;
+        drop(client);
+        server.stop(self.signal).await;
+
+        let server = self.start("").await;
+        let client = server.connect().await;
+        self.check(&client).await;
+        drop(client);
+        server.stop(SIGTERM).await;
+    }
+}
+
+/// Waits until every source has read all it will, then for one barrier.
+async fn drain(client: &tokio_postgres::Client) {
+    for _ in 0..6000 {
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE NOT done AND read) AS running, \
+                 count(*) FILTER (WHERE error IS NOT NULL) AS failed FROM weir_catalog.sources",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>("failed"), 0, "a source failed");
+        if row.get::<_, i64>("running") == 0 {
+            client.batch_execute("FLUSH").await.unwrap();
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the sources did not finish within 60 s");
+}
+
+async fn wait_for(log: &Path, text: &str) {
+    for _ in 0..3000 {
+        if std::fs::read_to_string(log).is_ok_and(|l| l.contains(text)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{} never said {text:?}", log.display());
+}
+
+/// Every kind of objects, stopped by `signal` at `when`; three scenarios at a time.
+async fn matrix(signal: i32, when: When) {
+    let scenarios: Vec<Scenario> = ALL
+        .iter()
+        .map(|&objects| {
+            let dir = tempfile::tempdir().unwrap();
+            // Checkpoints only when a test asks for one.
+            std::fs::write(
+                dir.path().join("weir.toml"),
+                "[checkpoint]\ninterval_ms = 0\n",
+            )
+            .unwrap();
+            Scenario {
+                objects,
+                signal,
+                when,
+                dir,
+                t: Vec::new(),
+            }
+        })
+        .collect();
+    let mut scenarios = scenarios.into_iter();
+    loop {
+        let batch: Vec<Scenario> = scenarios.by_ref().take(3).collect();
+        if batch.is_empty() {
+            return;
+        }
+        futures::future::join_all(batch.into_iter().map(Scenario::run)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_before_the_first_checkpoint() {
+    matrix(SIGTERM, When::Before).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_before_the_first_checkpoint() {
+    matrix(SIGKILL, When::Before).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_the_first_checkpoint() {
+    matrix(SIGTERM, When::During).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_the_first_checkpoint() {
+    matrix(SIGKILL, When::During).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_after_the_first_checkpoint() {
+    matrix(SIGTERM, When::After).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_the_first_checkpoint() {
+    matrix(SIGKILL, When::After).await;
+}
