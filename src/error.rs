@@ -39,6 +39,8 @@ pub enum ErrorKind {
     UndefinedFile,
     /// A protocol message exceeds a configured limit, or a statement is too large.
     ProgramLimitExceeded,
+    /// A statement's expressions or subqueries nest deeper than Weir's documented limit.
+    StatementTooComplex,
     TooManyConnections,
     /// The server is shutting down or a component it needs is gone.
     Unavailable,

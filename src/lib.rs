@@ -37,6 +37,20 @@ pub mod stream;
 pub mod table;
 pub mod types;
 
+/// The stack of every thread that parses, plans and runs statements (the threads of
+/// [`runtime`]): sized so that statements as deep as `sql::parser::DEPTH_MAX` allows pass
+/// every recursive pass, ours and DataFusion's, in debug builds (which need the most). A
+/// thread's stack takes memory only as deep as it is used.
+pub const STACK_BYTES: usize = 128 << 20;
+
+/// The multi-threaded runtime the server runs on, every thread with [`STACK_BYTES`] of stack.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(STACK_BYTES)
+        .enable_all()
+        .build()
+}
+
 /// The PostgreSQL version Weir reports (`server_version`): psql picks its catalog queries by it.
 pub const PG_VERSION: &str = "15.18";
 /// `server_version_num` for [`PG_VERSION`].

@@ -74,10 +74,7 @@ fn main() -> ExitCode {
         Some(Command::Checkpoint(c)) => (cli.serve, Some(c)),
         None => (cli.serve, None),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match weir::runtime() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("weir: cannot start the runtime: {e}");
@@ -86,7 +83,13 @@ fn main() -> ExitCode {
     };
     let result = match checkpoint {
         Some(c) => runtime.block_on(request_checkpoint(c)),
-        None => runtime.block_on(serve(args)),
+        // On a runtime thread, not this one: every statement (views planned again at start
+        // included) runs with the stack it was sized for.
+        None => runtime.block_on(async {
+            tokio::spawn(serve(args))
+                .await
+                .unwrap_or_else(|e| Err(weir::error::Error::internal(format!("server task: {e}"))))
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

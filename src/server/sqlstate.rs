@@ -24,6 +24,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::InvalidParameter => "22023",
         ErrorKind::UndefinedFile => "58P01",
         ErrorKind::ProgramLimitExceeded => "54000",
+        ErrorKind::StatementTooComplex => "54001",
         ErrorKind::TooManyConnections => "53300",
         ErrorKind::Unavailable => "57P03",
         ErrorKind::DataCorruption => "XX001",

@@ -11,6 +11,7 @@ use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::TableProvider;
 use datafusion::error::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -51,6 +52,24 @@ pub fn base_config() -> SessionConfig {
         .with_target_partitions(1)
 }
 
+/// A context with Weir's configuration and analyzer rules, and no relations.
+fn new_context() -> SessionContext {
+    let state = SessionStateBuilder::new()
+        .with_config(base_config())
+        .with_default_features()
+        .build();
+    let rules: Vec<_> = super::rules::early_analyzer_rules()
+        .into_iter()
+        .chain(state.analyzer().rules.iter().cloned())
+        .chain(super::rules::analyzer_rules())
+        .collect();
+    SessionContext::new_with_state(
+        SessionStateBuilder::new_from_existing(state)
+            .with_analyzer_rules(rules)
+            .build(),
+    )
+}
+
 /// A context with every relation of `catalog` readable at `snapshot`, except those in
 /// `overrides`, which are read from the given providers instead.
 pub fn query_context(
@@ -60,10 +79,7 @@ pub fn query_context(
     settings: &HashMap<String, String>,
     overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
 ) -> Result<SessionContext> {
-    let ctx = SessionContext::new_with_config(base_config());
-    for rule in super::rules::analyzer_rules() {
-        ctx.add_analyzer_rule(rule);
-    }
+    let ctx = new_context();
     let failed = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for object in catalog.objects() {
         let id = object.id();

@@ -1,11 +1,11 @@
 //! Reads DDL statements into catalog definitions; no I/O.
 
 use datafusion::sql::sqlparser::ast::{self, ColumnOption, TableConstraint};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::catalog::{ColumnDef, Connector, ObjectId, SourceDef, TableDef, WatermarkDef};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sql::dialect::WeirDialect;
 use crate::types::SqlType;
 
 /// An identifier as PostgreSQL folds it: unquoted names are lower-cased.
@@ -332,7 +332,7 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
 
 /// Reads `ts` or `ts - INTERVAL '...'` (the text of `WATERMARK FOR ts AS ...`).
 fn watermark_def(text: &str, columns: &[ColumnDef]) -> Result<WatermarkDef> {
-    let expr = Parser::new(&PostgreSqlDialect {})
+    let expr = Parser::new(&WeirDialect::for_tokens(text.len()))
         .try_with_sql(text)
         .and_then(|mut p| p.parse_expr())
         .map_err(|_| bad_watermark(text))?;

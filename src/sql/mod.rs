@@ -7,6 +7,7 @@
 
 pub mod context;
 pub mod ddl;
+pub mod dialect;
 pub mod parser;
 pub mod provider;
 pub mod rules;

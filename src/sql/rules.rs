@@ -118,6 +118,83 @@ fn interval_text(e: Expr) -> datafusion::error::Result<Transformed<Expr>> {
     }
 }
 
+/// Levels of operators between two typed casts in a long chain (`TypedChains`).
+const CHAIN_STRIDE: usize = 8;
+
+/// Long chains (`1 + 1 + ...`, `x = 1 OR x = 2 OR ...`, `- - ... x`) typed in linear time.
+/// DataFusion works out an operator's type from its operands' types, recursively, at every
+/// operator it coerces, simplifies or plans: quadratic in a chain's length (a sum of 10 000
+/// terms took over a minute to plan). Here the operand of an operator that has
+/// `CHAIN_STRIDE` or more levels of operators below it is wrapped in a cast to its own type,
+/// which DataFusion reads without recursion; such a cast changes no value. Runs before
+/// DataFusion's analyzer rules, and only deep chains change.
+#[derive(Debug)]
+pub struct TypedChains;
+
+impl AnalyzerRule for TypedChains {
+    fn analyze(
+        &self,
+        plan: LogicalPlan,
+        _config: &ConfigOptions,
+    ) -> datafusion::error::Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            let mut schema = DFSchema::empty();
+            for input in node.inputs() {
+                schema.merge(input.schema());
+            }
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|e| {
+                let saved = names.save(&e);
+                let rewritten = e.transform_up(|e| {
+                    if !matches!(e, Expr::BinaryExpr(_) | Expr::Negative(_)) {
+                        return Ok(Transformed::no(e));
+                    }
+                    e.map_children(|operand| {
+                        if operator_levels(&operand, CHAIN_STRIDE) < CHAIN_STRIDE {
+                            return Ok(Transformed::no(operand));
+                        }
+                        // An operand whose type cannot be worked out here (a parameter)
+                        // stays as it is.
+                        match operand.get_type(&schema) {
+                            Ok(t) => Ok(Transformed::yes(Expr::Cast(Cast::new(
+                                Box::new(operand),
+                                t,
+                            )))),
+                            Err(_) => Ok(Transformed::no(operand)),
+                        }
+                    })
+                })?;
+                Ok(rewritten.update_data(|e| saved.restore(e)))
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "typed_chains"
+    }
+}
+
+/// The levels of binary and unary minus operators from `e` down to the nearest cast, column
+/// or other expression in each branch, counted up to `max`.
+fn operator_levels(e: &Expr, max: usize) -> usize {
+    if max == 0 {
+        return 0;
+    }
+    match e {
+        Expr::BinaryExpr(b) => {
+            1 + operator_levels(&b.left, max - 1).max(operator_levels(&b.right, max - 1))
+        }
+        Expr::Negative(inner) => 1 + operator_levels(inner, max - 1),
+        _ => 0,
+    }
+}
+
+/// The rules every Weir context runs before DataFusion's own analyzer rules.
+pub fn early_analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
+    vec![Arc::new(TypedChains)]
+}
+
 /// The rules every Weir context runs after DataFusion's own analyzer rules.
 pub fn analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
     vec![Arc::new(PgSemantics)]

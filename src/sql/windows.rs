@@ -16,11 +16,11 @@ use std::ops::ControlFlow;
 
 use datafusion::arrow::compute::kernels::cast_utils::parse_interval_month_day_nano;
 use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Word};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::sql::dialect::WeirDialect;
 
 /// A hopping window covers at most this many slides (one branch of the plan each).
 const HOP_SLIDES_MAX: i128 = 64;
@@ -284,7 +284,7 @@ fn window_table(factor: &ast::TableFactor) -> Result<Option<ast::TableFactor>> {
             .collect::<Vec<_>>()
             .join(" UNION ALL ")
     };
-    let subquery = Parser::new(&PostgreSqlDialect {})
+    let subquery = Parser::new(&WeirDialect::for_tokens(sql.len()))
         .try_with_sql(&sql)
         .and_then(|mut p| p.parse_query())
         .map_err(|e| Error::internal(format!("window rewrite produced bad SQL: {e}")))?;
