@@ -4,7 +4,7 @@
 //! A record is `[length: u32 LE][crc32 of payload: u32 LE][payload]`, where the payload is one
 //! `StreamChunk` as an Arrow IPC stream (the ops in an extra column). A torn record at the
 //! tail (a crash during an append) is cut off when the log is opened; a bad checksum anywhere
-//! else is data corruption.
+//! else, or a length that runs past the end with a whole record after it, is data corruption.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -307,11 +307,22 @@ fn decode_records(bytes: &[u8], path: &Path) -> Result<(Vec<StreamChunk>, Vec<u6
         let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4 bytes"));
         let crc = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().expect("4 bytes"));
         let start = pos + HEADER_BYTES as usize;
-        let Some(end) = start.checked_add(len as usize) else {
-            break;
-        };
+        let end = start.saturating_add(len as usize);
         if len > RECORD_BYTES_MAX || end > bytes.len() {
-            // A record that runs past the end of the file is a torn append.
+            // A record that runs past the end of the file is a torn append, unless a whole
+            // record follows it: then its length field is damaged, and taking it for a torn
+            // tail would drop every record after it.
+            if let Some(next) = whole_record_after(bytes, pos) {
+                return Err(Error::new(
+                    ErrorKind::DataCorruption,
+                    format!(
+                        "change log {} is damaged: record {} (at byte {pos}) has a length \
+                         of {len} bytes, yet a whole record starts at byte {next}",
+                        path.display(),
+                        chunks.len(),
+                    ),
+                ));
+            }
             break;
         }
         let payload = &bytes[start..end];
@@ -343,6 +354,30 @@ fn decode_records(bytes: &[u8], path: &Path) -> Result<(Vec<StreamChunk>, Vec<u6
         pos = end;
     }
     Ok((chunks, starts, pos as u64))
+}
+
+/// The start of the first whole record (header, checksum and an Arrow IPC payload) after
+/// byte `pos`, if any. Only positions whose payload would begin as an IPC stream does (its
+/// continuation marker) are tried, so the search reads the bytes about once; a torn append's
+/// bytes hold no whole record but by a checksum collision (one in 2^32 per position tried).
+fn whole_record_after(bytes: &[u8], pos: usize) -> Option<usize> {
+    const MARKER: [u8; 4] = [0xff; 4];
+    let header = HEADER_BYTES as usize;
+    (pos + 1..bytes.len().saturating_sub(header + MARKER.len() - 1)).find(|&p| {
+        if bytes[p + header..p + header + MARKER.len()] != MARKER {
+            return false;
+        }
+        let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
+        let crc = u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
+        let end = (p + header).saturating_add(len as usize);
+        len <= RECORD_BYTES_MAX
+            && end <= bytes.len()
+            && crc32fast::hash(&bytes[p + header..end]) == crc
+            && StreamReader::try_new(&bytes[p + header..end], None)
+                .ok()
+                .and_then(|mut r| r.next())
+                .is_some_and(|b| b.is_ok())
+    })
 }
 
 #[cfg(test)]
@@ -389,6 +424,45 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         let err = ChangeLog::open(dir.path(), 7).err().unwrap();
         assert_eq!(err.kind, ErrorKind::DataCorruption);
+    }
+
+    #[test]
+    fn a_damaged_length_in_the_middle_is_corruption_not_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("7.log");
+        let s = schema(&[("a", DataType::Int64)]);
+        let second = {
+            let (mut log, _) = ChangeLog::open(dir.path(), 7).unwrap();
+            let first = log.append(&chunk(&s, "+ 1")).unwrap();
+            log.append(&chunk(&s, "+ 2")).unwrap();
+            log.append(&chunk(&s, "+ 3")).unwrap();
+            first as usize
+        };
+        let whole = std::fs::read(&path).unwrap();
+        // The second record's length made larger (past the end) and far too large: either
+        // way the third record, acknowledged, follows it.
+        for len in [whole.len() as u32, u32::MAX] {
+            let mut bytes = whole.clone();
+            bytes[second..second + 4].copy_from_slice(&len.to_le_bytes());
+            std::fs::write(&path, &bytes).unwrap();
+            let err = ChangeLog::open(dir.path(), 7).err().unwrap();
+            assert_eq!(err.kind, ErrorKind::DataCorruption, "{}", err.message);
+            assert!(err.message.contains("record 1 (at byte"), "{}", err.message);
+            // Nothing was cut off.
+            assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        }
+        // A torn append of the same bytes (every record after the second lost with it, as a
+        // crash mid-write leaves them) is still cut off as before.
+        for (cut, kept) in [
+            (second + 3, 1),
+            (second + 8, 1),
+            (second + 12, 1),
+            (whole.len() - 1, 2),
+        ] {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            let (_, chunks) = ChangeLog::open(dir.path(), 7).unwrap();
+            assert_eq!(chunks.len(), kept, "cut at {cut}");
+        }
     }
 
     fn files(dir: &Path) -> Vec<String> {
