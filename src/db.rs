@@ -92,6 +92,8 @@ pub struct Database {
     /// The recoveries recorded in the data directory, this start's last.
     recoveries: Mutex<Vec<restore::Recovery>>,
     pub metrics: Arc<Metrics>,
+    /// Held while the database is open: one server per data directory.
+    _lock: crate::datadir::DataDirLock,
 }
 
 impl Database {
@@ -100,7 +102,10 @@ impl Database {
     /// checkpoint's offset (all of it without a checkpoint) and starts every view, restored
     /// or rebuilt from its inputs.
     pub async fn open(config: Config) -> Result<Arc<Database>> {
-        std::fs::create_dir_all(&config.data_dir)?;
+        let lock = crate::datadir::DataDirLock::acquire(
+            &config.data_dir,
+            &format!("listening on {}", config.listen),
+        )?;
         let tables_dir = config.data_dir.join("tables");
         std::fs::create_dir_all(&tables_dir)?;
         let storage = Storage::open(&config.checkpoint_storage()?, &config.checkpoint.s3)?;
@@ -244,6 +249,7 @@ impl Database {
             checkpoints: std::sync::OnceLock::new(),
             recoveries: Mutex::new(Vec::new()),
             metrics,
+            _lock: lock,
         });
         // Restored objects first: tables started, views connected to them without backfill,
         // then the tables' log records after the checkpoint fed to both. Then the objects

@@ -23,6 +23,7 @@ pub mod changelog;
 pub mod checkpoint;
 pub mod clock;
 pub mod config;
+pub mod datadir;
 pub mod db;
 pub mod error;
 pub mod failpoint;

@@ -392,3 +392,46 @@ async fn sigterm_after_the_first_checkpoint() {
 async fn sigkill_after_the_first_checkpoint() {
     matrix(SIGKILL, When::After).await;
 }
+
+/// A second server on a data directory in use refuses to start, naming the first, and
+/// changes nothing there; once the first has stopped, however it stopped, a server starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_a_data_directory_in_use_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = ChildServer::start(&data).await;
+    let c = first.connect().await;
+    c.batch_execute("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1), (2)")
+        .await
+        .unwrap();
+    let second = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .output();
+    let second = tokio::time::timeout(Duration::from_secs(60), second)
+        .await
+        .expect("the second server should exit")
+        .unwrap();
+    assert!(!second.status.success());
+    let said = String::from_utf8_lossy(&second.stderr);
+    let holder = format!(
+        "in use by another Weir server (pid {}, listening on {})",
+        first.pid(),
+        first.addr
+    );
+    assert!(said.contains(&holder), "{said}");
+    // The first server went on undisturbed.
+    c.batch_execute("INSERT INTO t VALUES (3); FLUSH").await.unwrap();
+    assert_eq!(
+        text_rows(&c, "SELECT id FROM t ORDER BY id").await,
+        ["1", "2", "3"]
+    );
+    drop(c);
+    first.stop(SIGKILL).await;
+    let again = ChildServer::start(&data).await;
+    let c = again.connect().await;
+    assert_eq!(
+        text_rows(&c, "SELECT id FROM t ORDER BY id").await,
+        ["1", "2", "3"]
+    );
+}

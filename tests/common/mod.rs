@@ -170,6 +170,11 @@ impl ChildServer {
         client
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
     /// Sends `signal` (15 = SIGTERM, 9 = SIGKILL) and waits for the process to end.
     pub async fn stop(mut self, signal: i32) -> std::process::ExitStatus {
         let pid = self.child.id().expect("running") as i32;
