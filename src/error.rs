@@ -37,6 +37,8 @@ pub enum ErrorKind {
     InvalidParameter,
     /// A file named in a statement (a file source's path) does not exist or cannot be read.
     UndefinedFile,
+    /// A parameter number (`$0`) that no statement can have.
+    UndefinedParameter,
     /// A protocol message exceeds a configured limit, or a statement is too large.
     ProgramLimitExceeded,
     /// A statement's expressions or subqueries nest deeper than Weir's documented limit.
@@ -260,6 +262,9 @@ fn classify_plan_message(m: String) -> Error {
     }
     if lower.contains("invalid function") || lower.contains("no function matches") {
         return Error::new(ErrorKind::UndefinedObject, m);
+    }
+    if lower.contains("zero is not a valid index") {
+        return Error::new(ErrorKind::UndefinedParameter, "there is no parameter $0");
     }
     if lower.contains("cannot infer common")
         || lower.contains("coercion")

@@ -390,15 +390,33 @@ fn rows_schema(out: Output) -> Option<SchemaRef> {
     }
 }
 
+/// The most parameters a statement can have: a Bind message counts its values in 16 bits.
+pub const PARAMETERS_MAX: usize = 65_535;
+
 /// The types of `$1, $2, ...` as DataFusion inferred them (text where it could not).
 fn parameter_types(plan: &LogicalPlan) -> Result<Vec<DataType>> {
     let types = plan.get_parameter_types()?;
     let mut numbered: Vec<(usize, DataType)> = Vec::new();
     for (name, t) in types {
-        let n: usize = name
-            .trim_start_matches('$')
-            .parse()
-            .map_err(|_| Error::syntax(format!("bad parameter name {name}")))?;
+        let n = match name.strip_prefix('$').map(str::parse::<u64>) {
+            Some(Ok(0)) => {
+                return Err(Error::new(
+                    ErrorKind::UndefinedParameter,
+                    "there is no parameter $0",
+                ))
+            }
+            Some(Ok(n)) if n <= PARAMETERS_MAX as u64 => n as usize,
+            Some(Ok(n)) => {
+                return Err(Error::new(
+                    ErrorKind::ProgramLimitExceeded,
+                    format!(
+                        "parameter ${n} is past the most a statement can have \
+                         ({PARAMETERS_MAX})"
+                    ),
+                ))
+            }
+            _ => return Err(Error::syntax(format!("bad parameter name {name}"))),
+        };
         numbered.push((n, t.unwrap_or(DataType::Utf8)));
     }
     numbered.sort_by_key(|(n, _)| *n);

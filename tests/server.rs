@@ -110,6 +110,25 @@ async fn oversized_statements_are_refused_with_54000() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parameter_numbers_are_checked_before_anything_is_sized_by_them() {
+    let server = TestServer::start().await;
+    let client = server.connect().await;
+    for (sql, code) in [
+        ("SELECT $100000000000::int", "54000"),
+        ("SELECT $65536::int", "54000"),
+        ("SELECT $0::int", "42P02"),
+        ("SELECT $99999999999999999999999::int", "42601"),
+    ] {
+        let err = client.prepare(sql).await.unwrap_err();
+        assert_eq!(err.as_db_error().unwrap().code().code(), code, "{sql}");
+    }
+    // The most a statement can have is fine.
+    let top = client.prepare("SELECT $65535::int").await.unwrap();
+    assert_eq!(top.params().len(), 65_535);
+    client.simple_query("SELECT 1").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_and_a_view_created_mid_stream_agree_with_the_table() {
     let server = TestServer::start_with(|c| c.barrier_interval_ms = 20).await;
     let admin = server.connect().await;
