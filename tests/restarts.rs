@@ -421,7 +421,9 @@ async fn a_second_server_on_a_data_directory_in_use_refuses_to_start() {
     );
     assert!(said.contains(&holder), "{said}");
     // The first server went on undisturbed.
-    c.batch_execute("INSERT INTO t VALUES (3); FLUSH").await.unwrap();
+    c.batch_execute("INSERT INTO t VALUES (3); FLUSH")
+        .await
+        .unwrap();
     assert_eq!(
         text_rows(&c, "SELECT id FROM t ORDER BY id").await,
         ["1", "2", "3"]
@@ -434,4 +436,53 @@ async fn a_second_server_on_a_data_directory_in_use_refuses_to_start() {
         text_rows(&c, "SELECT id FROM t ORDER BY id").await,
         ["1", "2", "3"]
     );
+}
+
+/// A write to a table whose actor has failed is refused before it is logged (57P03, and it is
+/// not there after a restart); every write acknowledged before is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_after_its_tables_actor_failed_never_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("weir.toml");
+    // Barriers only when asked for (FLUSH, DDL), so that they can be counted.
+    std::fs::write(
+        &config,
+        "barrier_interval_ms = 3600000\n[checkpoint]\ninterval_ms = 0\n",
+    )
+    .unwrap();
+    let args = ["--config", config.to_str().unwrap()];
+    // Table t is relation 1000, fed by actor 1000: it fails at its fifth barrier.
+    let server =
+        ChildServer::start_with_env(&data, &args, &[("WEIR_FAILPOINTS", "actor.1000.barrier@5")])
+            .await;
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let (mut acknowledged, mut refused) = (Vec::new(), 0);
+    for id in 0..40 {
+        match c
+            .batch_execute(&format!("INSERT INTO t VALUES ({id})"))
+            .await
+        {
+            Ok(()) => acknowledged.push(id.to_string()),
+            Err(e) => {
+                let code = e.as_db_error().map(|d| d.code().code().to_string());
+                assert_eq!(code.as_deref(), Some("57P03"), "{e}");
+                refused += 1;
+            }
+        }
+        // A barrier after each write (FLUSH may fail once the actor has).
+        let _ = c.batch_execute("FLUSH").await;
+    }
+    assert!(refused > 0, "the failpoint never fired");
+    drop(c);
+    server.stop(SIGKILL).await;
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    c.batch_execute("FLUSH").await.unwrap();
+    let mut rows = text_rows(&c, "SELECT id FROM t").await;
+    rows.sort_by_key(|r| r.parse::<i32>().unwrap());
+    assert_eq!(rows, acknowledged);
 }

@@ -101,6 +101,11 @@ impl Feed {
         }
     }
 
+    /// Whether the actor behind the feed is gone (failed or stopped): nothing sent reaches it.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
     /// Sends one statement's changes, in slices of at most `FEED_ROWS_MAX` rows, and the
     /// watermark they advanced, with no barrier in between. Fails when the actor is gone.
     pub async fn send_statement(

@@ -177,6 +177,14 @@ impl TableWriter {
         let data = concat_batches(&self.schema, &parts)?;
         let chunk = StreamChunk::new(ops, data);
         self.latest.check_keys(&chunk, &self.def)?;
+        // Refused before anything is logged: a failure reported means nothing happened.
+        if self.feed.is_closed() {
+            return Err(Error::unavailable(format!(
+                "table \"{}\" cannot take writes: its actor has stopped (see the server log); \
+                 restart the server",
+                self.def.name
+            )));
+        }
         self.log.append(&chunk)?;
         // Durable but not yet sent nor acknowledged: a crash here leaves a statement in doubt.
         crate::failpoint::hit("table.after_append");
@@ -188,11 +196,15 @@ impl TableWriter {
             .count()
             .max(chunk.ops.iter().filter(|o| **o == Op::Delete).count());
         let watermark = self.advance_watermark(&chunk);
-        let gone = |_| Error::unavailable(format!("table \"{}\" is being dropped", self.def.name));
-        self.feed
-            .send_statement(chunk, watermark)
-            .await
-            .map_err(gone)?;
+        // Logged, the statement is durable and acknowledged even if its actor has just
+        // stopped: a restart replays it. Reporting a failure would make a retry write it twice.
+        if self.feed.send_statement(chunk, watermark).await.is_err() {
+            tracing::error!(
+                table = %self.def.name,
+                "a logged statement could not reach the table's actor, which has stopped; \
+                 views see it after a restart"
+            );
+        }
         Ok(affected)
     }
 
