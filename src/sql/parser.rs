@@ -200,7 +200,7 @@ fn parse_one(sql: &str, tokens: &[TokenWithSpan]) -> Result<ast::Statement> {
     let mut parser = Parser::new(&dialect)
         .with_recursion_limit(PARSER_RECURSION_MAX)
         .with_tokens_with_locations(tokens);
-    let statement = parser
+    let mut statement = parser
         .parse_statement()
         .map_err(|e| match dialect.exhausted() {
             true => too_complex("statement is too complex to parse".into(), SPLIT_HINT),
@@ -210,7 +210,6 @@ fn parse_one(sql: &str, tokens: &[TokenWithSpan]) -> Result<ast::Statement> {
     if next.token != Token::EOF {
         return Err(near(sql, &next));
     }
-    let mut statement = statement;
     balance_logic(&mut statement);
     check_expansion(&statement)?;
     Ok(statement)

@@ -28,37 +28,45 @@ impl AnalyzerRule for PgSemantics {
         plan: LogicalPlan,
         _config: &ConfigOptions,
     ) -> datafusion::error::Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            // Expressions are typed against the node's inputs; a node without inputs (VALUES)
-            // holds only constants.
-            let mut schema = DFSchema::empty();
-            for input in node.inputs() {
-                schema.merge(input.schema());
+        rewrite_expressions(plan, |e, schema| {
+            let t = round_before_cast(e, schema)?;
+            if t.transformed {
+                return Ok(t);
             }
-            // Keep every expression's output name: the plan's schema must not change.
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let saved = names.save(&e);
-                let rewritten = e.transform_up(|e| {
-                    let t = round_before_cast(e, &schema)?;
-                    if t.transformed {
-                        return Ok(t);
-                    }
-                    let t = integral_floor_ceil(t.data, &schema)?;
-                    if t.transformed {
-                        return Ok(t);
-                    }
-                    interval_text(t.data)
-                })?;
-                Ok(rewritten.update_data(|e| saved.restore(e)))
-            })
+            let t = integral_floor_ceil(t.data, schema)?;
+            if t.transformed {
+                return Ok(t);
+            }
+            interval_text(t.data)
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
         "pg_semantics"
     }
+}
+
+/// Rewrites every expression of every node of `plan` (subqueries included), bottom up, with
+/// `rewrite`, which sees each sub-expression and the schema of the node's inputs (expressions
+/// are typed against them; a node without inputs, VALUES, holds only constants). Every
+/// expression keeps its output name: the plan's schema must not change.
+fn rewrite_expressions(
+    plan: LogicalPlan,
+    rewrite: impl Fn(Expr, &DFSchema) -> datafusion::error::Result<Transformed<Expr>>,
+) -> datafusion::error::Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        let mut schema = DFSchema::empty();
+        for input in node.inputs() {
+            schema.merge(input.schema());
+        }
+        let names = NamePreserver::new(&node);
+        node.map_expressions(|e| {
+            let saved = names.save(&e);
+            let rewritten = e.transform_up(|e| rewrite(e, &schema))?;
+            Ok(rewritten.update_data(|e| saved.restore(e)))
+        })
+    })
+    .map(|t| t.data)
 }
 
 fn round_before_cast(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<Expr>> {
@@ -137,37 +145,24 @@ impl AnalyzerRule for TypedChains {
         plan: LogicalPlan,
         _config: &ConfigOptions,
     ) -> datafusion::error::Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let mut schema = DFSchema::empty();
-            for input in node.inputs() {
-                schema.merge(input.schema());
+        rewrite_expressions(plan, |e, schema| {
+            if !matches!(e, Expr::BinaryExpr(_) | Expr::Negative(_)) {
+                return Ok(Transformed::no(e));
             }
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let saved = names.save(&e);
-                let rewritten = e.transform_up(|e| {
-                    if !matches!(e, Expr::BinaryExpr(_) | Expr::Negative(_)) {
-                        return Ok(Transformed::no(e));
-                    }
-                    e.map_children(|operand| {
-                        if operator_levels(&operand, CHAIN_STRIDE) < CHAIN_STRIDE {
-                            return Ok(Transformed::no(operand));
-                        }
-                        // An operand whose type cannot be worked out here (a parameter)
-                        // stays as it is.
-                        match operand.get_type(&schema) {
-                            Ok(t) => Ok(Transformed::yes(Expr::Cast(Cast::new(
-                                Box::new(operand),
-                                t,
-                            )))),
-                            Err(_) => Ok(Transformed::no(operand)),
-                        }
-                    })
-                })?;
-                Ok(rewritten.update_data(|e| saved.restore(e)))
+            e.map_children(|operand| {
+                if operator_levels(&operand, CHAIN_STRIDE) < CHAIN_STRIDE {
+                    return Ok(Transformed::no(operand));
+                }
+                // An operand whose type cannot be worked out here (a parameter) stays as it is.
+                match operand.get_type(schema) {
+                    Ok(t) => Ok(Transformed::yes(Expr::Cast(Cast::new(
+                        Box::new(operand),
+                        t,
+                    )))),
+                    Err(_) => Ok(Transformed::no(operand)),
+                }
             })
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
