@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, Kind, Object, ObjectId, SourceDef, TableDef, ViewDef};
 use crate::checkpoint::manifest::Kind as CheckpointKind;
-use crate::checkpoint::storage::Storage;
+use crate::checkpoint::storage::{Holder, Storage};
 use crate::checkpoint::{logs, restore};
 use crate::checkpoint::{CheckpointClient, Checkpointer};
 use crate::config::Config;
@@ -108,7 +108,15 @@ impl Database {
         )?;
         let tables_dir = config.data_dir.join("tables");
         std::fs::create_dir_all(&tables_dir)?;
-        let storage = Storage::open(&config.checkpoint_storage()?, &config.checkpoint.s3)?;
+        let mut storage = Storage::open(&config.checkpoint_storage()?, &config.checkpoint.s3)?;
+        // Before anything is read from the store: from here on, a server that held it before
+        // neither writes nor deletes there.
+        storage
+            .take_over(Holder::this_process(
+                &config.data_dir,
+                &config.listen.to_string(),
+            ))
+            .await?;
         let started = std::time::Instant::now();
         let mut recovery = restore::Recovery {
             started_at_ms: chrono::Utc::now().timestamp_millis(),

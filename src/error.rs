@@ -44,6 +44,9 @@ pub enum ErrorKind {
     /// A statement's expressions or subqueries nest deeper than Weir's documented limit.
     StatementTooComplex,
     TooManyConnections,
+    /// An object is not in the state the operation needs: the checkpoint store has been taken
+    /// over by another server.
+    ObjectNotInPrerequisiteState,
     /// The server is shutting down or a component it needs is gone.
     Unavailable,
     /// Stored data failed a checksum or could not be decoded.

@@ -59,7 +59,8 @@ async fn checkpoint_base(client: &tokio_postgres::Client) -> i64 {
         .get("id")
 }
 
-/// Every object in the local store, relative to its root.
+/// Every object of checkpoints in the local store (all but the generation objects, see
+/// `generations`), relative to its root.
 fn objects(root: &Path) -> BTreeSet<String> {
     fn walk(dir: &Path, root: &Path, out: &mut BTreeSet<String>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -73,6 +74,7 @@ fn objects(root: &Path) -> BTreeSet<String> {
     }
     let mut out = BTreeSet::new();
     walk(root, root, &mut out);
+    out.retain(|o| !o.starts_with("generations/"));
     out
 }
 
@@ -427,6 +429,7 @@ async fn named_in(store: &Storage, ids: &[i64]) -> BTreeSet<String> {
     out
 }
 
+/// Every object of checkpoints in `store` (all but the generation objects).
 async fn listed(store: &Storage) -> BTreeSet<String> {
     store
         .list("")
@@ -434,7 +437,14 @@ async fn listed(store: &Storage) -> BTreeSet<String> {
         .unwrap()
         .into_iter()
         .map(|o| o.0)
+        .filter(|o| !o.starts_with("generations/"))
         .collect()
+}
+
+/// The generation objects in `store`.
+async fn generations(store: &Storage) -> Vec<String> {
+    let listed = store.list("generations").await.unwrap();
+    listed.into_iter().map(|o| o.0).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,7 +487,11 @@ async fn checkpoints_go_to_an_s3_compatible_store() {
     let bucket = Storage::open("s3://weir-checkpoints", &s3.options()).unwrap();
     let everything = listed(&bucket).await;
     assert!(everything.iter().all(|o| o.starts_with("cluster-a/")));
-    assert_eq!(everything.len(), listed(&store).await.len());
+    assert_eq!(everything.len(), listed(&store).await.len() + 1);
+    assert_eq!(
+        generations(&store).await,
+        [format!("generations/{:020}.json", 1)]
+    );
 
     // Compaction, a third checkpoint (a base one): the first expires and its own files
     // leave the bucket.
@@ -494,6 +508,11 @@ async fn checkpoints_go_to_an_s3_compatible_store() {
     assert_eq!(ids, [3, 2]);
     assert_eq!(checkpoint(&client).await, 4);
     assert_eq!(listed(&store).await, named_in(&store, &[3, 4]).await);
+    assert_eq!(
+        generations(&store).await,
+        [format!("generations/{:020}.json", 2)],
+        "the restarted server took the store over, and the older generation went"
+    );
     server.stop().await;
 }
 
@@ -1300,4 +1319,88 @@ async fn a_restored_table_keeps_its_watermark() {
         .unwrap();
     assert_eq!(text_rows(&client, closed).await, before);
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_takes_the_store_over_stops_the_one_before_from_writing_there() {
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let configure = |c: &mut weir::config::Config| {
+        c.checkpoint.interval_ms = 0;
+        c.checkpoint.storage = Some(url.clone());
+    };
+    let view = (
+        "SELECT * FROM totals ORDER BY g",
+        "SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g ORDER BY g",
+    );
+    let first = TestServer::start_with(configure).await;
+    let a = first.connect().await;
+    a.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, g int, v int);
+         CREATE MATERIALIZED VIEW totals AS SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g;
+         INSERT INTO t SELECT value, value % 3, value * 2 FROM generate_series(1, 50);",
+    )
+    .await
+    .unwrap();
+    assert_eq!(checkpoint(&a).await, 1);
+    a.batch_execute("INSERT INTO t VALUES (100, 0, 100)")
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&a).await, 2);
+    a.batch_execute("FLUSH").await.unwrap();
+    let at_two = views_equal_their_queries(&a, &[view]).await;
+
+    // A second server on another machine (an empty data directory), the same store: it
+    // restores checkpoint 2 from the store alone and takes the store over.
+    let second = TestServer::start_with(configure).await;
+    let b = second.connect().await;
+    assert_eq!(views_equal_their_queries(&b, &[view]).await, at_two);
+    let held = objects(store.path());
+    assert_eq!(held, named(store.path(), &[1, 2]));
+
+    // The first server goes on serving, but neither writes nor deletes in the store again.
+    a.batch_execute("INSERT INTO t VALUES (101, 1, 101)")
+        .await
+        .unwrap();
+    let refused = a.query_one("CHECKPOINT", &[]).await.unwrap_err();
+    let db = refused.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "55000", "{db:?}");
+    assert!(
+        db.message().contains(&format!(
+            "checkpoint storage {url} was taken over by another server (generation 2: process"
+        )) && db
+            .message()
+            .contains("this server (generation 1) no longer writes or deletes there"),
+        "{}",
+        db.message()
+    );
+    let status = shown(&a).await[0].1.clone();
+    assert!(status.starts_with("failed: checkpoint storage"), "{status}");
+    assert_eq!(
+        objects(store.path()),
+        held,
+        "the first server left the store alone"
+    );
+
+    // The second server checkpoints on; its expiry deletes what only 1 and 2 named.
+    b.batch_execute("INSERT INTO t VALUES (200, 2, 200)")
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&b).await, 3);
+    assert_eq!(checkpoint(&b).await, 4);
+    assert_eq!(objects(store.path()), named(store.path(), &[3, 4]));
+    assert!(a.query_one("CHECKPOINT", &[]).await.is_err());
+    assert_eq!(objects(store.path()), named(store.path(), &[3, 4]));
+    b.batch_execute("FLUSH").await.unwrap();
+    let at_four = views_equal_their_queries(&b, &[view]).await;
+    drop((a, b));
+    first.stop().await;
+    second.stop().await;
+
+    // A third machine restores checkpoint 4 from the store alone.
+    let third = TestServer::start_with(configure).await;
+    let c = third.connect().await;
+    assert_eq!(views_equal_their_queries(&c, &[view]).await, at_four);
+    assert_eq!(checkpoint(&c).await, 5);
+    third.stop().await;
 }

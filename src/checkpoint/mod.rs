@@ -769,6 +769,11 @@ fn sweep_deltas(dir: &std::path::Path, manifests: &[Manifest]) -> Result<()> {
 
 /// A random id for this run of the server, so that its file names never meet another run's.
 fn run_id() -> String {
+    random_id()
+}
+
+/// 64 random bits in hex (from the clock and the process id if `/dev/urandom` cannot be read).
+pub(crate) fn random_id() -> String {
     let mut bytes = [0u8; 8];
     let random = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));

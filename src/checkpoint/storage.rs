@@ -2,9 +2,15 @@
 //! (`file://`) is written with fsync, so that a checkpoint survives a power loss once its
 //! manifest is written; S3 and S3-compatible stores (`s3://bucket/prefix`) acknowledge a put
 //! only once it is durable.
+//!
+//! One server writes to a store at a time. A server takes a store over by writing the next
+//! generation object (`generations/<n>.json`, created only if absent); before each write or
+//! delete it checks that its generation is still the newest, and once a newer one appears it
+//! neither writes nor deletes there again (docs/design/0003-checkpoints.md, "Ownership").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,7 +19,8 @@ use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -23,6 +30,67 @@ pub struct Storage {
     /// The directory behind a `file://` store, whose writes are synced.
     local_root: Option<PathBuf>,
     url: String,
+    /// The generation this server holds, once it has taken the store over; `None` for a
+    /// store only read (and for tests of the checkpointer alone).
+    claim: Option<Arc<Claim>>,
+}
+
+/// Where generation objects live, under the store's root.
+const GENERATIONS: &str = "generations";
+
+/// How many times a takeover tries the next generation when another server takes it first.
+const TAKEOVER_ATTEMPTS: usize = 16;
+
+/// A server's generation object: who took the store over, and when.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Holder {
+    pub generation: u64,
+    /// Random, to tell this server's object from another's written under the same number by a
+    /// store that ignores `If-None-Match`.
+    pub token: String,
+    pub pid: u32,
+    pub host: String,
+    pub data_dir: String,
+    pub listen: String,
+    pub started_at: String,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "generation {}: process {} on {}, data directory {}, listening on {}, since {}",
+            self.generation, self.pid, self.host, self.data_dir, self.listen, self.started_at
+        )
+    }
+}
+
+impl Holder {
+    /// This process, about to take a store over from `data_dir`, listening on `listen`.
+    pub fn this_process(data_dir: &Path, listen: &str) -> Holder {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "an unknown host".into());
+        Holder {
+            generation: 0,
+            token: crate::checkpoint::random_id(),
+            pid: std::process::id(),
+            host,
+            data_dir: data_dir.display().to_string(),
+            listen: listen.to_string(),
+            started_at: chrono::Utc::now().to_rfc3339(),
+        }
+    }
+}
+
+struct Claim {
+    generation: u64,
+    /// Set once a newer generation is seen, so that the takeover is logged once.
+    superseded: AtomicBool,
+}
+
+fn generation_object(generation: u64) -> String {
+    format!("{GENERATIONS}/{generation:020}.json")
 }
 
 fn store_error(what: &str, e: object_store::Error) -> Error {
@@ -64,6 +132,7 @@ impl Storage {
             store: Arc::new(store),
             local_root: Some(PathBuf::from(path)),
             url: url.to_string(),
+            claim: None,
         })
     }
 
@@ -99,6 +168,7 @@ impl Storage {
             store,
             local_root: None,
             url: url.to_string(),
+            claim: None,
         })
     }
 
@@ -108,6 +178,7 @@ impl Storage {
             store,
             local_root: None,
             url: url.to_string(),
+            claim: None,
         }
     }
 
@@ -115,8 +186,129 @@ impl Storage {
         &self.url
     }
 
+    /// Takes the store over for `holder`: writes the generation after the newest, created
+    /// only if no other server created it first (then the next one is tried), and deletes the
+    /// older generations. From here on, a newer generation stops this `Storage` (and its
+    /// clones) from writing and deleting. Returns the generation taken.
+    pub async fn take_over(&mut self, mut holder: Holder) -> Result<u64> {
+        for _ in 0..TAKEOVER_ATTEMPTS {
+            let newest = self.generations().await?.last().copied().unwrap_or(0);
+            holder.generation = newest + 1;
+            let name = generation_object(holder.generation);
+            let body = serde_json::to_vec_pretty(&holder)
+                .map_err(|e| Error::internal(format!("encoding a generation: {e}")))?;
+            let create = PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            };
+            let put = self
+                .store
+                .put_opts(&ObjectPath::from(name.as_str()), body.into(), create)
+                .await;
+            match put {
+                Ok(_) => {}
+                Err(object_store::Error::AlreadyExists { .. }) => continue,
+                Err(e) => return Err(store_error(&format!("cannot write {name}"), e)),
+            }
+            if let Some(root) = &self.local_root {
+                sync_path(&root.join(&name))?;
+            }
+            // A store that ignores `If-None-Match` lets a racing server overwrite it.
+            match self.holder(holder.generation).await? {
+                Some(h) if h.token == holder.token => {}
+                _ => continue,
+            }
+            for older in self.generations().await? {
+                if older < holder.generation {
+                    self.delete(&generation_object(older)).await?;
+                }
+            }
+            self.claim = Some(Arc::new(Claim {
+                generation: holder.generation,
+                superseded: AtomicBool::new(false),
+            }));
+            tracing::info!("took checkpoint storage {} over ({holder})", self.url);
+            return Ok(holder.generation);
+        }
+        Err(Error::unavailable(format!(
+            "checkpoint storage {}: other servers took {TAKEOVER_ATTEMPTS} generations while \
+             this one was taking it over",
+            self.url
+        )))
+    }
+
+    /// The generations in the store, in order.
+    async fn generations(&self) -> Result<Vec<u64>> {
+        let mut numbers: Vec<u64> = self
+            .list(GENERATIONS)
+            .await?
+            .iter()
+            .filter_map(|(name, _)| {
+                let file = name.strip_prefix(GENERATIONS)?.strip_prefix('/')?;
+                file.strip_suffix(".json")?.parse().ok()
+            })
+            .collect();
+        numbers.sort_unstable();
+        Ok(numbers)
+    }
+
+    /// Generation `generation`'s holder, if its object is there and reads.
+    async fn holder(&self, generation: u64) -> Result<Option<Holder>> {
+        let name = generation_object(generation);
+        match self.store.get(&ObjectPath::from(name.as_str())).await {
+            Ok(got) => {
+                let bytes = got
+                    .bytes()
+                    .await
+                    .map_err(|e| store_error(&format!("cannot read {name}"), e))?;
+                Ok(serde_json::from_slice(&bytes).ok())
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(store_error(&format!("cannot read {name}"), e)),
+        }
+    }
+
+    /// Whether this server may still write and delete here: it has taken the store over and
+    /// its generation is still the newest (or it never took it over, and only reads).
+    pub async fn check_owner(&self) -> Result<()> {
+        let Some(claim) = &self.claim else {
+            return Ok(());
+        };
+        let newest = self.generations().await?.last().copied();
+        if newest == Some(claim.generation) {
+            return Ok(());
+        }
+        let what = match newest {
+            Some(n) if n > claim.generation => {
+                let by = match self.holder(n).await {
+                    Ok(Some(h)) => h.to_string(),
+                    _ => format!("generation {n}"),
+                };
+                format!("was taken over by another server ({by})")
+            }
+            _ => "lost this server's generation object".to_string(),
+        };
+        let e = Error::new(
+            ErrorKind::ObjectNotInPrerequisiteState,
+            format!(
+                "checkpoint storage {} {what}: this server (generation {}) no longer writes or \
+                 deletes there",
+                self.url, claim.generation
+            ),
+        )
+        .with_hint(
+            "Stop this server, or give it a checkpoint storage of its own; restart it to take \
+             the store back.",
+        );
+        if !claim.superseded.swap(true, Ordering::Relaxed) {
+            tracing::error!("{}", e.message);
+        }
+        Err(e)
+    }
+
     /// Writes an object whole (atomically: it is never seen half written).
     pub async fn put(&self, name: &str, bytes: Bytes) -> Result<()> {
+        self.check_owner().await?;
         self.store
             .put(&ObjectPath::from(name), PutPayload::from(bytes))
             .await
@@ -140,6 +332,7 @@ impl Storage {
 
     /// Deletes an object; one that is already gone is not an error.
     pub async fn delete(&self, name: &str) -> Result<()> {
+        self.check_owner().await?;
         match self.store.delete(&ObjectPath::from(name)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(store_error(&format!("cannot delete {name}"), e)),
