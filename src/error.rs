@@ -224,6 +224,9 @@ fn from_datafusion(e: datafusion::error::DataFusionError) -> Error {
                 Error::new(ErrorKind::DivisionByZero, "division by zero")
             } else if m.contains("overflow") || m.contains("Overflow") {
                 Error::new(ErrorKind::NumericOutOfRange, m)
+            } else if m.contains("No function matches") {
+                // A function's own argument check failing during type coercion.
+                classify_plan_message(m)
             } else {
                 Error::new(ErrorKind::InvalidParameter, m)
             }

@@ -63,11 +63,14 @@ fn new_context() -> SessionContext {
         .chain(state.analyzer().rules.iter().cloned())
         .chain(super::rules::analyzer_rules())
         .collect();
-    SessionContext::new_with_state(
+    let ctx = SessionContext::new_with_state(
         SessionStateBuilder::new_from_existing(state)
             .with_analyzer_rules(rules)
+            .with_query_planner(Arc::new(super::checked::CheckedPlanner))
             .build(),
-    )
+    );
+    ctx.register_udaf(super::checked::PgSum::udaf());
+    ctx
 }
 
 /// A context with every relation of `catalog` readable at `snapshot`, except those in

@@ -5,6 +5,7 @@
 //! Invariant: `sql/` does no I/O of its own; it reads state only through the snapshot
 //! providers handed to DataFusion.
 
+pub mod checked;
 pub mod context;
 pub mod ddl;
 pub mod dialect;

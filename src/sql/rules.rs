@@ -50,7 +50,7 @@ impl AnalyzerRule for PgSemantics {
 /// `rewrite`, which sees each sub-expression and the schema of the node's inputs (expressions
 /// are typed against them; a node without inputs, VALUES, holds only constants). Every
 /// expression keeps its output name: the plan's schema must not change.
-fn rewrite_expressions(
+pub(super) fn rewrite_expressions(
     plan: LogicalPlan,
     rewrite: impl Fn(Expr, &DFSchema) -> datafusion::error::Result<Transformed<Expr>>,
 ) -> datafusion::error::Result<LogicalPlan> {
@@ -192,5 +192,8 @@ pub fn early_analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
 
 /// The rules every Weir context runs after DataFusion's own analyzer rules.
 pub fn analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
-    vec![Arc::new(PgSemantics)]
+    vec![
+        Arc::new(PgSemantics),
+        Arc::new(super::checked::FoldIntegers),
+    ]
 }

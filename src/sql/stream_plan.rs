@@ -140,7 +140,8 @@ impl Planner<'_> {
             )
             .with_hint("For example: WHERE ts > now() - INTERVAL '1 hour'."));
         }
-        Ok(self.state.create_physical_expr(e.clone(), schema)?)
+        let expr = self.state.create_physical_expr(e.clone(), schema)?;
+        super::checked::checked_physical(expr, schema.as_arrow())
     }
 
     /// A filter: conditions on `now()` become temporal filters, the rest one plain filter.
