@@ -1110,13 +1110,8 @@ async fn logs_are_truncated_below_the_oldest_checkpoint_and_the_store_alone_rest
 async fn a_view_that_had_failed_at_a_checkpoint_is_rebuilt_on_restore() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let config = dir.path().join("weir.toml");
-    // Barriers only when asked for (FLUSH, DDL, CHECKPOINT), so that they can be counted.
-    std::fs::write(
-        &config,
-        "barrier_interval_ms = 3600000\n[checkpoint]\ninterval_ms = 0\n",
-    )
-    .unwrap();
+    // Barriers only when asked for, so that they can be counted.
+    let config = common::barriers_on_request_config(dir.path());
     let args = [
         "--config",
         config.to_str().unwrap(),

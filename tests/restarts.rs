@@ -444,13 +444,8 @@ async fn a_second_server_on_a_data_directory_in_use_refuses_to_start() {
 async fn a_write_refused_after_its_tables_actor_failed_never_happened() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let config = dir.path().join("weir.toml");
-    // Barriers only when asked for (FLUSH, DDL), so that they can be counted.
-    std::fs::write(
-        &config,
-        "barrier_interval_ms = 3600000\n[checkpoint]\ninterval_ms = 0\n",
-    )
-    .unwrap();
+    // Barriers only when asked for, so that they can be counted.
+    let config = common::barriers_on_request_config(dir.path());
     let args = ["--config", config.to_str().unwrap()];
     // Table t is relation 1000, fed by actor 1000: it fails at its fifth barrier.
     let server =

@@ -100,6 +100,19 @@ impl TestServer {
     }
 }
 
+/// Writes a config file into `dir` under which barriers come only when asked for (FLUSH, DDL,
+/// CHECKPOINT) and no checkpoint is periodic, so that a test can count barriers; returns its
+/// path, for `--config`.
+pub fn barriers_on_request_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let config = dir.join("weir.toml");
+    std::fs::write(
+        &config,
+        "barrier_interval_ms = 3600000\n[checkpoint]\ninterval_ms = 0\n",
+    )
+    .expect("write the config file");
+    config
+}
+
 /// The `weir` binary running as a child process: for restarts and crashes.
 pub struct ChildServer {
     pub addr: SocketAddr,
