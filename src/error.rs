@@ -44,6 +44,8 @@ pub enum ErrorKind {
     /// A statement's expressions or subqueries nest deeper than Weir's documented limit.
     StatementTooComplex,
     TooManyConnections,
+    /// A statement was stopped before it finished (`statement_timeout`, a CancelRequest).
+    QueryCanceled,
     /// An object is not in the state the operation needs: the checkpoint store has been taken
     /// over by another server.
     ObjectNotInPrerequisiteState,

@@ -68,13 +68,47 @@ pub struct Description {
     pub columns: Option<SchemaRef>,
 }
 
+/// What stops a session's running query before it ends, besides `statement_timeout`.
+pub struct Interrupts {
+    /// Signalled by a CancelRequest for the session.
+    pub cancel: Arc<tokio::sync::Notify>,
+    /// A second handle on the client's socket, watched for the client hanging up.
+    pub socket: Option<tokio::net::TcpStream>,
+}
+
+impl Interrupts {
+    /// Completes when the client has closed its connection (or the socket failed).
+    async fn hung_up(&self) {
+        let Some(socket) = &self.socket else {
+            return std::future::pending().await;
+        };
+        loop {
+            match socket.ready(tokio::io::Interest::READABLE).await {
+                Ok(ready) if !ready.is_read_closed() => {
+                    // The client sent its next message before this answer: that is not a
+                    // hang-up. Forget this readiness and wait for the next change.
+                    let _ = socket.try_io(tokio::io::Interest::READABLE, || {
+                        Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                    });
+                }
+                Ok(_) | Err(_) => return,
+            }
+        }
+    }
+}
+
 pub struct Session {
     db: Arc<Database>,
     pub settings: HashMap<String, String>,
+    interrupts: Interrupts,
 }
 
 impl Session {
-    pub fn new(db: Arc<Database>, startup: &HashMap<String, String>) -> Session {
+    pub fn new(
+        db: Arc<Database>,
+        startup: &HashMap<String, String>,
+        interrupts: Interrupts,
+    ) -> Session {
         let mut settings = default_settings();
         settings.insert(
             "streaming_parallelism".into(),
@@ -83,7 +117,11 @@ impl Session {
         if let Some(app) = startup.get("application_name") {
             settings.insert("application_name".into(), app.clone());
         }
-        Session { db, settings }
+        Session {
+            db,
+            settings,
+            interrupts,
+        }
     }
 
     pub async fn execute(
@@ -119,6 +157,46 @@ impl Session {
                 crate::sql::parser::check_supported(stmt)?;
                 self.execute_sql(stmt, params).await
             }
+        }
+    }
+
+    /// Runs a query until it ends, the session's `statement_timeout` passes, a CancelRequest
+    /// for the session arrives or the client hangs up; then the query stops (its execution is
+    /// dropped, and its memory freed) with 57014. Only queries are bounded: a write stopped
+    /// between its log append and its answer would be reported as failed although it is
+    /// durable.
+    async fn bounded(
+        &self,
+        query: impl std::future::Future<Output = Result<Output>>,
+    ) -> Result<Output> {
+        let timeout = self
+            .settings
+            .get("statement_timeout")
+            .map(|v| parse_timeout(v))
+            .transpose()?
+            .unwrap_or_default();
+        let cancelled = self.interrupts.cancel.notified();
+        let deadline = async {
+            if timeout.is_zero() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(timeout).await;
+        };
+        tokio::select! {
+            output = query => output,
+            _ = cancelled => Err(Error::new(
+                ErrorKind::QueryCanceled,
+                "canceling statement due to user request",
+            )),
+            _ = deadline => Err(Error::new(
+                ErrorKind::QueryCanceled,
+                "canceling statement due to statement timeout",
+            )),
+            // Nobody will read the answer.
+            _ = self.interrupts.hung_up() => Err(Error::new(
+                ErrorKind::QueryCanceled,
+                "canceling statement: the client closed its connection",
+            )),
         }
     }
 
@@ -194,10 +272,10 @@ impl Session {
                 let table = target_table(&t.relation)?;
                 db.dml(&table, stmt, params, &self.settings).await
             }
-            Ast::Query(_) => db.query(stmt, params, &self.settings).await,
+            Ast::Query(_) => self.bounded(db.query(stmt, params, &self.settings)).await,
             Ast::Explain { statement, .. } => match statement.as_ref() {
                 Ast::CreateView(cv) if cv.materialized => db.explain_view(cv, &self.settings).await,
-                _ => db.query(stmt, params, &self.settings).await,
+                _ => self.bounded(db.query(stmt, params, &self.settings)).await,
             },
             Ast::StartTransaction { .. } => Ok(Output::TransactionStart),
             Ast::Commit { .. } => Ok(Output::TransactionEnd {
@@ -269,6 +347,9 @@ impl Session {
         }
         if name == "streaming_parallelism" {
             crate::db::parse_parallelism(&value)?;
+        }
+        if name == "statement_timeout" {
+            parse_timeout(&value)?;
         }
         // Unknown settings are kept (and shown back) like PostgreSQL's custom settings;
         // read-only ones are refused.
@@ -448,4 +529,50 @@ fn setting_value(e: &ast::Expr) -> String {
 
 fn first_words(s: &str) -> String {
     s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// The longest `statement_timeout` PostgreSQL accepts: 2^31 - 1 milliseconds.
+const TIMEOUT_MAX_MS: u64 = i32::MAX as u64;
+
+/// A `statement_timeout` as PostgreSQL reads it: milliseconds, or a number with a unit (`us`,
+/// `ms`, `s`, `min`, `h`, `d`); 0 turns it off.
+pub fn parse_timeout(value: &str) -> Result<std::time::Duration> {
+    let invalid = |hint: &str| {
+        Error::new(
+            ErrorKind::InvalidParameter,
+            format!("invalid value for parameter \"statement_timeout\": \"{value}\""),
+        )
+        .with_hint(hint.to_string())
+    };
+    let text = value.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| {
+        invalid(
+            "Valid units for this parameter are \"us\", \"ms\", \"s\", \"min\", \"h\", and \"d\".",
+        )
+    })?;
+    let ms_per_unit = match unit.trim() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return Err(invalid(
+            "Valid units for this parameter are \"us\", \"ms\", \"s\", \"min\", \"h\", and \"d\".",
+        )),
+    };
+    let ms = (number * ms_per_unit).round();
+    if !(0.0..=TIMEOUT_MAX_MS as f64).contains(&ms) {
+        return Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!(
+                "{ms} ms is outside the valid range for parameter \"statement_timeout\" (0 .. {TIMEOUT_MAX_MS})"
+            ),
+        ));
+    }
+    Ok(std::time::Duration::from_millis(ms as u64))
 }

@@ -128,6 +128,118 @@ async fn parameter_numbers_are_checked_before_anything_is_sized_by_them() {
     client.simple_query("SELECT 1").await.unwrap();
 }
 
+/// A query over ten billion joined rows: it would run for hours, and is stopped long before.
+const ENDLESS: &str =
+    "SELECT sum(a.value * b.value) FROM generate_series(1, 100000) AS a, generate_series(1, 100000) AS b";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_stops_a_query_and_the_session_goes_on() {
+    let server = TestServer::start().await;
+    let client = server.connect().await;
+    for bad in ["'-1'", "'5 weeks'", "'soon'", "'3000000000'", "'1e400'"] {
+        let err = client
+            .batch_execute(&format!("SET statement_timeout = {bad}"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.as_db_error().unwrap().code().code(), "22023", "{bad}");
+    }
+    client
+        .batch_execute("SET statement_timeout = '200ms'")
+        .await
+        .unwrap();
+    let err = client.simple_query(ENDLESS).await.unwrap_err();
+    let db = err.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "57014");
+    assert_eq!(db.message(), "canceling statement due to statement timeout");
+    assert_eq!(
+        rows(&client, "SHOW statement_timeout").await,
+        ["200ms".to_string()]
+    );
+    assert_eq!(
+        rows(&client, "SELECT count(*) FROM generate_series(1, 1000)").await,
+        ["1000".to_string()]
+    );
+    client
+        .batch_execute("SET statement_timeout = 0")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&client, "SELECT count(*) FROM generate_series(1, 1000)").await,
+        ["1000".to_string()]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_request_stops_the_running_query_of_its_session_only() {
+    let server = TestServer::start().await;
+    let client = std::sync::Arc::new(server.connect().await);
+    let other = server.connect().await;
+    let running = {
+        let client = client.clone();
+        tokio::spawn(async move { client.simple_query(ENDLESS).await })
+    };
+    // A request for another session stops nothing here.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    other
+        .cancel_token()
+        .cancel_query(tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!running.is_finished());
+    // Sent until the query has started and stopped (a request that comes before the query
+    // starts has nothing to stop, as in PostgreSQL).
+    let token = client.cancel_token();
+    while !running.is_finished() {
+        token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let err = running.await.unwrap().unwrap_err();
+    let db = err.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "57014");
+    assert_eq!(db.message(), "canceling statement due to user request");
+    assert_eq!(
+        rows(&client, "SELECT count(*) FROM generate_series(1, 1000)").await,
+        ["1000".to_string()]
+    );
+    assert_eq!(rows(&other, "SELECT 1").await, ["1".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_stops_its_running_query() {
+    // One connection at a time: the next is admitted only once the query of the one before
+    // has stopped and its connection has ended.
+    let server = TestServer::start_with(|c| c.connections_max = 1).await;
+    let (client, conn) = tokio_postgres::connect(&server.conn_str(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let socket = tokio::spawn(conn);
+    let running = tokio::spawn(async move { client.simple_query(ENDLESS).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!running.is_finished());
+    // The client goes away without a word: its socket is closed.
+    socket.abort();
+    running.abort();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let next = loop {
+        match tokio_postgres::connect(&server.conn_str(), tokio_postgres::NoTls).await {
+            Ok((client, conn)) => {
+                tokio::spawn(conn);
+                break client;
+            }
+            Err(e) => {
+                assert_eq!(e.code().map(|c| c.code()), Some("53300"), "{e}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the query of a client that hung up is still running"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(rows(&next, "SELECT 1").await, ["1".to_string()]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_and_a_view_created_mid_stream_agree_with_the_table() {
     let server = TestServer::start_with(|c| c.barrier_interval_ms = 20).await;

@@ -15,6 +15,7 @@ use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
     ServerParameterProvider, StartupHandler,
 };
+use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
@@ -28,30 +29,99 @@ use pgwire::api::{
     RandomPidSecretKeyGenerator, Type, METADATA_DATABASE,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::data::DataRow;
+use pgwire::messages::startup::SecretKey;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
-use tokio::sync::{Mutex, OwnedSemaphorePermit};
+use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit};
 
 use super::encode::{binary_value, decode_binary_param, text_value};
 use super::sqlstate::sqlstate;
 use crate::db::{Database, Output};
 use crate::error::{Error, ErrorKind, Result};
-use crate::session::Session;
+use crate::session::{Interrupts, Session};
 use crate::sql::parser::{parse, Parsed};
 use crate::types::pg_type_of;
+
+/// The sessions a CancelRequest can reach: each connection's process id, with its secret key
+/// and the signal that stops its running query.
+#[derive(Default)]
+pub struct Cancels {
+    sessions: std::sync::Mutex<HashMap<i32, (SecretKey, Arc<Notify>)>>,
+    /// Numbers process ids in turn and draws each session's random key.
+    keys: RandomPidSecretKeyGenerator,
+}
+
+impl Cancels {
+    /// Registers a new session under a process id no other session has; returns the id, its
+    /// key and the session's cancel signal.
+    fn register<C: ClientInfo>(&self, client: &C) -> (i32, SecretKey, Arc<Notify>) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let (pid, key) = self.keys.generate(client);
+            if let std::collections::hash_map::Entry::Vacant(slot) = sessions.entry(pid) {
+                let signal = Arc::new(Notify::new());
+                slot.insert((key.clone(), signal.clone()));
+                return (pid, key, signal);
+            }
+        }
+    }
+
+    fn remove(&self, pid: i32) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&pid);
+    }
+}
+
+#[async_trait]
+impl CancelHandler for Canceller {
+    /// Stops the query the session with this process id and key is running, if any, as
+    /// PostgreSQL does; a request naming no session, or with the wrong key, does nothing.
+    async fn on_cancel_request(&self, request: CancelRequest) {
+        let signal = self
+            .cancels
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&request.pid)
+            .filter(|(key, _)| key.eq_value(&request.secret_key))
+            .map(|(_, signal)| signal.clone());
+        if let Some(signal) = signal {
+            signal.notify_waiters();
+        }
+    }
+}
+
+struct Canceller {
+    cancels: Arc<Cancels>,
+}
 
 /// The handlers of one connection, holding its session.
 pub struct Connection {
     db: Arc<Database>,
+    cancels: Arc<Cancels>,
+    /// The process id the session was registered under, once started.
+    pid: Arc<std::sync::Mutex<Option<i32>>>,
     /// The connection's place under the connection limit; `None` when it is over the limit
     /// and is refused at startup.
     permit: Option<OwnedSemaphorePermit>,
     session: Arc<Mutex<Option<Session>>>,
     parser: Arc<StatementParser>,
+    /// A second handle on the client's socket, until the session takes it.
+    socket: Arc<std::sync::Mutex<Option<tokio::net::TcpStream>>>,
 }
 
 impl Connection {
-    pub fn new(db: Arc<Database>, permit: Option<OwnedSemaphorePermit>) -> Connection {
+    /// The handlers of a connection on a socket of which `socket` is a second handle (for
+    /// noticing that the client hangs up while a query runs).
+    pub fn new(
+        db: Arc<Database>,
+        permit: Option<OwnedSemaphorePermit>,
+        cancels: Arc<Cancels>,
+        socket: Option<tokio::net::TcpStream>,
+    ) -> Connection {
         let session = Arc::new(Mutex::new(None));
         Connection {
             parser: Arc::new(StatementParser {
@@ -59,8 +129,19 @@ impl Connection {
                 db: db.clone(),
             }),
             db,
+            cancels,
+            pid: Arc::new(std::sync::Mutex::new(None)),
             permit,
             session,
+            socket: Arc::new(std::sync::Mutex::new(socket)),
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(pid) = *self.pid.lock().unwrap_or_else(|p| p.into_inner()) {
+            self.cancels.remove(pid);
         }
     }
 }
@@ -87,6 +168,15 @@ impl PgWireServerHandlers for Connection {
             admitted: self.permit.is_some(),
             session: self.session.clone(),
             db: self.db.clone(),
+            cancels: self.cancels.clone(),
+            pid: self.pid.clone(),
+            socket: self.socket.clone(),
+        })
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        Arc::new(Canceller {
+            cancels: self.cancels.clone(),
         })
     }
 }
@@ -95,6 +185,9 @@ struct Startup {
     admitted: bool,
     session: Arc<Mutex<Option<Session>>>,
     db: Arc<Database>,
+    cancels: Arc<Cancels>,
+    pid: Arc<std::sync::Mutex<Option<i32>>>,
+    socket: Arc<std::sync::Mutex<Option<tokio::net::TcpStream>>>,
 }
 
 fn fatal(code: &str, message: String) -> PgWireError {
@@ -148,9 +241,15 @@ impl StartupHandler for Startup {
                 format!("database \"{database}\" does not exist"),
             ));
         }
-        let (pid, key) = RandomPidSecretKeyGenerator::default().generate(client);
+        let (pid, key, cancel) = self.cancels.register(client);
+        *self.pid.lock().unwrap_or_else(|p| p.into_inner()) = Some(pid);
         client.set_pid_and_secret_key(pid, key);
-        *self.session.lock().await = Some(Session::new(self.db.clone(), client.metadata()));
+        let interrupts = Interrupts {
+            cancel,
+            socket: self.socket.lock().unwrap_or_else(|p| p.into_inner()).take(),
+        };
+        *self.session.lock().await =
+            Some(Session::new(self.db.clone(), client.metadata(), interrupts));
         finish_authentication(client, &Parameters).await
     }
 }

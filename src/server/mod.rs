@@ -16,11 +16,12 @@ use tokio::sync::Semaphore;
 
 use crate::db::Database;
 
-pub use handler::Connection;
+pub use handler::{Cancels, Connection};
 
 /// Serves connections on `listener` until `shutdown` completes.
 pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
     let permits = Arc::new(Semaphore::new(db.config.connections_max));
+    let cancels = Arc::new(Cancels::default());
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -38,11 +39,27 @@ pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Futu
         };
         let _ = socket.set_nodelay(true);
         let permit = permits.clone().try_acquire_owned().ok();
-        let handlers = Arc::new(Connection::new(db.clone(), permit));
+        let handlers = Arc::new(Connection::new(
+            db.clone(),
+            permit,
+            cancels.clone(),
+            second_handle(&socket),
+        ));
         tokio::spawn(async move {
             if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
                 tracing::debug!(%peer, "connection ended with an error: {e}");
             }
         });
     }
+}
+
+/// A second handle on `socket` (a duplicated descriptor), or `None` when the process is out
+/// of descriptors; the connection then works, but a client that hangs up during a query is
+/// noticed only when the answer is written.
+fn second_handle(socket: &tokio::net::TcpStream) -> Option<tokio::net::TcpStream> {
+    use std::os::fd::AsFd;
+    let fd = socket.as_fd().try_clone_to_owned().ok()?;
+    let socket = std::net::TcpStream::from(fd);
+    socket.set_nonblocking(true).ok()?;
+    tokio::net::TcpStream::from_std(socket).ok()
 }

@@ -7,12 +7,17 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::catalog::MemorySchemaProvider;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::TableProvider;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::catalog::{Catalog, Object, ObjectId};
@@ -67,10 +72,45 @@ fn new_context() -> SessionContext {
         SessionStateBuilder::new_from_existing(state)
             .with_analyzer_rules(rules)
             .with_query_planner(Arc::new(super::checked::CheckedPlanner))
+            .with_physical_optimizer_rule(Arc::new(YieldingJoins))
             .build(),
     );
     ctx.register_udaf(super::checked::PgSum::udaf());
     ctx
+}
+
+/// Makes every join yield to the runtime between the batches it produces, so that a query is
+/// stopped (by `statement_timeout`, a CancelRequest or its client leaving) between any two
+/// batches. DataFusion yields only where its scans produce batches; a join turns one batch read
+/// into any number of batches produced (a cross join of two 100,000-row inputs reads 26
+/// batches and produces 10 billion rows), and would run to its end without yielding.
+#[derive(Debug)]
+struct YieldingJoins;
+
+impl PhysicalOptimizerRule for YieldingJoins {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            if node.children().len() < 2 {
+                return Ok(Transformed::no(node));
+            }
+            Ok(Transformed::yes(
+                Arc::new(CooperativeExec::new(node)) as Arc<dyn ExecutionPlan>
+            ))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "yielding_joins"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
 }
 
 /// A context with every relation of `catalog` readable at `snapshot`, except those in
