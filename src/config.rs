@@ -24,6 +24,9 @@ pub struct Config {
     pub connections_max: usize,
     /// Statements longer than this are refused with SQLSTATE 54000.
     pub statement_bytes_max: usize,
+    /// A wire-protocol message longer than this ends its connection with SQLSTATE 54000 before
+    /// its body is read (PostgreSQL's own limit is 1 GiB, and so is the most this can be).
+    pub message_bytes_max: usize,
     /// How often the coordinator ends an epoch when nothing else asks for one.
     pub barrier_interval_ms: u64,
     /// Capacity (in messages) of each channel between actors.
@@ -111,6 +114,7 @@ impl Default for Config {
             trust_remote_clients: false,
             connections_max: 100,
             statement_bytes_max: 16 * 1024 * 1024,
+            message_bytes_max: 64 * 1024 * 1024,
             barrier_interval_ms: 1000,
             channel_messages_max: 16,
             chunk_rows_max: 4096,

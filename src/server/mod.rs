@@ -5,14 +5,23 @@
 //! SQLSTATE codes.
 
 mod encode;
+mod framing;
 mod handler;
 mod sqlstate;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
+use futures::{SinkExt, StreamExt};
+use pgwire::api::{ClientInfo, DefaultClient, PgWireConnectionState, PgWireServerHandlers};
+use pgwire::error::{ErrorInfo, PgWireError};
+use pgwire::messages::response::{GssEncResponse, SslResponse};
+use pgwire::messages::SslNegotiationMetaMessage;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::tokio::server::{process_error, process_message, PgWireMessageServerCodec};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_util::codec::Framed;
 
 use crate::db::Database;
 
@@ -45,8 +54,9 @@ pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Futu
             cancels.clone(),
             second_handle(&socket),
         ));
+        let limit = db.config.message_bytes_max;
         tokio::spawn(async move {
-            if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+            if let Err(e) = serve_socket(socket, handlers, limit).await {
                 tracing::debug!(%peer, "connection ended with an error: {e}");
             }
         });
@@ -62,4 +72,121 @@ fn second_handle(socket: &tokio::net::TcpStream) -> Option<tokio::net::TcpStream
     let socket = std::net::TcpStream::from(fd);
     socket.set_nonblocking(true).ok()?;
     tokio::net::TcpStream::from_std(socket).ok()
+}
+
+/// How long a client has to finish its startup (PostgreSQL's `authentication_timeout`).
+const STARTUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Serves one client: refuses TLS and GSS encryption, then hands each message to the
+/// connection's handlers until the client leaves. Messages are read through
+/// [`framing::Checked`], so one longer than `limit` ends the connection with 54000 before its
+/// body is buffered; a message that cannot be decoded ends it with 08P01, as in PostgreSQL.
+async fn serve_socket(
+    socket: TcpStream,
+    handlers: Arc<Connection>,
+    limit: usize,
+) -> std::io::Result<()> {
+    let client = DefaultClient::new(socket.peer_addr()?, false);
+    let mut socket = Framed::new(
+        framing::Checked::new(socket, limit),
+        PgWireMessageServerCodec::new(client),
+    );
+    let startup = handlers.startup_handler();
+    let queries = handlers.simple_query_handler();
+    let extended = handlers.extended_query_handler();
+    let copy = handlers.copy_handler();
+    let cancel = handlers.cancel_handler();
+    let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
+    loop {
+        let awaiting_startup = matches!(
+            socket.state(),
+            PgWireConnectionState::AwaitingSslRequest
+                | PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
+        );
+        let next = if awaiting_startup {
+            match tokio::time::timeout_at(deadline, socket.next()).await {
+                Ok(next) => next,
+                Err(_) => return Ok(()),
+            }
+        } else {
+            socket.next().await
+        };
+        let message = match next {
+            None => return Ok(()),
+            Some(Ok(message)) => message,
+            Some(Err(e)) => return refuse(&mut socket, e).await,
+        };
+        match message {
+            PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::PostgresSsl(_)) => {
+                socket
+                    .send(PgWireBackendMessage::SslResponse(SslResponse::Refuse))
+                    .await?;
+            }
+            PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::PostgresGss(_)) => {
+                socket
+                    .send(PgWireBackendMessage::GssEncResponse(GssEncResponse::Refuse))
+                    .await?;
+            }
+            PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::None) => {
+                socket.set_state(PgWireConnectionState::AwaitingStartup);
+            }
+            // The client is leaving.
+            PgWireFrontendMessage::Terminate(_) => return Ok(()),
+            message => {
+                let extended_protocol = match socket.state() {
+                    PgWireConnectionState::CopyInProgress(extended) => extended,
+                    _ => message.is_extended_query(),
+                };
+                // A CancelRequest comes on a connection of its own, which ends with it.
+                let is_cancel = matches!(message, PgWireFrontendMessage::CancelRequest(_));
+                let handled = process_message(
+                    message,
+                    &mut socket,
+                    startup.clone(),
+                    queries.clone(),
+                    extended.clone(),
+                    copy.clone(),
+                    cancel.clone(),
+                )
+                .await;
+                if let Err(e) = handled {
+                    let fatal = e.is_fatal();
+                    process_error(&mut socket, e, extended_protocol).await?;
+                    if fatal {
+                        return Ok(());
+                    }
+                }
+                if is_cancel {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+const PROTOCOL_VIOLATION: &str = "08P01";
+
+/// Answers a message that could not be read with a FATAL error, and ends the connection.
+async fn refuse<S>(
+    socket: &mut Framed<framing::Checked<TcpStream>, PgWireMessageServerCodec<S>>,
+    error: PgWireError,
+) -> std::io::Result<()> {
+    let (code, message) = match &error {
+        PgWireError::IoError(e) => match e.get_ref().and_then(|e| e.downcast_ref()) {
+            Some(v @ framing::Violation::TooLong { .. }) => (
+                sqlstate::sqlstate(crate::error::ErrorKind::ProgramLimitExceeded),
+                v.to_string(),
+            ),
+            Some(v) => (PROTOCOL_VIOLATION, v.to_string()),
+            // The connection itself failed: nobody to answer.
+            None => return Ok(()),
+        },
+        e => (PROTOCOL_VIOLATION, format!("invalid message: {e}")),
+    };
+    let info = ErrorInfo::new("FATAL".into(), code.into(), message);
+    socket
+        .send(PgWireBackendMessage::ErrorResponse(info.into()))
+        .await?;
+    socket.close().await
 }

@@ -1,0 +1,359 @@
+//! The wire protocol at the byte level: messages over the size limit, messages that cannot be
+//! decoded, and a seeded fuzzer of random and mutated message sequences on a live socket. No
+//! sequence may panic the server or stop it answering other clients.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{ChildServer, TestServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir::rng::Rng;
+
+/// A message from the server: its type byte and body.
+type Reply = (u8, Vec<u8>);
+
+fn startup_message(params: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = 196608u32.to_be_bytes().to_vec();
+    for (k, v) in params {
+        body.extend(k.as_bytes());
+        body.push(0);
+        body.extend(v.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    m.extend(body);
+    m
+}
+
+fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![kind];
+    m.extend(((body.len() + 4) as u32).to_be_bytes());
+    m.extend(body);
+    m
+}
+
+fn cstr(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+/// The SQLSTATE of an ErrorResponse's body.
+fn sqlstate(body: &[u8]) -> Option<String> {
+    let mut fields = body.split(|b| *b == 0);
+    fields.find_map(|f| {
+        f.strip_prefix(b"C")
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+    })
+}
+
+/// Reads one message; `None` at the end of the stream (or a reset).
+async fn read_reply(socket: &mut TcpStream) -> Option<Reply> {
+    let mut header = [0u8; 5];
+    socket.read_exact(&mut header).await.ok()?;
+    let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    assert!(
+        (4..=64 << 20).contains(&length),
+        "a reply of type {} with length {length}",
+        header[0] as char
+    );
+    let mut body = vec![0u8; length - 4];
+    socket.read_exact(&mut body).await.ok()?;
+    Some((header[0], body))
+}
+
+/// Reads every reply until the server closes the connection; fails if that takes longer than
+/// `limit`.
+async fn read_to_end(socket: &mut TcpStream, limit: Duration) -> Vec<Reply> {
+    tokio::time::timeout(limit, async {
+        let mut replies = Vec::new();
+        while let Some(r) = read_reply(socket).await {
+            replies.push(r);
+        }
+        replies
+    })
+    .await
+    .expect("the server neither answered nor closed the connection")
+}
+
+/// A connection through startup, up to its first ReadyForQuery.
+async fn started(addr: SocketAddr) -> TcpStream {
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(&startup_message(&[("user", "weir"), ("database", "weir")]))
+        .await
+        .unwrap();
+    loop {
+        let (kind, body) = read_reply(&mut socket).await.expect("startup");
+        assert_ne!(kind, b'E', "startup failed: {:?}", sqlstate(&body));
+        if kind == b'Z' {
+            return socket;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_limit_is_refused_at_its_header() {
+    let server = TestServer::start_with(|c| c.message_bytes_max = 1 << 20).await;
+    // Only the header of a 1 GiB Query: the server answers without waiting for its body.
+    let mut socket = started(server.addr).await;
+    socket
+        .write_all(&[b'Q', 0x3f, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
+    let replies = read_to_end(&mut socket, Duration::from_secs(10)).await;
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].0, b'E');
+    assert_eq!(sqlstate(&replies[0].1).as_deref(), Some("54000"));
+    // A message under the limit, a statement of almost 1 MiB, is served.
+    let client = server.connect().await;
+    let long = format!("SELECT 1 {}", " ".repeat((1 << 20) - 100));
+    let rows = client.simple_query(&long).await.unwrap();
+    let rows = rows
+        .iter()
+        .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+        .count();
+    assert_eq!(rows, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_cannot_be_decoded_ends_its_connection_with_08p01() {
+    let server = TestServer::start().await;
+    // A length too short to hold itself.
+    let mut socket = started(server.addr).await;
+    socket.write_all(&[b'Q', 0, 0, 0, 2]).await.unwrap();
+    let replies = read_to_end(&mut socket, Duration::from_secs(10)).await;
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(sqlstate(&replies[0].1).as_deref(), Some("08P01"));
+    // A startup message too short to hold its protocol version.
+    let mut socket = TcpStream::connect(server.addr).await.unwrap();
+    socket.write_all(&[0, 0, 0, 6, 0, 3]).await.unwrap();
+    let replies = read_to_end(&mut socket, Duration::from_secs(10)).await;
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(sqlstate(&replies[0].1).as_deref(), Some("08P01"));
+    server
+        .connect()
+        .await
+        .simple_query("SELECT 1")
+        .await
+        .unwrap();
+}
+
+/// A valid message of some kind, with random but plausible contents.
+fn valid_message(rng: &mut Rng) -> Vec<u8> {
+    const STATEMENTS: &[&str] = &[
+        "SELECT 1",
+        "SELECT $1::int + 1",
+        "SELECT $1::text, $2::bigint",
+        "INSERT INTO w VALUES ($1, $2)",
+        "SELECT * FROM w WHERE a = $1",
+        "CREATE TABLE w (a int, b text)",
+        "BEGIN",
+        "COMMIT",
+        "SELECT count(*) FROM w",
+        "",
+    ];
+    let statement = *rng.pick(STATEMENTS);
+    let name = if rng.chance(50) { "" } else { "s1" };
+    match rng.below(8) {
+        0 => message(b'Q', &cstr(statement)),
+        1 => {
+            let mut body = cstr(name);
+            body.extend(cstr(statement));
+            let types = rng.below(3) as u16;
+            body.extend(types.to_be_bytes());
+            for _ in 0..types {
+                body.extend(
+                    rng.pick(&[0u32, 23, 25, 20, 1700, 17, 999_999])
+                        .to_be_bytes(),
+                );
+            }
+            message(b'P', &body)
+        }
+        2 => {
+            let mut body = cstr("");
+            body.extend(cstr(name));
+            let formats = rng.below(3) as u16;
+            body.extend(formats.to_be_bytes());
+            for _ in 0..formats {
+                body.extend((rng.below(3) as u16).to_be_bytes());
+            }
+            let values = rng.below(3) as u16;
+            body.extend(values.to_be_bytes());
+            for _ in 0..values {
+                match rng.below(4) {
+                    0 => body.extend((-1i32).to_be_bytes()),
+                    1 => {
+                        body.extend(4i32.to_be_bytes());
+                        body.extend(rng.next_u64().to_be_bytes()[..4].iter());
+                    }
+                    2 => {
+                        body.extend(8i32.to_be_bytes());
+                        body.extend(rng.next_u64().to_be_bytes());
+                    }
+                    _ => {
+                        body.extend(2i32.to_be_bytes());
+                        body.extend(b"42");
+                    }
+                }
+            }
+            let results = rng.below(2) as u16;
+            body.extend(results.to_be_bytes());
+            for _ in 0..results {
+                body.extend((rng.below(2) as u16).to_be_bytes());
+            }
+            message(b'B', &body)
+        }
+        3 => {
+            let mut body = vec![*rng.pick(b"SP")];
+            body.extend(cstr(name));
+            message(b'D', &body)
+        }
+        4 => {
+            let mut body = cstr("");
+            body.extend((rng.below(3) as i32).to_be_bytes());
+            message(b'E', &body)
+        }
+        5 => {
+            let mut body = vec![*rng.pick(b"SP")];
+            body.extend(cstr(name));
+            message(b'C', &body)
+        }
+        6 => message(b'H', &[]),
+        _ => message(b'S', &[]),
+    }
+}
+
+/// `m` with one mutation: a byte changed, the length field rewritten, the body cut or grown,
+/// or a field's bytes replaced by large counts.
+fn mutated(rng: &mut Rng, mut m: Vec<u8>) -> Vec<u8> {
+    match rng.below(6) {
+        0 => {
+            let i = rng.below(m.len() as u64) as usize;
+            m[i] = rng.next_u64() as u8;
+        }
+        1 => {
+            let length: u32 = match rng.below(4) {
+                0 => rng.below(8) as u32,
+                1 => u32::MAX,
+                2 => 0x3fff_ffff,
+                _ => rng.below(m.len() as u64 + 16) as u32,
+            };
+            m[1..5].copy_from_slice(&length.to_be_bytes());
+        }
+        2 => {
+            let keep = 1 + rng.below(m.len() as u64) as usize;
+            m.truncate(keep);
+        }
+        3 => {
+            let extra = rng.below(32) as usize;
+            m.extend((0..extra).map(|_| rng.next_u64() as u8));
+            let length = (m.len() - 1) as u32;
+            m[1..5].copy_from_slice(&length.to_be_bytes());
+        }
+        4 if m.len() > 7 => {
+            // A count or a length inside the body, made huge or negative.
+            let i = 5 + rng.below((m.len() - 7) as u64) as usize;
+            let value = *rng.pick(&[0xffffu16, 0x8000, 0x7fff]);
+            m[i..i + 2].copy_from_slice(&value.to_be_bytes());
+        }
+        _ => m = (0..rng.below(64)).map(|_| rng.next_u64() as u8).collect(),
+    }
+    m
+}
+
+/// One fuzz case: the bytes a client sends after (usually) a good startup.
+fn case(rng: &mut Rng) -> (bool, Vec<u8>) {
+    let startup = !rng.chance(10);
+    let mut bytes = Vec::new();
+    if !startup {
+        let m = startup_message(&[("user", "weir"), ("database", "weir")]);
+        let mut m = m;
+        let i = rng.below(m.len() as u64) as usize;
+        m[i] = rng.next_u64() as u8;
+        bytes.extend(m);
+    }
+    for _ in 0..1 + rng.below(6) {
+        let m = valid_message(rng);
+        if rng.chance(40) {
+            bytes.extend(mutated(rng, m));
+        } else {
+            bytes.extend(m);
+        }
+    }
+    (startup, bytes)
+}
+
+/// Random and mutated message sequences, each on a connection of its own: the server answers
+/// each with well-formed messages and closes the connection when the client does, never
+/// panics, and keeps serving. `WEIR_WIRE_FUZZ_CASES` and `WEIR_WIRE_FUZZ_SEED` choose the run
+/// (CI runs 10,000 cases, in seconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_fuzzer_finds_no_panic_and_no_hang() {
+    let cases: u64 = std::env::var("WEIR_WIRE_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let seed: u64 = std::env::var("WEIR_WIRE_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x3a5e_0017);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = ChildServer::start(&data).await;
+    let setup = server.connect().await;
+    setup
+        .batch_execute("CREATE TABLE w (a int, b text)")
+        .await
+        .unwrap();
+    let mut rng = Rng::new(seed);
+    let mut errors = 0;
+    // Replies by type: the cases must reach execution, not only refusals.
+    let mut replies_by_kind = std::collections::BTreeMap::<char, u64>::new();
+    for i in 0..cases {
+        let (startup, bytes) = case(&mut rng);
+        let mut socket = if startup {
+            started(server.addr).await
+        } else {
+            TcpStream::connect(server.addr).await.unwrap()
+        };
+        // The server may close the connection before it has read everything.
+        let _ = socket.write_all(&bytes).await;
+        let _ = socket.shutdown().await;
+        let replies = read_to_end(&mut socket, Duration::from_secs(30)).await;
+        for (kind, body) in &replies {
+            *replies_by_kind.entry(char::from(*kind)).or_default() += 1;
+            if *kind == b'E' {
+                errors += 1;
+                assert_ne!(
+                    sqlstate(body).as_deref(),
+                    Some("XX000"),
+                    "case {i} (seed {seed}) hit an internal error: {}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
+        if i % 100 == 99 {
+            setup.simple_query("SELECT 1").await.unwrap_or_else(|e| {
+                panic!("the server stopped answering after case {i} (seed {seed}): {e}")
+            });
+        }
+    }
+    assert!(errors > 0, "the fuzzer should produce refused messages");
+    for kind in ['C', 'D', '1', '2', 't', 'T'] {
+        assert!(
+            replies_by_kind.contains_key(&kind),
+            "no '{kind}' reply: {replies_by_kind:?}"
+        );
+    }
+    setup.simple_query("SELECT 1").await.unwrap();
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert!(!log.contains("panicked"), "the server panicked:\n{log}");
+    println!(
+        "wire fuzzer: {cases} cases (seed {seed}), replies by type {replies_by_kind:?}, no panic"
+    );
+}
