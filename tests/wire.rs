@@ -143,6 +143,44 @@ async fn a_message_that_cannot_be_decoded_ends_its_connection_with_08p01() {
         .unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execute_row_limit_is_read_as_in_postgresql_whatever_its_size() {
+    let server = TestServer::start().await;
+    let mut parse = cstr("");
+    parse.extend(cstr("SELECT * FROM generate_series(1, 3)"));
+    parse.extend(0u16.to_be_bytes());
+    let mut bind = cstr("");
+    bind.extend(cstr(""));
+    bind.extend([0, 0, 0, 0, 0, 0]);
+    // (limit, rows, whether the portal is suspended after them)
+    for (limit, rows, suspended) in [
+        (i32::MAX, 3, false),
+        (-1, 3, false),
+        (0, 3, false),
+        (2, 2, true),
+    ] {
+        let mut socket = started(server.addr).await;
+        let mut execute = cstr("");
+        execute.extend(limit.to_be_bytes());
+        let mut bytes = message(b'P', &parse);
+        bytes.extend(message(b'B', &bind));
+        bytes.extend(message(b'E', &execute));
+        bytes.extend(message(b'S', &[]));
+        socket.write_all(&bytes).await.unwrap();
+        let mut kinds = Vec::new();
+        while let Some((kind, _)) = read_reply(&mut socket).await {
+            kinds.push(kind);
+            if kind == b'Z' {
+                break;
+            }
+        }
+        let data_rows = kinds.iter().filter(|k| **k == b'D').count();
+        assert_eq!(data_rows, rows, "limit {limit}: {kinds:?}");
+        let end = if suspended { b's' } else { b'C' };
+        assert!(kinds.contains(&end), "limit {limit}: {kinds:?}");
+    }
+}
+
 /// A valid message of some kind, with random but plausible contents.
 fn valid_message(rng: &mut Rng) -> Vec<u8> {
     const STATEMENTS: &[&str] = &[
@@ -228,6 +266,54 @@ fn valid_message(rng: &mut Rng) -> Vec<u8> {
     }
 }
 
+/// One round of the extended protocol, consistent with itself: Parse with a parameter type,
+/// Bind with a random value of it in text or binary format, Describe, Execute, Sync.
+fn extended_round(rng: &mut Rng) -> Vec<Vec<u8>> {
+    let oid = *rng.pick(&[
+        16u32, 21, 23, 20, 700, 701, 25, 1082, 1114, 1184, 1186, 1700, 17,
+    ]);
+    let mut parse = cstr("");
+    parse.extend(cstr("SELECT $1"));
+    parse.extend(1u16.to_be_bytes());
+    parse.extend(oid.to_be_bytes());
+    let binary = rng.chance(70);
+    let value: Vec<u8> = if binary {
+        (0..rng.below(20)).map(|_| rng.next_u64() as u8).collect()
+    } else {
+        rng.pick(&[
+            "1",
+            "-1",
+            "1.5",
+            "2024-01-01",
+            "1 day",
+            "t",
+            "x",
+            "",
+            "1e999",
+        ])
+        .as_bytes()
+        .to_vec()
+    };
+    let mut bind = cstr("");
+    bind.extend(cstr(""));
+    bind.extend(1u16.to_be_bytes());
+    bind.extend(u16::from(binary).to_be_bytes());
+    bind.extend(1u16.to_be_bytes());
+    bind.extend((value.len() as i32).to_be_bytes());
+    bind.extend(value);
+    bind.extend(1u16.to_be_bytes());
+    bind.extend((rng.below(2) as u16).to_be_bytes());
+    let mut execute = cstr("");
+    execute.extend(0i32.to_be_bytes());
+    vec![
+        message(b'P', &parse),
+        message(b'B', &bind),
+        message(b'D', b"P\0"),
+        message(b'E', &execute),
+        message(b'S', &[]),
+    ]
+}
+
 /// `m` with one mutation: a byte changed, the length field rewritten, the body cut or grown,
 /// or a field's bytes replaced by large counts.
 fn mutated(rng: &mut Rng, mut m: Vec<u8>) -> Vec<u8> {
@@ -277,9 +363,13 @@ fn case(rng: &mut Rng) -> (bool, Vec<u8>) {
         m[i] = rng.next_u64() as u8;
         bytes.extend(m);
     }
-    for _ in 0..1 + rng.below(6) {
-        let m = valid_message(rng);
-        if rng.chance(40) {
+    let messages: Vec<Vec<u8>> = if rng.chance(40) {
+        extended_round(rng)
+    } else {
+        (0..1 + rng.below(6)).map(|_| valid_message(rng)).collect()
+    };
+    for m in messages {
+        if rng.chance(30) {
             bytes.extend(mutated(rng, m));
         } else {
             bytes.extend(m);

@@ -455,7 +455,8 @@ fn numeric_from_binary(b: &[u8]) -> Option<ScalarValue> {
     if b.len() < 8 {
         return None;
     }
-    let ndigits = i16::from_be_bytes([b[0], b[1]]) as usize;
+    // A negative count is malformed (and would wrap into a huge one).
+    let ndigits = usize::try_from(i16::from_be_bytes([b[0], b[1]])).ok()?;
     let weight = i16::from_be_bytes([b[2], b[3]]) as i32;
     let sign = u16::from_be_bytes([b[4], b[5]]);
     let dscale = i16::from_be_bytes([b[6], b[7]]);
@@ -572,5 +573,14 @@ mod tests {
             numeric_from_binary(&pg),
             Some(ScalarValue::Decimal128(Some(15), 38, 1))
         );
+        // A negative digit count, a count the bytes do not hold, digits far out of range.
+        for bad in [
+            &[0xff, 0xff, 0, 0, 0, 0, 0, 0][..],
+            &[0x80, 0x00, 0, 0, 0, 0, 0, 0, 0, 1],
+            &[0, 2, 0, 0, 0, 0, 0, 0, 0, 1],
+            &[0, 1, 0x7f, 0xff, 0, 0, 0, 0, 0, 1],
+        ] {
+            assert_eq!(numeric_from_binary(bad), None, "{bad:?}");
+        }
     }
 }

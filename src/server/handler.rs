@@ -31,6 +31,7 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::data::DataRow;
+use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::startup::SecretKey;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit};
@@ -97,6 +98,9 @@ impl CancelHandler for Canceller {
 struct Canceller {
     cancels: Arc<Cancels>,
 }
+
+/// The most rows one Execute message returns before the portal is suspended.
+const ROWS_PER_EXECUTE_MAX: i32 = 100_000;
 
 /// The handlers of one connection, holding its session.
 pub struct Connection {
@@ -516,6 +520,24 @@ impl ExtendedQueryHandler for Queries {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Executes a portal, as pgwire does, with the row limit read as PostgreSQL reads it (0 or
+    /// less: every row) and at most `ROWS_PER_EXECUTE_MAX`: pgwire reserves room for the limit
+    /// before fetching, so a larger one is served in parts, the portal suspended after each,
+    /// which a client that asked for a limit continues with its next Execute.
+    async fn on_execute<C>(&self, client: &mut C, mut message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        message.max_rows = match message.max_rows {
+            n if n <= 0 => 0,
+            n => n.min(ROWS_PER_EXECUTE_MAX),
+        };
+        self._on_execute(client, message).await
     }
 
     async fn do_query<C>(
