@@ -27,6 +27,11 @@ pub struct Config {
     /// A wire-protocol message longer than this ends its connection with SQLSTATE 54000 before
     /// its body is read (PostgreSQL's own limit is 1 GiB, and so is the most this can be).
     pub message_bytes_max: usize,
+    /// The memory the server aims to stay within, in bytes; by default half of the physical
+    /// memory or the cgroup's limit, whichever is lower. Batch queries together may use half of
+    /// it for their working memory (sorts, hash tables, aggregations): past that, an operator
+    /// that can spill to disk does, and a query that cannot is refused with 53200.
+    pub memory_limit: Option<u64>,
     /// How often the coordinator ends an epoch when nothing else asks for one.
     pub barrier_interval_ms: u64,
     /// Capacity (in messages) of each channel between actors.
@@ -102,6 +107,36 @@ impl Config {
     }
 }
 
+impl Config {
+    /// `memory_limit`, or its default: half of the physical memory or the cgroup's limit,
+    /// whichever is lower.
+    pub fn memory_limit_bytes(&self) -> u64 {
+        self.memory_limit.unwrap_or_else(|| {
+            let physical = physical_memory().unwrap_or(4 << 30);
+            (physical / 2).min(cgroup_memory_limit().unwrap_or(u64::MAX))
+        })
+    }
+}
+
+/// MemTotal from /proc/meminfo.
+fn physical_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The memory limit of the process's cgroup (v2 `memory.max`, or v1
+/// `memory.limit_in_bytes`), if it has one.
+fn cgroup_memory_limit() -> Option<u64> {
+    [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok()?.trim().parse().ok())
+}
+
 fn system_clock() -> Arc<dyn Clock> {
     Arc::new(SystemClock)
 }
@@ -115,6 +150,7 @@ impl Default for Config {
             connections_max: 100,
             statement_bytes_max: 16 * 1024 * 1024,
             message_bytes_max: 64 * 1024 * 1024,
+            memory_limit: None,
             barrier_interval_ms: 1000,
             channel_messages_max: 16,
             chunk_rows_max: 4096,

@@ -92,6 +92,8 @@ pub struct Database {
     /// The recoveries recorded in the data directory, this start's last.
     recoveries: Mutex<Vec<restore::Recovery>>,
     pub metrics: Arc<Metrics>,
+    /// The memory pool and spill directory of batch queries.
+    query_runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     /// Held while the database is open: one server per data directory.
     _lock: crate::datadir::DataDirLock,
 }
@@ -238,7 +240,16 @@ impl Database {
             config.clock.clone(),
             metrics.clone(),
         );
+        // Spill files of an earlier run are of no use.
+        let spill_dir = config.data_dir.join("spill");
+        if spill_dir.exists() {
+            std::fs::remove_dir_all(&spill_dir)?;
+        }
+        std::fs::create_dir_all(&spill_dir)?;
+        let query_runtime =
+            crate::sql::context::query_runtime(config.memory_limit_bytes() / 2, spill_dir)?;
         let db = Arc::new(Database {
+            query_runtime,
             actors: ActorContext {
                 store: store.clone(),
                 events,
@@ -911,6 +922,7 @@ impl Database {
             &self.barriers.failed,
             settings,
             overrides,
+            &self.query_runtime,
         )?;
         crate::sql::context::register_system_tables(&ctx, self.system_tables()?)?;
         Ok(ctx)

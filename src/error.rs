@@ -44,6 +44,8 @@ pub enum ErrorKind {
     /// A statement's expressions or subqueries nest deeper than Weir's documented limit.
     StatementTooComplex,
     TooManyConnections,
+    /// A query needs more working memory than the server's limit leaves it.
+    OutOfMemory,
     /// A statement was stopped before it finished (`statement_timeout`, a CancelRequest).
     QueryCanceled,
     /// An object is not in the state the operation needs: the checkpoint store has been taken
@@ -194,6 +196,9 @@ impl CloneForError for datafusion::error::DataFusionError {
             D::Plan(m) => D::Plan(m.clone()),
             D::Execution(m) => D::Execution(m.clone()),
             D::NotImplemented(m) => D::NotImplemented(m.clone()),
+            D::ResourcesExhausted(m) => D::ResourcesExhausted(m.clone()),
+            D::Context(_, inner) | D::Diagnostic(_, inner) => inner.clone_for_error(),
+            D::Shared(inner) => inner.clone_for_error(),
             D::ArrowError(a, c) => D::Execution(format!("{a} {}", c.clone().unwrap_or_default())),
             other => D::Internal(other.to_string()),
         }
@@ -234,10 +239,16 @@ fn from_datafusion(e: datafusion::error::DataFusionError) -> Error {
             }
         }
         D::Internal(m) => Error::internal(m),
-        D::ResourcesExhausted(m) => Error::new(ErrorKind::ProgramLimitExceeded, m),
+        D::ResourcesExhausted(m) => Error::new(ErrorKind::OutOfMemory, m).with_hint(
+            "Batch queries together may use half of memory_limit for their working memory; \
+             this one needs more than is free.",
+        ),
         D::External(inner) => match inner.downcast::<Error>() {
             Ok(ours) => *ours,
-            Err(other) => Error::internal(other.to_string()),
+            Err(other) => match other.downcast::<D>() {
+                Ok(datafusion) => from_datafusion(*datafusion),
+                Err(other) => Error::internal(other.to_string()),
+            },
         },
         other => Error::internal(other.to_string()),
     }

@@ -206,6 +206,34 @@ async fn a_cancel_request_stops_the_running_query_of_its_session_only() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_past_the_memory_limit_is_refused_with_53200_and_the_session_goes_on() {
+    // Batch queries get half: 32 MiB.
+    let server = TestServer::start_with(|c| c.memory_limit = Some(64 << 20)).await;
+    let client = server.connect().await;
+    // The hash table of three million rows, which a hash join cannot spill.
+    let err = client
+        .simple_query(
+            "SELECT count(*) FROM generate_series(1, 3000000) AS a \
+             JOIN generate_series(1, 3000000) AS b ON a.value = b.value",
+        )
+        .await
+        .unwrap_err();
+    let db = err.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "53200", "{}", db.message());
+    assert!(db.hint().unwrap().contains("memory_limit"));
+    // What it held is back in the pool: a query that fits runs.
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT count(*) FROM generate_series(1, 30000) AS a \
+             JOIN generate_series(1, 30000) AS b ON a.value = b.value"
+        )
+        .await,
+        ["30000".to_string()]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_hangs_up_stops_its_running_query() {
     // One connection at a time: the next is admitted only once the query of the one before
     // has stopped and its connection has ended.

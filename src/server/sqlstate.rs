@@ -27,6 +27,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::ProgramLimitExceeded => "54000",
         ErrorKind::StatementTooComplex => "54001",
         ErrorKind::TooManyConnections => "53300",
+        ErrorKind::OutOfMemory => "53200",
         ErrorKind::QueryCanceled => "57014",
         ErrorKind::ObjectNotInPrerequisiteState => "55000",
         ErrorKind::Unavailable => "57P03",

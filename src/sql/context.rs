@@ -13,6 +13,9 @@ use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::TableProvider;
 use datafusion::error::DataFusionError;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -57,10 +60,12 @@ pub fn base_config() -> SessionConfig {
         .with_target_partitions(1)
 }
 
-/// A context with Weir's configuration and analyzer rules, and no relations.
-fn new_context() -> SessionContext {
+/// A context with Weir's configuration and analyzer rules, and no relations, whose queries
+/// take their working memory from `runtime`'s pool.
+fn new_context(runtime: &Arc<RuntimeEnv>) -> SessionContext {
     let state = SessionStateBuilder::new()
         .with_config(base_config())
+        .with_runtime_env(runtime.clone())
         .with_default_features()
         .build();
     let rules: Vec<_> = super::rules::early_analyzer_rules()
@@ -113,6 +118,21 @@ impl PhysicalOptimizerRule for YieldingJoins {
     }
 }
 
+/// What batch queries run in: a memory pool of `bytes` shared by every query, and a directory
+/// that operators spill to when they would go past it.
+pub fn query_runtime(bytes: u64, spill_dir: std::path::PathBuf) -> Result<Arc<RuntimeEnv>> {
+    let pool = TrackConsumersPool::new(
+        GreedyMemoryPool::new(usize::try_from(bytes).unwrap_or(usize::MAX)),
+        std::num::NonZeroUsize::MIN.saturating_add(2),
+    );
+    Ok(RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(pool))
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![spill_dir])),
+        )
+        .build_arc()?)
+}
+
 /// A context with every relation of `catalog` readable at `snapshot`, except those in
 /// `overrides`, which are read from the given providers instead.
 pub fn query_context(
@@ -121,8 +141,9 @@ pub fn query_context(
     failed: &FailedActors,
     settings: &HashMap<String, String>,
     overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+    runtime: &Arc<RuntimeEnv>,
 ) -> Result<SessionContext> {
-    let ctx = new_context();
+    let ctx = new_context(runtime);
     let failed = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for object in catalog.objects() {
         let id = object.id();
