@@ -181,6 +181,43 @@ async fn an_execute_row_limit_is_read_as_in_postgresql_whatever_its_size() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_statement_of_a_query_message_is_answered_before_the_next_runs() {
+    let server = TestServer::start().await;
+    let mut socket = started(server.addr).await;
+    // The second statement would run for hours: the first one's answer comes first.
+    let query = "SELECT 41 + 1; SELECT sum(a.value * b.value) \
+                 FROM generate_series(1, 100000) AS a, generate_series(1, 100000) AS b";
+    socket
+        .write_all(&message(b'Q', &cstr(query)))
+        .await
+        .unwrap();
+    let kinds = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut kinds = Vec::new();
+        while let Some((kind, body)) = read_reply(&mut socket).await {
+            kinds.push(kind);
+            if kind == b'D' {
+                assert!(body.ends_with(b"42"), "{body:?}");
+            }
+            if kind == b'C' {
+                break;
+            }
+        }
+        kinds
+    })
+    .await
+    .expect("the first statement's result did not come before the second ended");
+    assert_eq!(kinds, [b'T', b'D', b'C']);
+    // Leaving stops the second one.
+    drop(socket);
+    server
+        .connect()
+        .await
+        .simple_query("SELECT 1")
+        .await
+        .unwrap();
+}
+
 /// A valid message of some kind, with random but plausible contents.
 fn valid_message(rng: &mut Rng) -> Vec<u8> {
     const STATEMENTS: &[&str] = &[

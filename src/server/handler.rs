@@ -10,14 +10,17 @@ use bytes::BytesMut;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{ParamValues, ScalarValue};
-use futures::{stream, FutureExt, Sink};
+use futures::{stream, FutureExt, Sink, SinkExt};
 use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
     ServerParameterProvider, StartupHandler,
 };
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::query::{
+    send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
+    SimpleQueryHandler,
+};
 use pgwire::api::results::{
     DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
     Response, Tag,
@@ -25,13 +28,15 @@ use pgwire::api::results::{
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, PgWireServerHandlers, PidSecretKeyGenerator,
-    RandomPidSecretKeyGenerator, Type, METADATA_DATABASE,
+    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers,
+    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type, METADATA_DATABASE,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::data::DataRow;
 use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::response::EmptyQueryResponse;
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::SecretKey;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit};
@@ -484,6 +489,82 @@ fn encode_rows(batches: &[RecordBatch], binary: &[bool]) -> Result<Vec<DataRow>>
 
 #[async_trait]
 impl SimpleQueryHandler for Queries {
+    /// Runs a Query message's statements in turn, each one's result sent (and flushed) before
+    /// the next runs, as PostgreSQL does: a message of many statements never holds more than
+    /// one result, and its client sees each as it comes. The first error ends the message.
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let mut status = client.transaction_status();
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        match check_size(&self.db, &query.query).and_then(|_| parse(&query.query)) {
+            Err(e) => {
+                client
+                    .feed(PgWireBackendMessage::ErrorResponse(error_info(e).into()))
+                    .await?;
+                status = status.to_error_state();
+            }
+            // Nothing but blanks, semicolons and comments.
+            Ok(statements) if statements.is_empty() => {
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(
+                        EmptyQueryResponse::new(),
+                    ))
+                    .await?;
+            }
+            Ok(statements) => {
+                for parsed in &statements {
+                    let response = self
+                        .run(parsed, None)
+                        .await
+                        .and_then(|o| to_response(o, None));
+                    match response {
+                        Ok(Response::Query(results)) => {
+                            send_query_response(client, results, true).await?;
+                        }
+                        Ok(Response::TransactionStart(tag)) => {
+                            send_execution_response(client, tag).await?;
+                            status = status.to_in_transaction_state();
+                        }
+                        Ok(Response::TransactionEnd(tag)) => {
+                            send_execution_response(client, tag).await?;
+                            status = status.to_idle_state();
+                        }
+                        Ok(Response::Execution(tag)) => {
+                            send_execution_response(client, tag).await?;
+                        }
+                        Ok(_) => {
+                            return Err(PgWireError::ApiError(
+                                "a statement answered with a response the simple query \
+                                 protocol does not send"
+                                    .into(),
+                            ))
+                        }
+                        Err(e) => {
+                            client
+                                .feed(PgWireBackendMessage::ErrorResponse(error_info(e).into()))
+                                .await?;
+                            status = status.to_error_state();
+                            break;
+                        }
+                    }
+                    client.flush().await?;
+                }
+            }
+        }
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        client.set_transaction_status(status);
+        send_ready_for_query(client, status).await
+    }
+
+    /// Unused: `on_query` runs and answers each statement itself.
     async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,

@@ -81,6 +81,9 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
             Error::syntax(e.message.to_lowercase()).with_position(pos)
         })?;
     let mut out = Vec::new();
+    // Positions are found in one pass over the text however many statements it holds.
+    let lines = Lines::new(sql);
+    let mut cursor = ByteCursor::new(sql);
     for group in tokens.split(|t| t.token == Token::SemiColon) {
         let meaningful: Vec<TokenWithSpan> = group
             .iter()
@@ -91,9 +94,10 @@ pub fn parse(sql: &str) -> Result<Vec<Parsed>> {
             continue;
         };
         check_depth(&meaningful)?;
-        let start = char_position(sql, first.span.start) - 1;
-        let end = char_position(sql, last.span.end) - 1;
-        let text: String = sql.chars().skip(start).take(end - start).collect();
+        let start = lines.position(first.span.start) - 1;
+        let end = lines.position(last.span.end) - 1;
+        let (from, to) = (cursor.byte_at(start), cursor.byte_at(end));
+        let text = sql[from..to.max(from)].to_string();
         let leading: Vec<String> = meaningful
             .iter()
             .take(2)
@@ -630,6 +634,69 @@ fn syntax_error(sql: &str, e: ParserError) -> Error {
 }
 
 /// The 1-based character position of a line/column location (as PostgreSQL reports it).
+/// Where each line of a text starts, in characters: turns a token's line and column into its
+/// position without reading the text again.
+struct Lines {
+    starts: Vec<usize>,
+    chars: usize,
+}
+
+impl Lines {
+    fn new(sql: &str) -> Lines {
+        let mut starts = vec![0];
+        let mut chars = 0;
+        for c in sql.chars() {
+            chars += 1;
+            if c == '\n' {
+                starts.push(chars);
+            }
+        }
+        Lines { starts, chars }
+    }
+
+    /// The 1-based character position of `loc`, as `char_position` computes it.
+    fn position(&self, loc: Location) -> usize {
+        let line = usize::try_from(loc.line).unwrap_or(usize::MAX);
+        match line.checked_sub(1).and_then(|l| self.starts.get(l)) {
+            Some(start) => start + usize::try_from(loc.column.max(1)).unwrap_or(0),
+            None => (self.chars + 1).max(1),
+        }
+    }
+}
+
+/// Turns character positions into byte offsets, moving forward through the text (and back to
+/// its start when asked for an earlier position).
+struct ByteCursor<'a> {
+    sql: &'a str,
+    chars: usize,
+    byte: usize,
+}
+
+impl<'a> ByteCursor<'a> {
+    fn new(sql: &'a str) -> ByteCursor<'a> {
+        ByteCursor {
+            sql,
+            chars: 0,
+            byte: 0,
+        }
+    }
+
+    /// The byte offset of the character at `position` (the text's length past its end).
+    fn byte_at(&mut self, position: usize) -> usize {
+        if position < self.chars {
+            (self.chars, self.byte) = (0, 0);
+        }
+        for c in self.sql[self.byte..].chars() {
+            if self.chars == position {
+                break;
+            }
+            self.chars += 1;
+            self.byte += c.len_utf8();
+        }
+        self.byte
+    }
+}
+
 fn char_position(sql: &str, loc: Location) -> usize {
     let mut pos = 0usize;
     for (i, line) in sql.split('\n').enumerate() {
@@ -850,6 +917,16 @@ mod tests {
 
     fn chain(item: impl Fn(usize) -> String, sep: &str, n: usize) -> String {
         (0..n).map(item).collect::<Vec<_>>().join(sep)
+    }
+
+    #[test]
+    fn each_statement_keeps_its_own_text_across_lines_and_multibyte_characters() {
+        let sql = "SELECT 'é' ;\n  SELECT 'ü😀', 1;SELECT\n2;;  \n SELECT 'x'";
+        let texts: Vec<String> = parse(sql).unwrap().into_iter().map(|p| p.text).collect();
+        assert_eq!(
+            texts,
+            ["SELECT 'é'", "SELECT 'ü😀', 1", "SELECT\n2", "SELECT 'x'"]
+        );
     }
 
     #[test]
