@@ -7,7 +7,9 @@
 //! `n`-th hit (first when no `@n`): `hit(name)` and `reach(name)` abort the process there,
 //! `fails(name)` answers true there (the caller then fails as a bug would, for tests of what
 //! survives a broken actor). A point armed with `:pause` makes `reach(name)` wait there for
-//! ever instead of aborting (`hit` and `fails` ignore it). Only debug builds (what tests run)
+//! ever instead of aborting (`hit` and `fails` ignore it). A point armed with `:stall` makes
+//! `stall(name)` block its thread for `STALL` at that hit and every later one, as a slow disk
+//! would. Only debug builds (what tests run)
 //! read the variable; in release builds all of them are empty and compile away. The names
 //! are listed in `docs/design/0004-recovery.md`.
 
@@ -29,7 +31,24 @@ pub async fn reach(name: &str) {
             eprintln!("failpoint {name}: paused");
             std::future::pending::<()>().await;
         }
-        None => {}
+        // Stalls are for `stall`.
+        Some(armed::Action::Stall) | None => {}
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
+}
+
+/// How long a stalled failpoint blocks its thread.
+pub const STALL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Blocks the thread for [`STALL`] if the failpoint `name` is armed with `:stall` and this is
+/// its chosen hit or a later one.
+#[inline(always)]
+pub fn stall(name: &str) {
+    #[cfg(debug_assertions)]
+    if armed::reached(name) == Some(armed::Action::Stall) {
+        eprintln!("failpoint {name}: stalling");
+        std::thread::sleep(STALL);
     }
     #[cfg(not(debug_assertions))]
     let _ = name;
@@ -63,6 +82,7 @@ mod armed {
     pub enum Action {
         Abort,
         Pause,
+        Stall,
     }
 
     pub struct Armed {
@@ -79,7 +99,12 @@ mod armed {
         let armed =
             ARMED.get_or_init(|| parse(&std::env::var("WEIR_FAILPOINTS").unwrap_or_default()));
         let point = armed.get(name)?;
-        (point.hits.fetch_add(1, Ordering::SeqCst) + 1 == point.at).then_some(point.action)
+        let hit = point.hits.fetch_add(1, Ordering::SeqCst) + 1;
+        let fires = match point.action {
+            Action::Stall => hit >= point.at,
+            Action::Abort | Action::Pause => hit == point.at,
+        };
+        fires.then_some(point.action)
     }
 
     pub(super) fn parse(spec: &str) -> HashMap<String, Armed> {
@@ -87,9 +112,12 @@ mod armed {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(|s| {
-                let (s, action) = match s.strip_suffix(":pause") {
-                    Some(s) => (s, Action::Pause),
-                    None => (s, Action::Abort),
+                let (s, action) = if let Some(s) = s.strip_suffix(":pause") {
+                    (s, Action::Pause)
+                } else if let Some(s) = s.strip_suffix(":stall") {
+                    (s, Action::Stall)
+                } else {
+                    (s, Action::Abort)
                 };
                 let (name, at) = match s.split_once('@') {
                     Some((name, n)) => (name, n.parse().unwrap_or(1).max(1)),
@@ -113,9 +141,10 @@ mod tests {
     #[test]
     fn specs_name_points_hits_and_actions() {
         let armed = super::armed::parse(
-            " checkpoint.before_manifest , recovery.before_swap@3,checkpoint.before_upload@2:pause,",
+            " checkpoint.before_manifest , recovery.before_swap@3,checkpoint.before_upload@2:pause,changelog.sync:stall",
         );
-        assert_eq!(armed.len(), 3);
+        assert_eq!(armed.len(), 4);
+        assert_eq!(armed["changelog.sync"].action, Action::Stall);
         assert_eq!(armed["checkpoint.before_manifest"].at, 1);
         assert_eq!(armed["checkpoint.before_manifest"].action, Action::Abort);
         assert_eq!(armed["recovery.before_swap"].at, 3);

@@ -52,6 +52,19 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// Runs `work`, which blocks its thread (an fsync, a file copy, a RocksDB write), from async
+/// code: on the server's runtime the worker hands its other tasks to another thread first, so
+/// that a slow disk holds up only the statement that waits for it, never the accept loop,
+/// barriers or other clients. Elsewhere (a current-thread runtime, no runtime) it just runs.
+pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}
+
 /// The PostgreSQL version Weir reports (`server_version`): psql picks its catalog queries by it.
 pub const PG_VERSION: &str = "15.18";
 /// `server_version_num` for [`PG_VERSION`].

@@ -234,6 +234,55 @@ async fn a_query_past_the_memory_limit_is_refused_with_53200_and_the_session_goe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_disk_holds_up_only_the_writes_that_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // From its first hit on, every fsync of a change log takes seconds.
+    let server =
+        ChildServer::start_with_env(&data, &[], &[("WEIR_FAILPOINTS", "changelog.sync:stall")])
+            .await;
+    let setup = server.connect().await;
+    for i in 0..4 {
+        setup
+            .batch_execute(&format!("CREATE TABLE s{i} (a int)"))
+            .await
+            .unwrap();
+    }
+    let reader = server.connect().await;
+    // More writers waiting for the disk than the server has cores.
+    let mut writers = Vec::new();
+    for i in 0..4 {
+        let client = server.connect().await;
+        writers.push(tokio::spawn(async move {
+            client
+                .batch_execute(&format!("INSERT INTO s{i} VALUES ({i})"))
+                .await
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Other clients, new connections and DDL are served while the writers wait.
+    assert_eq!(rows(&reader, "SELECT 1").await, ["1".to_string()]);
+    let other = server.connect().await;
+    assert_eq!(rows(&other, "SELECT 2").await, ["2".to_string()]);
+    other
+        .batch_execute("CREATE TABLE s4 (a int)")
+        .await
+        .unwrap();
+    assert!(
+        writers.iter().all(|w| !w.is_finished()),
+        "the clients above were served only after a write had reached the disk"
+    );
+    for w in writers {
+        w.await.unwrap().unwrap();
+    }
+    setup.batch_execute("FLUSH").await.unwrap();
+    for i in 0..4 {
+        let sql = format!("SELECT a FROM s{i}");
+        assert_eq!(rows(&setup, &sql).await, [i.to_string()]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_hangs_up_stops_its_running_query() {
     // One connection at a time: the next is admitted only once the query of the one before
     // has stopped and its connection has ended.

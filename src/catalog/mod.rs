@@ -282,14 +282,16 @@ impl Catalog {
         let bytes = serde_json::to_vec_pretty(&self.data)
             .map_err(|e| Error::internal(format!("cannot encode catalog: {e}")))?;
         let tmp = self.path.with_extension("json.tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        crate::blocking(|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })
     }
 
     /// Writes a checkpoint's catalog as the catalog of `dir` (a restore without local data).

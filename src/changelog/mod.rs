@@ -198,11 +198,13 @@ impl ChangeLog {
             starts.push(self.end + bytes.len() as u64);
             bytes.extend(encode_record(chunk)?);
         }
-        if let Err(e) = self
-            .file
-            .write_all(&bytes)
-            .and_then(|_| self.file.sync_data())
-        {
+        let file = &mut self.file;
+        let written = crate::blocking(|| {
+            file.write_all(&bytes)?;
+            crate::failpoint::stall("changelog.sync");
+            file.sync_data()
+        });
+        if let Err(e) = written {
             let _ = self.file.set_len(self.end);
             return Err(Error::unavailable(format!(
                 "could not write change log {}: {e}",
@@ -251,11 +253,13 @@ impl ChangeLog {
     /// Appends one chunk and waits until it is on disk. Returns the offset after the record.
     pub fn append(&mut self, chunk: &StreamChunk) -> Result<u64> {
         let record = encode_record(chunk)?;
-        if let Err(e) = self
-            .file
-            .write_all(&record)
-            .and_then(|_| self.file.sync_data())
-        {
+        let file = &mut self.file;
+        let written = crate::blocking(|| {
+            file.write_all(&record)?;
+            crate::failpoint::stall("changelog.sync");
+            file.sync_data()
+        });
+        if let Err(e) = written {
             // Leave no half-written record behind that a later append would follow.
             let _ = self.file.set_len(self.end);
             return Err(Error::unavailable(format!(

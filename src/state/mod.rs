@@ -285,7 +285,8 @@ impl StateStore {
         }
         let mut opts = WriteOptions::default();
         opts.disable_wal(true);
-        if let Err(e) = self.db.write_opt(batch, &opts) {
+        // A write can stall while RocksDB flushes or compacts.
+        if let Err(e) = crate::blocking(|| self.db.write_opt(batch, &opts)) {
             self.poisoned.store(true, Ordering::Release);
             return Err(storage_error(e));
         }

@@ -136,12 +136,12 @@ impl TableWriter {
     /// The log's records from record `from` on, as the file holds them, with the numbers of
     /// the first and of the next record (log shipping).
     pub fn log_from(&mut self, from: u64) -> Result<(u64, u64, Vec<u8>)> {
-        self.log.raw_from(from)
+        crate::blocking(|| self.log.raw_from(from))
     }
 
     /// Drops the log's records below `offset`: the oldest retained checkpoint holds them.
     pub fn truncate_log_below(&mut self, offset: u64) -> Result<()> {
-        self.log.truncate_below(offset)
+        crate::blocking(|| self.log.truncate_below(offset))
     }
 
     pub fn schema(&self) -> &SchemaRef {
