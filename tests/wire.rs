@@ -283,20 +283,16 @@ fn valid_message(rng: &mut Rng) -> Vec<u8> {
             }
             message(b'B', &body)
         }
-        3 => {
+        // Describe and Close: a statement or a portal, and its name.
+        kind @ (3 | 5) => {
             let mut body = vec![*rng.pick(b"SP")];
             body.extend(cstr(name));
-            message(b'D', &body)
+            message(if kind == 3 { b'D' } else { b'C' }, &body)
         }
         4 => {
             let mut body = cstr("");
             body.extend((rng.below(3) as i32).to_be_bytes());
             message(b'E', &body)
-        }
-        5 => {
-            let mut body = vec![*rng.pick(b"SP")];
-            body.extend(cstr(name));
-            message(b'C', &body)
         }
         6 => message(b'H', &[]),
         _ => message(b'S', &[]),

@@ -198,19 +198,7 @@ impl ChangeLog {
             starts.push(self.end + bytes.len() as u64);
             bytes.extend(encode_record(chunk)?);
         }
-        let file = &mut self.file;
-        let written = crate::blocking(|| {
-            file.write_all(&bytes)?;
-            crate::failpoint::stall("changelog.sync");
-            file.sync_data()
-        });
-        if let Err(e) = written {
-            let _ = self.file.set_len(self.end);
-            return Err(Error::unavailable(format!(
-                "could not write change log {}: {e}",
-                self.path.display()
-            )));
-        }
+        self.write_synced(&bytes)?;
         self.starts.extend(starts);
         self.end += bytes.len() as u64;
         Ok(())
@@ -250,23 +238,30 @@ impl ChangeLog {
         Ok(())
     }
 
-    /// Appends one chunk and waits until it is on disk. Returns the offset after the record.
-    pub fn append(&mut self, chunk: &StreamChunk) -> Result<u64> {
-        let record = encode_record(chunk)?;
+    /// Writes `bytes` (whole records) at the end of the file and waits until they are on disk,
+    /// off the async workers; on failure the file is cut back to its end, leaving no
+    /// half-written record behind that a later append would follow.
+    fn write_synced(&mut self, bytes: &[u8]) -> Result<()> {
         let file = &mut self.file;
         let written = crate::blocking(|| {
-            file.write_all(&record)?;
+            file.write_all(bytes)?;
             crate::failpoint::stall("changelog.sync");
             file.sync_data()
         });
         if let Err(e) = written {
-            // Leave no half-written record behind that a later append would follow.
             let _ = self.file.set_len(self.end);
             return Err(Error::unavailable(format!(
                 "could not write change log {}: {e}",
                 self.path.display()
             )));
         }
+        Ok(())
+    }
+
+    /// Appends one chunk and waits until it is on disk. Returns the offset after the record.
+    pub fn append(&mut self, chunk: &StreamChunk) -> Result<u64> {
+        let record = encode_record(chunk)?;
+        self.write_synced(&record)?;
         self.starts.push(self.end);
         self.end += record.len() as u64;
         Ok(self.end)

@@ -564,33 +564,18 @@ impl SimpleQueryHandler for Queries {
         send_ready_for_query(client, status).await
     }
 
-    /// Unused: `on_query` runs and answers each statement itself.
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    /// Never called: `on_query`, which pgwire calls for a Query message, runs and answers
+    /// each statement itself.
+    async fn do_query<C>(&self, _client: &mut C, _query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let statements = match check_size(&self.db, query).and_then(|_| parse(query)) {
-            Ok(s) => s,
-            Err(e) => return Ok(vec![Response::Error(Box::new(error_info(e)))]),
-        };
-        let mut responses = Vec::with_capacity(statements.len());
-        for parsed in &statements {
-            match self
-                .run(parsed, None)
-                .await
-                .and_then(|o| to_response(o, None))
-            {
-                Ok(r) => responses.push(r),
-                Err(e) => {
-                    responses.push(Response::Error(Box::new(error_info(e))));
-                    break;
-                }
-            }
-        }
-        Ok(responses)
+        Err(PgWireError::ApiError(
+            "a Query message is answered by on_query, statement by statement".into(),
+        ))
     }
 }
 
