@@ -184,13 +184,18 @@ impl Database {
         }
         let catalog = Catalog::load(&config.data_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
-        // What the checkpoint holds usable state for: not objects dropped since, nor those
+        // What the checkpoint holds usable state for: not objects dropped since, nor views
         // whose actors had failed (their state stopped short of the epoch; they are rebuilt
-        // as new ones). The state of both goes.
+        // as new ones). The state of both goes. A failed table's state ends at its offset,
+        // and its log is replayed from there (older formats recorded the barrier's offset:
+        // such a table is rebuilt).
         let failed: HashSet<u32> = restored
             .iter()
             .flat_map(|m| m.failed_actors.iter().copied())
             .collect();
+        let tables_resume = restored
+            .as_ref()
+            .is_none_or(|m| m.format >= crate::checkpoint::manifest::FORMAT_FAILED_TABLES_RESUME);
         let mut in_checkpoint: HashMap<ObjectId, Object> = match &restored {
             Some(m) => Catalog::objects_in(&m.catalog)?
                 .into_iter()
@@ -203,7 +208,7 @@ impl Database {
             .values()
             .filter(|o| {
                 let broken = match o {
-                    Object::Table(t) => failed.contains(&t.id),
+                    Object::Table(t) => failed.contains(&t.id) && !tables_resume,
                     // A source keeps no state: its offset at the barrier is right even if
                     // its actor had failed, and its views were restored with that offset.
                     Object::Source(_) => false,
@@ -214,6 +219,15 @@ impl Database {
                 if broken && live.contains(&o.id()) {
                     tracing::warn!(
                         "\"{}\" had failed when checkpoint was taken: it is rebuilt",
+                        o.name()
+                    );
+                } else if matches!(o, Object::Table(_))
+                    && failed.contains(&o.id())
+                    && live.contains(&o.id())
+                {
+                    tracing::warn!(
+                        "table \"{}\" had failed when checkpoint was taken: its change log is \
+                         replayed from where its state ends",
                         o.name()
                     );
                 }
@@ -960,8 +974,13 @@ impl Database {
             }),
             None => None,
         };
-        let (writer, history) =
-            TableWriter::open(def.clone(), &self.tables_dir, feed.clone(), restored)?;
+        let (writer, history) = TableWriter::open(
+            def.clone(),
+            &self.tables_dir,
+            feed.clone(),
+            self.barriers.failed.clone(),
+            restored,
+        )?;
         let schema = writer.schema().clone();
         self.catalog_mut().set_schema(def.id, schema.clone());
         let actor = build_actor(

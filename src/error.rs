@@ -46,6 +46,12 @@ pub enum ErrorKind {
     TooManyConnections,
     /// A query needs more working memory than the server's limit leaves it.
     OutOfMemory,
+    /// The disk (or a quota) is full: nothing of the statement was kept.
+    DiskFull,
+    /// The process or the system has no file descriptor left.
+    InsufficientResources,
+    /// Reading or writing a file failed for another reason than space or descriptors.
+    IoError,
     /// A statement was stopped before it finished (`statement_timeout`, a CancelRequest).
     QueryCanceled,
     /// An object is not in the state the operation needs: the checkpoint store has been taken
@@ -134,7 +140,27 @@ impl std::error::Error for Error {}
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::unavailable(format!("i/o error: {e}"))
+        Error::io(&e, format!("i/o error: {e}"))
+    }
+}
+
+impl Error {
+    /// An I/O failure, with the kind PostgreSQL gives its `errno`: a full disk or quota, no
+    /// descriptor left, a device error; anything else (a closed channel, a refused
+    /// connection) means a component is unavailable.
+    pub fn io(e: &std::io::Error, message: impl Into<String>) -> Error {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => {
+                Error::new(ErrorKind::DiskFull, message).with_hint("Check free disk space.")
+            }
+            Some(libc::EMFILE | libc::ENFILE) => {
+                Error::new(ErrorKind::InsufficientResources, message).with_hint(
+                    "Raise the server's open file limit (ulimit -n), or close connections.",
+                )
+            }
+            Some(libc::EIO) => Error::new(ErrorKind::IoError, message),
+            _ => Error::new(ErrorKind::Unavailable, message),
+        }
     }
 }
 

@@ -1178,6 +1178,82 @@ async fn a_view_that_had_failed_at_a_checkpoint_is_rebuilt_on_restore() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_that_had_failed_at_a_checkpoint_starts_again_with_every_acknowledged_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = common::barriers_on_request_config(dir.path());
+    let args = [
+        "--config",
+        config.to_str().unwrap(),
+        "--streaming-parallelism",
+        "1",
+    ];
+    // Table t is relation 1000: its actor fails at its sixth barrier, after checkpoints that
+    // truncated its change log.
+    let server =
+        ChildServer::start_with_env(&data, &args, &[("WEIR_FAILPOINTS", "actor.1000.barrier@6")])
+            .await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v int);
+             CREATE MATERIALIZED VIEW v AS SELECT count(*) AS n, sum(v) AS s FROM t;",
+        )
+        .await
+        .unwrap();
+    let mut acknowledged = 0;
+    loop {
+        let next = acknowledged + 1;
+        match client
+            .batch_execute(&format!("INSERT INTO t VALUES ({next}, {next})"))
+            .await
+        {
+            Ok(()) => acknowledged = next,
+            Err(e) => {
+                assert_eq!(e.code().map(|c| c.code()), Some("57P03"), "{e}");
+                break;
+            }
+        }
+        // A checkpoint is a barrier: the last one before the failure holds every row but the
+        // one just inserted, and the failing one none of it.
+        checkpoint(&client).await;
+        assert!(acknowledged < 20, "the failpoint never fired");
+    }
+    // Checkpoints go on while the table is failed; they record where its state ends.
+    let id = checkpoint(&client).await;
+    let m = manifest(&data.join("checkpoint-store"), id);
+    assert!(m.failed_actors.contains(&1000), "{:?}", m.failed_actors);
+    assert_eq!(
+        m.offsets.get(&1000),
+        Some(&(acknowledged as u64 - 1)),
+        "the records before the failing barrier's statement"
+    );
+    drop(client);
+    server.stop(9).await;
+
+    // The table starts again from its state and the rest of its log: nothing acknowledged is
+    // lost, nothing doubled, and the view is rebuilt over it.
+    let server = ChildServer::start_with(&data, &args).await;
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.unwrap();
+    let expected = format!("{acknowledged} {}", acknowledged * (acknowledged + 1) / 2);
+    assert_eq!(
+        text_rows(&client, "SELECT count(*), sum(v) FROM t").await,
+        text_rows(&client, "SELECT * FROM v").await
+    );
+    assert_eq!(text_rows(&client, "SELECT * FROM v").await, [expected]);
+    client
+        .batch_execute("INSERT INTO t VALUES (100, 100); FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(
+        text_rows(&client, "SELECT n FROM v").await,
+        [format!("{}", acknowledged + 1)]
+    );
+    server.stop(15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shipped_logs_restore_what_the_checkpoint_lacks() {
     let store = tempfile::tempdir().unwrap();
     let url = format!("file://{}", store.path().display());

@@ -283,6 +283,7 @@ impl Catalog {
             .map_err(|e| Error::internal(format!("cannot encode catalog: {e}")))?;
         let tmp = self.path.with_extension("json.tmp");
         crate::blocking(|| {
+            crate::failpoint::io("catalog.save")?;
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(&bytes)?;
             f.sync_all()?;

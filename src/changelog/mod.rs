@@ -34,6 +34,12 @@ pub struct ChangeLog {
     starts: Vec<u64>,
     /// Byte offset of the end of the last whole record: the position of the next append.
     end: u64,
+    /// A failed write left bytes after `end` that cutting back could not remove (or the cut
+    /// is not yet synced): nothing is appended until it is.
+    torn: bool,
+    /// The directory entry of the file (renamed by a truncation) may not be on disk yet:
+    /// nothing is acknowledged until it is.
+    unsynced_dir: bool,
 }
 
 /// The file of table `id`'s log whose first record is record `base`: `<id>.log` for a log
@@ -148,6 +154,8 @@ impl ChangeLog {
                 base,
                 starts,
                 end,
+                torn: false,
+                unsynced_dir: false,
             },
             chunks,
         ))
@@ -209,7 +217,7 @@ impl ChangeLog {
     /// then is the old file deleted. A no-op when `offset` is not above the base.
     pub fn truncate_below(&mut self, offset: u64) -> Result<()> {
         let offset = offset.min(self.next_record());
-        if offset <= self.base {
+        if offset <= self.base || self.torn {
             return Ok(());
         }
         let first = (offset - self.base) as usize;
@@ -219,41 +227,109 @@ impl ChangeLog {
         self.file.read_exact(&mut rest)?;
         let path = self.dir.join(file_name(self.id, offset));
         let tmp = path.with_extension("log.tmp");
-        {
-            let mut f = File::create(&tmp)?;
+        // Written, synced and opened for appends before it gets its name: a failure up to the
+        // rename (a full disk, no descriptor left) leaves the old file the log.
+        let written = (|| -> std::io::Result<File> {
+            crate::failpoint::io("changelog.truncate")?;
+            let mut f = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(&tmp)?;
             f.write_all(&rest)?;
             f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &path)?;
-        File::open(&self.dir)?.sync_all()?;
-        // Both files exist: the next open takes the new one.
-        crate::failpoint::hit("table.log_truncated");
-        let file = OpenOptions::new().read(true).append(true).open(&path)?;
+            drop(f);
+            let f = OpenOptions::new().read(true).append(true).open(&tmp)?;
+            std::fs::rename(&tmp, &path)?;
+            Ok(f)
+        })();
+        let file = match written {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(Error::io(
+                    &e,
+                    format!("could not truncate change log {}: {e}", self.path.display()),
+                ));
+            }
+        };
+        // Renamed, the new file is the log (the next open takes the higher base).
         let old = std::mem::replace(&mut self.path, path);
         self.file = file;
-        std::fs::remove_file(old)?;
         self.starts = self.starts[first..].iter().map(|s| s - from).collect();
         self.end -= from;
         self.base = offset;
+        self.unsynced_dir = true;
+        self.sync_dir()?;
+        // Both files exist: the next open takes the new one.
+        crate::failpoint::hit("table.log_truncated");
+        std::fs::remove_file(old)?;
+        Ok(())
+    }
+
+    /// Makes the log file's directory entry durable.
+    fn sync_dir(&mut self) -> Result<()> {
+        if self.unsynced_dir {
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| {
+                    Error::io(
+                        &e,
+                        format!("could not sync directory {}: {e}", self.dir.display()),
+                    )
+                })?;
+            self.unsynced_dir = false;
+        }
+        Ok(())
+    }
+
+    /// Cuts the file back to its last whole record after a failed write, and syncs the cut.
+    fn cut_back(&mut self) -> Result<()> {
+        let (file, end) = (&self.file, self.end);
+        crate::blocking(|| {
+            crate::failpoint::io("changelog.cut_back")?;
+            file.set_len(end)?;
+            file.sync_all()
+        })
+        .map_err(|e| {
+            Error::io(
+                &e,
+                format!(
+                    "could not cut change log {} back to its last whole record: {e}",
+                    self.path.display()
+                ),
+            )
+        })?;
+        self.torn = false;
         Ok(())
     }
 
     /// Writes `bytes` (whole records) at the end of the file and waits until they are on disk,
     /// off the async workers; on failure the file is cut back to its end, leaving no
     /// half-written record behind that a later append would follow.
+    /// A write that failed once is retried by the next statement's append (the disk may have
+    /// space again), after the cut-back and the directory sync that failed with it.
     fn write_synced(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.torn {
+            self.cut_back()?;
+        }
+        self.sync_dir()?;
         let file = &mut self.file;
         let written = crate::blocking(|| {
+            crate::failpoint::io("changelog.write")?;
             file.write_all(bytes)?;
             crate::failpoint::stall("changelog.sync");
+            crate::failpoint::io("changelog.sync")?;
             file.sync_data()
         });
         if let Err(e) = written {
-            let _ = self.file.set_len(self.end);
-            return Err(Error::unavailable(format!(
-                "could not write change log {}: {e}",
-                self.path.display()
-            )));
+            self.torn = true;
+            let _ = self.cut_back();
+            return Err(Error::io(
+                &e,
+                format!("could not write change log {}: {e}", self.path.display()),
+            ));
         }
         Ok(())
     }

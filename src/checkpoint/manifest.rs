@@ -11,7 +11,13 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// 2: delta checkpoints (`mode`, `deltas`). Format 1 manifests are base checkpoints and
 /// read as such.
-pub const FORMAT: u32 = 2;
+/// 3: a table whose actor had failed is recorded at the offset where its state ends (the
+/// epochs its actor committed), so a restore replays its log from there; before, its offset
+/// was the barrier's and a restore rebuilt it from its whole log.
+pub const FORMAT: u32 = 3;
+
+/// The first format whose failed tables' offsets are where their state ends.
+pub const FORMAT_FAILED_TABLES_RESUME: u32 = 3;
 
 /// A base checkpoint is a RocksDB checkpoint; a delta one names its base's files and the
 /// deltas written since (`docs/design/0003-checkpoints.md`, "Delta checkpoints").
@@ -86,14 +92,16 @@ pub struct Manifest {
     pub files_uploaded: u64,
     pub bytes_uploaded: u64,
     /// Each table's offset at the epoch, by relation id: the records of its change log fed
-    /// into the dataflow before the checkpoint's barrier (replay resumes after them).
+    /// into the dataflow before the checkpoint's barrier (replay resumes after them); for a
+    /// table whose actor had failed, those its state holds.
     pub offsets: BTreeMap<u32, u64>,
     /// Each table's last watermark value at the epoch (tables with `WATERMARK FOR` that had
     /// sent one): a restored table goes on from it, never back.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub watermarks: BTreeMap<u32, i64>,
-    /// Actors that had failed when the snapshot was taken: the state of their objects stopped
-    /// short of the epoch, so a restore rebuilds those objects instead.
+    /// Actors that had failed when the snapshot was taken: the state of their views stopped
+    /// short of the epoch, so a restore rebuilds those views instead. A failed table's state
+    /// ends at its offset (from format 3), and a restore replays its log from there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_actors: Vec<u32>,
     /// The catalog at the checkpoint's epoch (read with DDL held off while the barrier was
@@ -214,7 +222,7 @@ mod tests {
         let read = Manifest::decode(bytes.as_bytes()).unwrap();
         assert_eq!((read.format, read.mode), (1, Mode::Base));
         assert!(read.deltas.is_empty());
-        m.format = 3;
+        m.format = FORMAT + 1;
         assert!(Manifest::decode(&m.encode().unwrap()).is_err());
     }
 }

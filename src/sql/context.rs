@@ -165,7 +165,7 @@ pub fn query_context(
                     table: id,
                     snapshot: snapshot.clone(),
                     failure: match object {
-                        Object::View(_) => failed.get(&id).cloned(),
+                        Object::View(_) => failed.get(&id).map(|e| e.to_string()),
                         Object::Table(_) | Object::Source(_) => None,
                     },
                 },

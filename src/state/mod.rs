@@ -286,6 +286,10 @@ impl StateStore {
         let mut opts = WriteOptions::default();
         opts.disable_wal(true);
         // A write can stall while RocksDB flushes or compacts.
+        if let Err(e) = crate::failpoint::io("state.write") {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(Error::io(&e, format!("storage error: {e}")));
+        }
         if let Err(e) = crate::blocking(|| self.db.write_opt(batch, &opts)) {
             self.poisoned.store(true, Ordering::Release);
             return Err(storage_error(e));
@@ -517,8 +521,21 @@ fn table_range(table: TableId) -> (Vec<u8>, Vec<u8>) {
     }
 }
 
+/// RocksDB reports an I/O failure as text (`IO error: No space left on device: ...`): the
+/// `errno`'s message tells a full disk and a full descriptor table from the rest.
 fn storage_error(e: rocksdb::Error) -> Error {
-    Error::new(ErrorKind::Unavailable, format!("storage error: {e}"))
+    let message = format!("storage error: {e}");
+    let errno = if message.contains("No space left on device") {
+        Some(libc::ENOSPC)
+    } else if message.contains("Too many open files") {
+        Some(libc::EMFILE)
+    } else {
+        None
+    };
+    match errno {
+        Some(errno) => Error::io(&std::io::Error::from_raw_os_error(errno), message),
+        None => Error::new(ErrorKind::Unavailable, message),
+    }
 }
 
 /// Compaction chosen for what checkpoints upload (measured with `bench/checkpoints/run`, see

@@ -67,14 +67,14 @@ impl Actor {
             let result = AssertUnwindSafe(self.run()).catch_unwind().await;
             let error = match result {
                 Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e.to_string()),
-                Err(panic) => Some(
+                Ok(Err(e)) => Some(e),
+                Err(panic) => Some(Error::internal(
                     panic
                         .downcast_ref::<String>()
                         .cloned()
                         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                         .unwrap_or_else(|| "actor panicked".to_string()),
-                ),
+                )),
             };
             if let Some(e) = &error {
                 tracing::error!(actor = id, "dataflow actor failed: {e}");
@@ -162,6 +162,14 @@ impl Actor {
             }
         }
         self.store.commit(epoch, writes).await?;
+        // Acknowledged as soon as committed: the coordinator takes an acknowledgement to mean
+        // that this actor's state holds the epoch (where a failed table's state ends).
+        self.events
+            .send(ActorEvent::Ack {
+                actor: self.id,
+                epoch,
+            })
+            .map_err(|_| Error::unavailable("barrier coordinator is gone"))?;
         // New downstreams get the relation's contents first, chunk by chunk to each in turn,
         // so that several (a view's parallel workers) backfill at the same time.
         // Those restored from a checkpoint (`backfill` false) already hold them.
@@ -214,12 +222,6 @@ impl Actor {
         self.send(Message::Barrier(barrier.clone())).await;
         self.outputs
             .retain(|o| !o.targets.iter().any(|(a, _)| barrier.stops(*a)));
-        self.events
-            .send(ActorEvent::Ack {
-                actor: self.id,
-                epoch,
-            })
-            .map_err(|_| Error::unavailable("barrier coordinator is gone"))?;
         Ok(stopping)
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::message::{ActorId, Barrier, BarrierKind, Feed, Mutation};
+use super::message::{ActorId, Barrier, BarrierKind, Feed, FeedPosition, Mutation};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -25,7 +25,7 @@ pub enum ActorEvent {
     /// The actor ended; `error` says why if it failed.
     Exited {
         actor: ActorId,
-        error: Option<String>,
+        error: Option<Error>,
     },
 }
 
@@ -49,9 +49,6 @@ pub struct SnapshotRequest {
     pub delta: bool,
     pub reply: oneshot::Sender<Result<TakenSnapshot>>,
 }
-
-/// Where a source was when it sent a checkpoint barrier: statements sent, last watermark.
-type SourcePosition = (u64, Option<i64>);
 
 /// A checkpoint of the state at the end of one epoch.
 #[derive(Debug)]
@@ -79,7 +76,7 @@ struct SnapshotDone {
 
 /// Actors whose task ended with an error, and why. A view whose actor failed can no longer
 /// be read.
-pub type FailedActors = Arc<Mutex<HashMap<ActorId, String>>>;
+pub type FailedActors = Arc<Mutex<HashMap<ActorId, Error>>>;
 
 /// The handle sessions use to talk to the coordinator.
 #[derive(Clone)]
@@ -187,8 +184,12 @@ pub struct Coordinator {
     ),
     /// When each epoch in flight was injected, for the barrier latency metric.
     injected_at: BTreeMap<u64, Instant>,
-    /// Sources' offsets at checkpoint barriers, recorded by their injectors as they send them.
-    offsets: Arc<Mutex<HashMap<u64, BTreeMap<ActorId, SourcePosition>>>>,
+    /// Sources' positions at each barrier not yet sealed, recorded by their injectors as they
+    /// send it.
+    positions: Arc<Mutex<BTreeMap<u64, BTreeMap<ActorId, FeedPosition>>>>,
+    /// Each source's position at the last epoch its actor committed (its start before the
+    /// first): where the state of a source whose actor failed ends.
+    committed: HashMap<ActorId, FeedPosition>,
     metrics: Arc<Metrics>,
 }
 
@@ -220,7 +221,8 @@ impl Coordinator {
             snapshotting: None,
             snapshot_done: mpsc::unbounded_channel(),
             injected_at: BTreeMap::new(),
-            offsets: Arc::default(),
+            positions: Arc::default(),
+            committed: HashMap::new(),
             metrics,
         };
         tokio::spawn(coordinator.run());
@@ -271,22 +273,23 @@ impl Coordinator {
         let epoch = self.last_epoch;
         for (id, feed) in add_sources {
             let (tx, mut rx) = mpsc::unbounded_channel::<Barrier>();
-            let offsets = self.offsets.clone();
+            let positions = self.positions.clone();
+            self.committed.insert(id, feed.start);
             tokio::spawn(async move {
                 while let Some(b) = rx.recv().await {
-                    let (epoch, checkpoint) = (b.epoch, b.kind == BarrierKind::Checkpoint);
-                    let Ok(position) = feed.send_barrier(b).await else {
-                        break;
-                    };
-                    // Recorded before the source's actor can acknowledge the barrier, so
-                    // before the epoch's snapshot is taken.
-                    if checkpoint {
-                        offsets
+                    let epoch = b.epoch;
+                    // Recorded before the barrier goes in, so before the source's actor can
+                    // acknowledge it.
+                    let record = |position| {
+                        positions
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .entry(epoch)
                             .or_default()
                             .insert(id, position);
+                    };
+                    if feed.send_barrier(b, record).await.is_err() {
+                        break;
                     }
                 }
             });
@@ -318,6 +321,7 @@ impl Coordinator {
             for id in &m.stop {
                 self.actors.remove(id);
                 self.sources.remove(id);
+                self.committed.remove(id);
             }
         }
         self.try_seal();
@@ -330,10 +334,20 @@ impl Coordinator {
                 if let Some(waiting) = self.in_flight.get_mut(&epoch) {
                     waiting.remove(&actor);
                 }
+                // An actor acknowledges an epoch once its writes for it are committed.
+                if let Some(committed) = self.committed.get_mut(&actor) {
+                    let positions = self.positions.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(p) = positions.get(&epoch).and_then(|p| p.get(&actor)) {
+                        *committed = *p;
+                    }
+                }
             }
             ActorEvent::Exited { actor, error } => {
                 self.actors.remove(&actor);
                 self.sources.remove(&actor);
+                if error.is_none() {
+                    self.committed.remove(&actor);
+                }
                 for waiting in self.in_flight.values_mut() {
                     waiting.remove(&actor);
                 }
@@ -382,6 +396,11 @@ impl Coordinator {
 
     fn seal(&mut self, epoch: u64) {
         self.store.seal(epoch);
+        // Every actor has acknowledged the epoch, or is gone.
+        self.positions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|e, _| *e > epoch);
         if let Some(at) = self.injected_at.remove(&epoch) {
             self.metrics.barrier_latency.observe(at.elapsed());
         }
@@ -390,13 +409,20 @@ impl Coordinator {
     fn on_snapshot(&mut self, done: SnapshotDone) {
         self.snapshotting = None;
         self.in_flight.remove(&done.epoch);
-        self.seal(done.epoch);
-        let positions = self
-            .offsets
+        let mut positions = self
+            .positions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&done.epoch)
             .unwrap_or_default();
+        // A source whose actor failed is recorded where its state ends, so that a restore
+        // replays what came after (and a table's log is never truncated past it).
+        for id in self.failed.lock().unwrap_or_else(|p| p.into_inner()).keys() {
+            if let Some(committed) = self.committed.get(id) {
+                positions.insert(*id, *committed);
+            }
+        }
+        self.seal(done.epoch);
         let taken = done.result.map(|image| TakenSnapshot {
             epoch: done.epoch,
             image,
@@ -463,13 +489,18 @@ mod tests {
         events
             .send(ActorEvent::Exited {
                 actor: 7,
-                error: Some("boom".into()),
+                error: Some(Error::internal("boom")),
             })
             .unwrap();
         client.wait_sealed(e).await.unwrap();
         assert_eq!(store.sealed_epoch(), e);
         assert_eq!(
-            client.failed.lock().unwrap().get(&7).map(String::as_str),
+            client
+                .failed
+                .lock()
+                .unwrap()
+                .get(&7)
+                .map(|e| e.message.as_str()),
             Some("boom")
         );
         // Later epochs no longer wait for it.

@@ -71,7 +71,13 @@ pub struct Feed {
     sender: mpsc::Sender<Message>,
     /// Held while a statement or a barrier goes in.
     lock: Arc<tokio::sync::Mutex<Fed>>,
+    /// Where the feed started: the source's position before anything it sends, which is also
+    /// where the actor's state ends until it commits an epoch.
+    pub start: FeedPosition,
 }
+
+/// A source's offset (statements or rows fed) and the last watermark value it sent.
+pub type FeedPosition = (u64, Option<i64>);
 
 /// What a feed has sent so far.
 #[derive(Debug, Default, Clone, Copy)]
@@ -98,6 +104,7 @@ impl Feed {
         Feed {
             sender,
             lock: Arc::new(tokio::sync::Mutex::new(fed)),
+            start: (offset, watermark),
         }
     }
 
@@ -164,15 +171,20 @@ impl Feed {
         Ok(())
     }
 
-    /// Sends a barrier between statements; returns how many statements came before it, and
-    /// the last watermark value sent.
-    pub async fn send_barrier(&self, barrier: Barrier) -> Result<(u64, Option<i64>), ()> {
+    /// Sends a barrier between statements. `record` is told the feed's position at the
+    /// barrier (statements sent before it, last watermark) before the barrier goes in, so
+    /// before its actor can acknowledge it.
+    pub async fn send_barrier(
+        &self,
+        barrier: Barrier,
+        record: impl FnOnce(FeedPosition),
+    ) -> Result<(), ()> {
         let sent = self.lock.lock().await;
+        record((sent.statements, sent.watermark));
         self.sender
             .send(Message::Barrier(barrier))
             .await
-            .map_err(|_| ())?;
-        Ok((sent.statements, sent.watermark))
+            .map_err(|_| ())
     }
 }
 
@@ -249,7 +261,11 @@ mod tests {
                 kind: BarrierKind::Regular,
                 mutation: None,
             };
-            let inject = tokio::spawn(async move { feed.send_barrier(barrier).await });
+            let inject = tokio::spawn(async move {
+                let mut position = None;
+                feed.send_barrier(barrier, |p| position = Some(p)).await?;
+                position.ok_or(())
+            });
             let mut seen = Vec::new();
             while seen.len() < 5 {
                 match rx.recv().await.unwrap() {

@@ -24,6 +24,7 @@ use crate::catalog::{TableDef, WatermarkDef};
 use crate::changelog::ChangeLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::chunk::{Op, StreamChunk};
+use crate::stream::coordinator::FailedActors;
 use crate::stream::message::{Feed, Watermark};
 use crate::stream::rows::RowCodec;
 use crate::types::SqlType;
@@ -41,6 +42,8 @@ pub struct TableWriter {
     schema: SchemaRef,
     log: ChangeLog,
     feed: Feed,
+    /// Why actors failed: a write refused because the table's actor stopped says why.
+    failures: FailedActors,
     latest: LatestRows,
     /// The table's watermark so far (with `WATERMARK FOR`): the greatest time inserted, less
     /// the delay.
@@ -67,6 +70,7 @@ impl TableWriter {
         def: TableDef,
         dir: &Path,
         feed: Feed,
+        failures: FailedActors,
         restored: Option<Restored>,
     ) -> Result<(TableWriter, Vec<StreamChunk>)> {
         let schema = def.schema();
@@ -92,6 +96,7 @@ impl TableWriter {
             schema,
             log,
             feed,
+            failures,
             watermark: None,
         };
         let (base, next) = (writer.log.base(), writer.log.next_record());
@@ -179,11 +184,7 @@ impl TableWriter {
         self.latest.check_keys(&chunk, &self.def)?;
         // Refused before anything is logged: a failure reported means nothing happened.
         if self.feed.is_closed() {
-            return Err(Error::unavailable(format!(
-                "table \"{}\" cannot take writes: its actor has stopped (see the server log); \
-                 restart the server",
-                self.def.name
-            )));
+            return Err(self.stopped());
         }
         self.log.append(&chunk)?;
         // Durable but not yet sent nor acknowledged: a crash here leaves a statement in doubt.
@@ -206,6 +207,37 @@ impl TableWriter {
             );
         }
         Ok(affected)
+    }
+
+    /// Why a write is refused once the table's actor has stopped: a full disk or descriptor
+    /// table (or a device error) keeps its kind, anything else makes the table unavailable.
+    fn stopped(&self) -> Error {
+        let why = self
+            .failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&self.def.id)
+            .cloned();
+        let kind = match why.as_ref().map(|e| e.kind) {
+            Some(
+                k @ (ErrorKind::DiskFull | ErrorKind::InsufficientResources | ErrorKind::IoError),
+            ) => k,
+            _ => ErrorKind::Unavailable,
+        };
+        let message = match &why {
+            Some(e) => format!(
+                "table \"{}\" cannot take writes: its actor has stopped: {e}",
+                self.def.name
+            ),
+            None => format!(
+                "table \"{}\" cannot take writes: its actor has stopped",
+                self.def.name
+            ),
+        };
+        Error::new(kind, message).with_hint(
+            "Restart the server once the cause is fixed: the table starts again from its \
+             change log, with every acknowledged write.",
+        )
     }
 
     /// The table's watermark so far, if it has one.

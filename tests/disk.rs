@@ -1,0 +1,287 @@
+//! Disk and descriptor errors: a full disk (ENOSPC), no descriptor left (EMFILE) or a device
+//! error (EIO) at the change log, the catalog or the state store refuses the statement with
+//! PostgreSQL's code (53100, 53000, 58030) and keeps nothing of it; writes go on by themselves
+//! once the error is gone, and after a restart every acknowledged write is there and nothing
+//! else. Failpoints inject the errors (debug builds); a real full tmpfs does it too, where the
+//! test may mount one.
+
+mod common;
+
+use common::{text_rows, ChildServer};
+
+const SIGKILL: i32 = 9;
+
+/// The SQLSTATE of a failed statement.
+fn code(e: &tokio_postgres::Error) -> String {
+    e.code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+}
+
+/// The ids in table t, in order.
+async fn ids(client: &tokio_postgres::Client) -> Vec<String> {
+    let mut rows = text_rows(client, "SELECT id FROM t").await;
+    rows.sort_by_key(|r| r.parse::<i32>().unwrap());
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_log_and_catalog_errors_refuse_the_statement_and_writes_resume_by_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The first start saves the catalog once: the second save is the first CREATE TABLE.
+    // Change-log appends 3 and 4 find the disk full; the cut-back after the first of them
+    // fails too (the next append cuts back first); append 6 is written but its fsync fails.
+    let failpoints = "catalog.save@2:enospc,changelog.write@3..4:enospc,\
+                      changelog.cut_back@1:eio,changelog.sync@4:emfile";
+    let server = ChildServer::start_with_env(&data, &[], &[("WEIR_FAILPOINTS", failpoints)]).await;
+    let client = server.connect().await;
+    let e = client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "53100", "{e}");
+    // Refused means it did not happen: the table is not there, and can be created.
+    let e = client.batch_execute("SELECT * FROM t").await.unwrap_err();
+    assert_eq!(code(&e), "42P01", "{e}");
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v int);
+             CREATE MATERIALIZED VIEW s AS SELECT count(*) AS n, sum(v) AS total FROM t;",
+        )
+        .await
+        .unwrap();
+    let expected = ["ok", "ok", "53100", "53100", "ok", "53000", "ok", "ok"];
+    let mut outcomes = Vec::new();
+    let mut acknowledged = Vec::new();
+    for id in 1..=expected.len() {
+        match client
+            .batch_execute(&format!("INSERT INTO t VALUES ({id}, {id})"))
+            .await
+        {
+            Ok(()) => {
+                outcomes.push("ok".to_string());
+                acknowledged.push(id.to_string());
+            }
+            Err(e) => outcomes.push(code(&e)),
+        }
+    }
+    assert_eq!(outcomes, expected);
+    // A refused write's primary key is free: the row was never kept.
+    client
+        .batch_execute("INSERT INTO t VALUES (3, 3); FLUSH")
+        .await
+        .unwrap();
+    acknowledged.insert(2, "3".to_string());
+    assert_eq!(ids(&client).await, acknowledged);
+    drop(client);
+    server.stop(SIGKILL).await;
+
+    // The log holds exactly the acknowledged statements: no refused one, no torn record.
+    let server = ChildServer::start(&data).await;
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(ids(&client).await, acknowledged);
+    assert_eq!(
+        text_rows(&client, "SELECT * FROM s").await,
+        text_rows(&client, "SELECT count(*), sum(v) FROM t").await
+    );
+    server.stop(15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_the_state_store_refuses_writes_and_a_restart_recovers_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = ChildServer::start(&data).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v int);
+             CREATE MATERIALIZED VIEW s AS SELECT count(*) AS n, sum(v) AS total FROM t;
+             INSERT INTO t SELECT x, 2 * x FROM generate_series(1, 100) AS g(x);
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    drop(client);
+    server.stop(SIGKILL).await;
+
+    // Started again, the state store's first write finds the disk full: the table's actor
+    // stops, and writes are refused with the reason, before anything is logged.
+    let server =
+        ChildServer::start_with_env(&data, &[], &[("WEIR_FAILPOINTS", "state.write@1:enospc")])
+            .await;
+    let client = server.connect().await;
+    let (mut acknowledged, mut refused) = (100, None);
+    for id in 101..200 {
+        client.batch_execute("FLUSH").await.unwrap();
+        match client
+            .batch_execute(&format!("INSERT INTO t VALUES ({id}, {id})"))
+            .await
+        {
+            Ok(()) => acknowledged += 1,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let e = refused.expect("writes were never refused");
+    assert_eq!(code(&e), "53100", "{e}");
+    let message = e.as_db_error().unwrap().message().to_string();
+    assert!(message.contains("No space left on device"), "{message}");
+    drop(client);
+    server.stop(SIGKILL).await;
+
+    // With space again, a restart brings everything back.
+    let server = ChildServer::start(&data).await;
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.unwrap();
+    let count: i64 = client
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, acknowledged);
+    assert_eq!(
+        text_rows(&client, "SELECT * FROM s").await,
+        text_rows(&client, "SELECT count(*), sum(v) FROM t").await
+    );
+    server.stop(15).await;
+}
+
+/// A tmpfs of a few MiB mounted for one test, unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// None where this process may not mount file systems (not root, or no CAP_SYS_ADMIN).
+    fn mount(mib: u64) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then_some(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// The data directory on a real tmpfs that fills up: every write is either acknowledged and
+/// kept, or refused with 53100 and not kept; once space is back, a restart (if the state
+/// store hit the full disk too) brings everything acknowledged back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_full_disk_loses_no_acknowledged_write() {
+    let Some(fs) = Tmpfs::mount(64) else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let data = fs.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let config = fs.path().join("weir.toml");
+    std::fs::write(&config, "[checkpoint]\ninterval_ms = 500\n").unwrap();
+    let args = ["--config", config.to_str().unwrap()];
+    let server = ChildServer::start_with(&data, &args).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, pad text);
+             CREATE MATERIALIZED VIEW s AS SELECT count(*) AS n, sum(length(pad)) AS bytes FROM t;",
+        )
+        .await
+        .unwrap();
+    // Leave about 8 MiB free.
+    let filler = fs.path().join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 1 << 20];
+        let free = || free_bytes(fs.path());
+        while free() > 8 << 20 {
+            f.write_all(&block).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    let mut acknowledged = Vec::new();
+    let mut refused = 0;
+    for id in 1..=2000 {
+        let sql = format!("INSERT INTO t VALUES ({id}, repeat('x', 20000))");
+        match client.batch_execute(&sql).await {
+            Ok(()) => acknowledged.push(id.to_string()),
+            Err(e) => {
+                assert_eq!(code(&e), "53100", "{e}");
+                refused += 1;
+                if refused == 20 {
+                    break;
+                }
+            }
+        }
+    }
+    assert!(refused > 0, "the disk never filled");
+    // Space comes back.
+    std::fs::remove_file(&filler).unwrap();
+    let late = 100_000;
+    let resumed = client
+        .batch_execute(&format!("INSERT INTO t VALUES ({late}, 'late')"))
+        .await;
+    match &resumed {
+        Ok(()) => acknowledged.push(late.to_string()),
+        // The state store hit the full disk too: its table's actor stopped.
+        Err(e) => assert_eq!(code(e), "53100", "{e}"),
+    }
+    eprintln!(
+        "full disk: {} writes acknowledged, {refused} refused; after space came back: {}",
+        acknowledged.len(),
+        match &resumed {
+            Ok(()) => "written".to_string(),
+            Err(e) => format!("refused ({e})"),
+        }
+    );
+    drop(client);
+    server.stop(SIGKILL).await;
+
+    let server = ChildServer::start_with(&data, &args).await;
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.unwrap();
+    acknowledged.sort_by_key(|r| r.parse::<i32>().unwrap());
+    assert_eq!(ids(&client).await, acknowledged);
+    assert_eq!(
+        text_rows(&client, "SELECT * FROM s").await,
+        text_rows(&client, "SELECT count(*), sum(length(pad)) FROM t").await
+    );
+    client
+        .batch_execute("INSERT INTO t VALUES (200000, 'after'); FLUSH")
+        .await
+        .unwrap();
+    server.stop(15).await;
+}
+
+/// Free bytes of the file system holding `path` (`df`'s available column).
+fn free_bytes(path: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap()
+}
