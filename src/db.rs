@@ -42,12 +42,21 @@ use crate::stream::plan::{
 };
 use crate::table::TableWriter;
 
+/// A query's rows, batch by batch as its execution produces them.
+pub type RowStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<RecordBatch>> + Send + 'static>>;
+
 /// What a statement returns to the client.
-#[derive(Debug)]
 pub enum Output {
     Rows {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
+    },
+    /// A query's rows as they are produced: the client receives each batch before the next is
+    /// computed, and a client that stops reading stops the query.
+    Stream {
+        schema: SchemaRef,
+        rows: RowStream,
     },
     /// A command tag such as `CREATE TABLE`, with the affected row count where PostgreSQL
     /// reports one (`INSERT 0 3`).
@@ -1868,10 +1877,16 @@ impl Database {
             plan = plan.with_param_values(p.clone())?;
         }
         let schema = result_schema(&plan);
-        let batch = run(&ctx, plan).await?;
-        Ok(Output::Rows {
+        let rows = ctx
+            .execute_logical_plan(plan)
+            .await?
+            .execute_stream()
+            .await?;
+        Ok(Output::Stream {
             schema,
-            batches: vec![batch],
+            rows: Box::pin(futures::StreamExt::map(rows, |batch| {
+                batch.map_err(Error::from)
+            })),
         })
     }
 }

@@ -14,7 +14,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::{self, Statement as Ast};
 
 use crate::catalog::Kind;
-use crate::db::{text_rows, Database, Output};
+use crate::db::{text_rows, Database, Output, RowStream};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::ddl::relation_name;
 use crate::sql::parser::{Parsed, Statement};
@@ -73,25 +73,28 @@ pub struct Interrupts {
     /// Signalled by a CancelRequest for the session.
     pub cancel: Arc<tokio::sync::Notify>,
     /// A second handle on the client's socket, watched for the client hanging up.
-    pub socket: Option<tokio::net::TcpStream>,
+    pub socket: Option<Arc<tokio::net::TcpStream>>,
 }
 
 impl Interrupts {
     /// Completes when the client has closed its connection (or the socket failed).
-    async fn hung_up(&self) {
-        let Some(socket) = &self.socket else {
-            return std::future::pending().await;
-        };
-        loop {
-            match socket.ready(tokio::io::Interest::READABLE).await {
-                Ok(ready) if !ready.is_read_closed() => {
-                    // The client sent its next message before this answer: that is not a
-                    // hang-up. Forget this readiness and wait for the next change.
-                    let _ = socket.try_io(tokio::io::Interest::READABLE, || {
-                        Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-                    });
+    fn hung_up(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let socket = self.socket.clone();
+        async move {
+            let Some(socket) = socket else {
+                return std::future::pending().await;
+            };
+            loop {
+                match socket.ready(tokio::io::Interest::READABLE).await {
+                    Ok(ready) if !ready.is_read_closed() => {
+                        // The client sent its next message before this answer: that is not
+                        // a hang-up. Forget this readiness and wait for the next change.
+                        let _ = socket.try_io(tokio::io::Interest::READABLE, || {
+                            Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                        });
+                    }
+                    Ok(_) | Err(_) => return,
                 }
-                Ok(_) | Err(_) => return,
             }
         }
     }
@@ -162,9 +165,10 @@ impl Session {
 
     /// Runs a query until it ends, the session's `statement_timeout` passes, a CancelRequest
     /// for the session arrives or the client hangs up; then the query stops (its execution is
-    /// dropped, and its memory freed) with 57014. Only queries are bounded: a write stopped
-    /// between its log append and its answer would be reported as failed although it is
-    /// durable.
+    /// dropped, and its memory freed) with 57014. A query's rows are computed as they are
+    /// sent, and the same timeout and cancellation stop them there. Only queries are bounded:
+    /// a write stopped between its log append and its answer would be reported as failed
+    /// although it is durable.
     async fn bounded(
         &self,
         query: impl std::future::Future<Output = Result<Output>>,
@@ -175,29 +179,38 @@ impl Session {
             .map(|v| parse_timeout(v))
             .transpose()?
             .unwrap_or_default();
-        let cancelled = self.interrupts.cancel.notified();
-        let deadline = async {
-            if timeout.is_zero() {
-                std::future::pending::<()>().await;
+        // Enabled now, so that a cancel is seen even while nothing waits for it (between
+        // two batches of rows).
+        let mut cancelled = Box::pin(self.interrupts.cancel.clone().notified_owned());
+        cancelled.as_mut().enable();
+        let mut deadline = (!timeout.is_zero()).then(|| Box::pin(tokio::time::sleep(timeout)));
+        let timed_out = async {
+            match deadline.as_mut() {
+                Some(d) => d.as_mut().await,
+                None => std::future::pending().await,
             }
-            tokio::time::sleep(timeout).await;
         };
-        tokio::select! {
-            output = query => output,
-            _ = cancelled => Err(Error::new(
-                ErrorKind::QueryCanceled,
-                "canceling statement due to user request",
-            )),
-            _ = deadline => Err(Error::new(
-                ErrorKind::QueryCanceled,
-                "canceling statement due to statement timeout",
-            )),
+        let mut hung_up = Box::pin(self.interrupts.hung_up());
+        let output = tokio::select! {
+            output = query => output?,
+            _ = cancelled.as_mut() => return Err(cancelled_by_user()),
+            _ = timed_out => return Err(cancelled_by_timeout()),
             // Nobody will read the answer.
-            _ = self.interrupts.hung_up() => Err(Error::new(
-                ErrorKind::QueryCanceled,
-                "canceling statement: the client closed its connection",
-            )),
-        }
+            _ = hung_up.as_mut() => return Err(hung_up_error()),
+        };
+        Ok(match output {
+            Output::Stream { schema, rows } => Output::Stream {
+                schema,
+                rows: Box::pin(Interruptible {
+                    rows,
+                    cancelled,
+                    deadline,
+                    hung_up,
+                    done: false,
+                }),
+            },
+            other => other,
+        })
     }
 
     async fn execute_sql(&mut self, stmt: &Ast, params: Option<&ParamValues>) -> Result<Output> {
@@ -466,8 +479,77 @@ impl Session {
 /// The columns of an answer, if it has rows.
 fn rows_schema(out: Output) -> Option<SchemaRef> {
     match out {
-        Output::Rows { schema, .. } => Some(schema),
+        Output::Rows { schema, .. } | Output::Stream { schema, .. } => Some(schema),
         _ => None,
+    }
+}
+
+fn cancelled_by_user() -> Error {
+    Error::new(
+        ErrorKind::QueryCanceled,
+        "canceling statement due to user request",
+    )
+}
+
+fn hung_up_error() -> Error {
+    Error::new(
+        ErrorKind::QueryCanceled,
+        "canceling statement: the client closed its connection",
+    )
+}
+
+fn cancelled_by_timeout() -> Error {
+    Error::new(
+        ErrorKind::QueryCanceled,
+        "canceling statement due to statement timeout",
+    )
+}
+
+/// A query's rows, ended with 57014 when the session's query is cancelled, its
+/// `statement_timeout` passes or its client hangs up while they are computed or sent.
+struct Interruptible {
+    rows: RowStream,
+    cancelled: std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>,
+    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    hung_up: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    done: bool,
+}
+
+impl futures::Stream for Interruptible {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let interrupted = if this.cancelled.as_mut().poll(cx).is_ready() {
+            Some(cancelled_by_user())
+        } else if this
+            .deadline
+            .as_mut()
+            .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+        {
+            Some(cancelled_by_timeout())
+        } else if this.hung_up.as_mut().poll(cx).is_ready() {
+            Some(hung_up_error())
+        } else {
+            None
+        };
+        if let Some(e) = interrupted {
+            this.done = true;
+            return Poll::Ready(Some(Err(e)));
+        }
+        let next = this.rows.as_mut().poll_next(cx);
+        if matches!(next, Poll::Ready(None)) {
+            this.done = true;
+        }
+        next
     }
 }
 

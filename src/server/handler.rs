@@ -10,31 +10,30 @@ use bytes::BytesMut;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{ParamValues, ScalarValue};
-use futures::{stream, FutureExt, Sink, SinkExt};
+use futures::{stream, FutureExt, Sink, SinkExt, StreamExt};
 use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
     ServerParameterProvider, StartupHandler,
 };
 use pgwire::api::cancel::CancelHandler;
-use pgwire::api::portal::{Format, Portal};
+use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{
-    send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
-    SimpleQueryHandler,
+    send_execution_response, send_ready_for_query, ExtendedQueryHandler, SimpleQueryHandler,
 };
 use pgwire::api::results::{
     DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
     Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
-use pgwire::api::store::PortalStore;
+use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
     ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers,
-    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type, METADATA_DATABASE,
+    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type, DEFAULT_NAME, METADATA_DATABASE,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
-use pgwire::messages::data::DataRow;
-use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::data::{DataRow, RowDescription};
+use pgwire::messages::extendedquery::{Execute, PortalSuspended};
 use pgwire::messages::response::EmptyQueryResponse;
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::SecretKey;
@@ -103,9 +102,6 @@ impl CancelHandler for Canceller {
 struct Canceller {
     cancels: Arc<Cancels>,
 }
-
-/// The most rows one Execute message returns before the portal is suspended.
-const ROWS_PER_EXECUTE_MAX: i32 = 100_000;
 
 /// The handlers of one connection, holding its session.
 pub struct Connection {
@@ -255,7 +251,12 @@ impl StartupHandler for Startup {
         client.set_pid_and_secret_key(pid, key);
         let interrupts = Interrupts {
             cancel,
-            socket: self.socket.lock().unwrap_or_else(|p| p.into_inner()).take(),
+            socket: self
+                .socket
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .map(Arc::new),
         };
         *self.session.lock().await =
             Some(Session::new(self.db.clone(), client.metadata(), interrupts));
@@ -449,6 +450,22 @@ fn to_response(output: Output, format: Option<&Format>) -> Result<Response> {
                 stream::iter(rows.into_iter().map(Ok)),
             ))
         }
+        Output::Stream { schema, rows } => {
+            let fields = Arc::new(field_infos(&schema, format));
+            let binary: Vec<bool> = fields
+                .iter()
+                .map(|f| f.format() == FieldFormat::Binary)
+                .collect();
+            // One batch is encoded at a time, when the client is ready for it.
+            let rows = rows.flat_map(move |batch| {
+                let encoded = batch.and_then(|b| encode_rows(&[b], &binary));
+                match encoded {
+                    Ok(rows) => stream::iter(rows.into_iter().map(Ok)).left_stream(),
+                    Err(e) => stream::once(async { Err(to_pgwire(e)) }).right_stream(),
+                }
+            });
+            Response::Query(QueryResponse::new(fields, rows))
+        }
         Output::Command { tag, rows } => {
             let mut t = Tag::new(&tag);
             if let Some(n) = rows {
@@ -459,6 +476,45 @@ fn to_response(output: Output, format: Option<&Format>) -> Result<Response> {
         Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
         Output::TransactionEnd { tag } => Response::TransactionEnd(Tag::new(&tag)),
     })
+}
+
+/// How far `send_rows` got.
+enum Sent {
+    /// Every row, this many in this call.
+    All(usize),
+    /// As many as the limit: more may follow.
+    Part,
+    /// A row could not be computed or encoded (the rows before it were sent).
+    Failed(Box<ErrorInfo>),
+}
+
+/// Sends a query's rows as they come, up to `max_rows` (0: all). Each row is fed to the
+/// connection, which writes once its buffer fills: a client that stops reading holds the
+/// query back instead of letting rows pile up in memory.
+async fn send_rows<C>(
+    client: &mut C,
+    results: &mut QueryResponse,
+    max_rows: usize,
+) -> PgWireResult<Sent>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let rows = results.data_rows();
+    let mut sent = 0;
+    while max_rows == 0 || sent < max_rows {
+        match rows.next().await {
+            None => return Ok(Sent::All(sent)),
+            Some(Ok(row)) => {
+                client.feed(PgWireBackendMessage::DataRow(row)).await?;
+                sent += 1;
+            }
+            Some(Err(PgWireError::UserError(info))) => return Ok(Sent::Failed(info)),
+            Some(Err(e)) => return Err(e),
+        }
+    }
+    Ok(Sent::Part)
 }
 
 fn encode_rows(batches: &[RecordBatch], binary: &[bool]) -> Result<Vec<DataRow>> {
@@ -526,8 +582,32 @@ impl SimpleQueryHandler for Queries {
                         .await
                         .and_then(|o| to_response(o, None));
                     match response {
-                        Ok(Response::Query(results)) => {
-                            send_query_response(client, results, true).await?;
+                        Ok(Response::Query(mut results)) => {
+                            client
+                                .feed(PgWireBackendMessage::RowDescription(RowDescription::new(
+                                    results.row_schema.iter().map(Into::into).collect(),
+                                )))
+                                .await?;
+                            match send_rows(client, &mut results, 0).await? {
+                                Sent::All(rows) => {
+                                    let tag = Tag::new(&results.command_tag).with_rows(rows);
+                                    client
+                                        .feed(PgWireBackendMessage::CommandComplete(tag.into()))
+                                        .await?;
+                                }
+                                Sent::Part => {
+                                    return Err(PgWireError::ApiError(
+                                        "rows without a limit stopped short".into(),
+                                    ))
+                                }
+                                Sent::Failed(info) => {
+                                    client
+                                        .feed(PgWireBackendMessage::ErrorResponse((*info).into()))
+                                        .await?;
+                                    status = status.to_error_state();
+                                    break;
+                                }
+                            }
                         }
                         Ok(Response::TransactionStart(tag)) => {
                             send_execution_response(client, tag).await?;
@@ -588,22 +668,112 @@ impl ExtendedQueryHandler for Queries {
         self.parser.clone()
     }
 
-    /// Executes a portal, as pgwire does, with the row limit read as PostgreSQL reads it (0 or
-    /// less: every row) and at most `ROWS_PER_EXECUTE_MAX`: pgwire reserves room for the limit
-    /// before fetching, so a larger one is served in parts, the portal suspended after each,
-    /// which a client that asked for a limit continues with its next Execute.
-    async fn on_execute<C>(&self, client: &mut C, mut message: Execute) -> PgWireResult<()>
+    /// Executes a portal as pgwire does, except that rows go to the client as they are
+    /// produced, never gathered first: pgwire collects up to the row limit (every row when
+    /// there is none) before sending, and reserves room for the limit. A row limit of 0 or
+    /// less means every row, as in PostgreSQL; after a limit's rows the portal is suspended,
+    /// and the next Execute continues it.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        message.max_rows = match message.max_rows {
-            n if n <= 0 => 0,
-            n => n.min(ROWS_PER_EXECUTE_MAX),
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let mut status = client.transaction_status();
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let max_rows = usize::try_from(message.max_rows).unwrap_or(0);
+        let portal = match client.portal_store().get_portal(name) {
+            Some(Entry::Value(portal)) => portal,
+            Some(Entry::Empty) => {
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(
+                        EmptyQueryResponse::new(),
+                    ))
+                    .await?;
+                client.set_state(PgWireConnectionState::ReadyForQuery);
+                return Ok(());
+            }
+            None => return Err(PgWireError::PortalNotFound(name.to_owned())),
         };
-        self._on_execute(client, message).await
+        let state = portal.state();
+        let started = !matches!(*state.lock().await, PortalExecutionState::Initial);
+        let mut fetch = started;
+        if !started {
+            match ExtendedQueryHandler::do_query(self, client, portal.as_ref(), max_rows).await? {
+                Response::Query(results) => {
+                    portal.start(results).await;
+                    fetch = true;
+                }
+                Response::EmptyQuery => {
+                    client
+                        .feed(PgWireBackendMessage::EmptyQueryResponse(
+                            EmptyQueryResponse::new(),
+                        ))
+                        .await?;
+                }
+                Response::Execution(tag) => send_execution_response(client, tag).await?,
+                Response::TransactionStart(tag) => {
+                    send_execution_response(client, tag).await?;
+                    status = status.to_in_transaction_state();
+                }
+                Response::TransactionEnd(tag) => {
+                    send_execution_response(client, tag).await?;
+                    status = status.to_idle_state();
+                    client.portal_store().rm_portal(DEFAULT_NAME);
+                }
+                _ => {
+                    return Err(PgWireError::ApiError(
+                        "a statement answered with a response Weir does not send".into(),
+                    ))
+                }
+            }
+        }
+        if fetch {
+            let mut state = state.lock().await;
+            let sent = match &mut *state {
+                PortalExecutionState::Suspended(results) => {
+                    let command_tag = results.command_tag.clone();
+                    send_rows(client, results, max_rows)
+                        .await
+                        .map(|sent| (command_tag, sent))
+                }
+                // A portal run to its end: no more rows.
+                PortalExecutionState::Finished => Ok(("SELECT".to_string(), Sent::All(0))),
+                PortalExecutionState::Initial => {
+                    return Err(PgWireError::ApiError("a portal that never started".into()))
+                }
+            };
+            match sent {
+                Ok((tag, Sent::All(rows))) => {
+                    *state = PortalExecutionState::Finished;
+                    let tag = Tag::new(&tag).with_rows(rows);
+                    client
+                        .feed(PgWireBackendMessage::CommandComplete(tag.into()))
+                        .await?;
+                }
+                Ok((_, Sent::Part)) => {
+                    client
+                        .feed(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
+                        .await?;
+                }
+                Ok((_, Sent::Failed(info))) => {
+                    *state = PortalExecutionState::Finished;
+                    return Err(PgWireError::UserError(info));
+                }
+                Err(e) => {
+                    *state = PortalExecutionState::Finished;
+                    return Err(e);
+                }
+            }
+        }
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        client.set_transaction_status(status);
+        Ok(())
     }
 
     async fn do_query<C>(
