@@ -448,12 +448,23 @@ impl Snapshot {
         table: TableId,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
+        self.scan_table_from(table, None, visit)
+    }
+
+    /// Like `scan_table`, from the first key at or after `start` (without the table prefix).
+    pub fn scan_table_from(
+        &self,
+        table: TableId,
+        start: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
         let prefix = table.to_be_bytes();
+        let start = start.map(|s| [prefix.as_slice(), s].concat());
         scan_db(
             &self.db,
             Some(&self.inner),
             &prefix,
-            None,
+            start.as_deref(),
             false,
             &mut |k, v| visit(&k[prefix.len()..], v),
         )

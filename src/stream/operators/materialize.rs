@@ -109,9 +109,35 @@ pub fn read_snapshot(
 ) -> Result<Vec<RecordBatch>> {
     let codec = RowCodec::for_schema(schema)?;
     let mut batches = Vec::new();
+    let mut after = None;
+    while let Some((batch, last)) =
+        read_snapshot_part(snapshot, table, schema, &codec, after.as_deref(), rows_max)?
+    {
+        batches.push(batch);
+        after = Some(last);
+    }
+    if batches.is_empty() {
+        batches.push(decode_counted(&codec, schema, &[])?);
+    }
+    Ok(batches)
+}
+
+/// Reads the next at most `rows_max` distinct rows of a materialized relation at a sealed
+/// epoch: those after the key `after` (from the first without it). Returns them as a batch,
+/// with the last key read to continue from; `None` past the last row.
+pub fn read_snapshot_part(
+    snapshot: &Snapshot,
+    table: TableId,
+    schema: &SchemaRef,
+    codec: &RowCodec,
+    after: Option<&[u8]>,
+    rows_max: usize,
+) -> Result<Option<(RecordBatch, Vec<u8>)>> {
+    // The smallest key greater than `after`.
+    let start = after.map(|k| [k, &[0]].concat());
     let mut part: Vec<(Vec<u8>, i64)> = Vec::new();
     let mut failure: Option<Error> = None;
-    snapshot.scan_table(table, &mut |k, v| {
+    snapshot.scan_table_from(table, start.as_deref(), &mut |k, v| {
         match decode_count(v) {
             Ok(c) => part.push((k.to_vec(), c)),
             Err(e) => {
@@ -119,25 +145,16 @@ pub fn read_snapshot(
                 return false;
             }
         }
-        if part.len() >= rows_max {
-            match decode_counted(&codec, schema, &part) {
-                Ok(b) => batches.push(b),
-                Err(e) => {
-                    failure = Some(e);
-                    return false;
-                }
-            }
-            part.clear();
-        }
-        true
+        part.len() < rows_max
     })?;
     if let Some(e) = failure {
         return Err(e);
     }
-    if !part.is_empty() || batches.is_empty() {
-        batches.push(decode_counted(&codec, schema, &part)?);
-    }
-    Ok(batches)
+    let Some((last, _)) = part.last() else {
+        return Ok(None);
+    };
+    let last = last.clone();
+    Ok(Some((decode_counted(codec, schema, &part)?, last)))
 }
 
 fn decode_count(v: &[u8]) -> Result<i64> {
