@@ -45,7 +45,7 @@ use super::sqlstate::sqlstate;
 use crate::db::{Database, Output};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{Interrupts, Session};
-use crate::sql::parser::{parse, Parsed};
+use crate::sql::parser::{parse, parse_message, Parsed};
 use crate::types::pg_type_of;
 
 /// The sessions a CancelRequest can reach: each connection's process id, with its secret key
@@ -560,7 +560,7 @@ impl SimpleQueryHandler for Queries {
         }
         let mut status = client.transaction_status();
         client.set_state(PgWireConnectionState::QueryInProgress);
-        match check_size(&self.db, &query.query).and_then(|_| parse(&query.query)) {
+        match check_size(&self.db, &query.query).and_then(|_| parse_message(&query.query)) {
             Err(e) => {
                 client
                     .feed(PgWireBackendMessage::ErrorResponse(error_info(e).into()))
@@ -576,11 +576,14 @@ impl SimpleQueryHandler for Queries {
                     .await?;
             }
             Ok(statements) => {
-                for parsed in &statements {
-                    let response = self
-                        .run(parsed, None)
-                        .await
-                        .and_then(|o| to_response(o, None));
+                for pending in statements {
+                    let response = match pending.parsed(&query.query) {
+                        Ok(parsed) => self
+                            .run(&parsed, None)
+                            .await
+                            .and_then(|o| to_response(o, None)),
+                        Err(e) => Err(e),
+                    };
                     match response {
                         Ok(Response::Query(mut results)) => {
                             client
