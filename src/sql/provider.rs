@@ -8,11 +8,12 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::ScalarValue;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -69,11 +70,27 @@ impl TableProvider for RelationTable {
         TableType::Base
     }
 
+    /// Equalities between a column and a constant are offered to the scan, which reads only
+    /// the rows they select when they fix the first columns (rows are stored in the order of
+    /// their columns' values). DataFusion applies them after the scan all the same.
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| match column_equals(f, &self.schema) {
+                Some(_) => TableProviderFilterPushDown::Inexact,
+                None => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let batches = match &self.rows {
@@ -92,13 +109,15 @@ impl TableProvider for RelationTable {
             Rows::Snapshot {
                 table, snapshot, ..
             } => {
-                return Ok(Arc::new(SnapshotScan::new(
+                let mut scan = SnapshotScan::new(
                     *table,
                     snapshot.clone(),
                     self.schema.clone(),
                     projection.cloned(),
                     limit,
-                )?))
+                )?;
+                scan.key_prefix(filters)?;
+                return Ok(Arc::new(scan));
             }
             Rows::Latest(batch) => vec![batch.clone()],
             Rows::Stream { name } => {
@@ -129,6 +148,11 @@ struct SnapshotScan {
     projection: Option<Vec<usize>>,
     /// Rows past this many are not read (the query's LIMIT, when nothing filters first).
     limit: Option<usize>,
+    /// Only rows whose keys start with these bytes are read: the encoding of the values that
+    /// equalities fix for the relation's first columns (empty: every row).
+    prefix: Vec<u8>,
+    /// How many first columns `prefix` fixes.
+    prefix_columns: usize,
     properties: Arc<PlanProperties>,
 }
 
@@ -156,9 +180,85 @@ impl SnapshotScan {
             schema,
             projection,
             limit,
+            prefix: Vec::new(),
+            prefix_columns: 0,
             properties,
         })
     }
+
+    /// Narrows the scan to the rows that `filters` fix the first columns of, as far as
+    /// equalities with constants fix them (`a = 1 AND b = 'x'` on a relation whose first
+    /// columns are a and b).
+    fn key_prefix(&mut self, filters: &[Expr]) -> datafusion::error::Result<()> {
+        let mut fixed: Vec<(usize, ScalarValue)> = filters
+            .iter()
+            .flat_map(split_conjunction)
+            .filter_map(|f| column_equals(f, &self.schema))
+            .collect();
+        fixed.sort_by_key(|(i, _)| *i);
+        fixed.dedup_by_key(|(i, _)| *i);
+        let values: Vec<ScalarValue> = fixed
+            .into_iter()
+            .enumerate()
+            .take_while(|(n, (i, _))| n == i)
+            .map(|(_, (_, v))| v)
+            .collect();
+        if values.is_empty() {
+            return Ok(());
+        }
+        let types = values.iter().map(|v| v.data_type()).collect();
+        let codec = RowCodec::new(types).map_err(external)?;
+        let columns = values
+            .iter()
+            .map(|v| v.to_array())
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let mut keys = codec.encode(&columns).map_err(external)?;
+        self.prefix = keys.pop().unwrap_or_default();
+        self.prefix_columns = values.len();
+        Ok(())
+    }
+}
+
+/// The conjuncts of a filter (without recursion: a chain of `AND`s can be long).
+fn split_conjunction(e: &Expr) -> Vec<&Expr> {
+    let (mut out, mut todo) = (Vec::new(), vec![e]);
+    while let Some(e) = todo.pop() {
+        match e {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::And,
+                right,
+            }) => {
+                todo.push(right);
+                todo.push(left);
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// `column = constant` (either way round), as the column's index and the constant in the
+/// column's type; None for anything else, and for a NULL constant, which selects nothing.
+fn column_equals(e: &Expr, schema: &SchemaRef) -> Option<(usize, ScalarValue)> {
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Eq,
+        right,
+    }) = e
+    else {
+        return None;
+    };
+    let (column, value) = match (left.as_ref(), right.as_ref()) {
+        (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => (c, v),
+        _ => return None,
+    };
+    let index = schema.index_of(&column.name).ok()?;
+    let field = schema.field(index);
+    if value.is_null() || value.data_type() != *field.data_type() {
+        return None;
+    }
+    Some((index, value.clone()))
 }
 
 impl DisplayAs for SnapshotScan {
@@ -168,6 +268,13 @@ impl DisplayAs for SnapshotScan {
             "SnapshotScan: relation={}, epoch={}",
             self.table, self.snapshot.epoch
         )?;
+        if self.prefix_columns > 0 {
+            let fixed: Vec<&str> = self.schema.fields()[..self.prefix_columns]
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect();
+            write!(f, ", fixed=[{}]", fixed.join(", "))?;
+        }
         if let Some(limit) = self.limit {
             write!(f, ", limit={limit}")?;
         }
@@ -210,18 +317,20 @@ impl ExecutionPlan for SnapshotScan {
         let codec = Arc::new(RowCodec::for_schema(&self.schema).map_err(external)?);
         let (table, snapshot, schema) = (self.table, self.snapshot.clone(), self.schema.clone());
         let projection = self.projection.clone();
+        let prefix = Arc::new(self.prefix.clone());
         // Where the next batch starts, and how many rows may still be read.
         let start = (None::<Vec<u8>>, self.limit.unwrap_or(usize::MAX));
         let batches = futures::stream::try_unfold(start, move |(after, left)| {
             let (snapshot, schema, codec) = (snapshot.clone(), schema.clone(), codec.clone());
-            let projection = projection.clone();
+            let (projection, prefix) = (projection.clone(), prefix.clone());
             async move {
                 if left == 0 {
                     return Ok(None);
                 }
                 let read = tokio::task::spawn_blocking(move || {
                     let rows = SCAN_ROWS_MAX.min(left);
-                    read_snapshot_part(&snapshot, table, &schema, &codec, after.as_deref(), rows)
+                    let from = (prefix.as_slice(), after.as_deref());
+                    read_snapshot_part(&snapshot, table, &schema, &codec, from, rows)
                 })
                 .await
                 .map_err(|e| DataFusionError::External(Box::new(e)))?
@@ -321,5 +430,73 @@ mod tests {
         // A limit of 0 reads nothing.
         let batches = scan(&snapshot, &s, None, Some(0)).await;
         assert!(batches.is_empty());
+        // An equality on the first column reads that value's rows only.
+        use datafusion::prelude::{col, lit};
+        let mut plan = SnapshotScan::new(9, snapshot.clone(), s.clone(), None, None).unwrap();
+        plan.key_prefix(&[col("b").eq(lit(6i64)).and(col("a").eq(lit(8000i64)))])
+            .unwrap();
+        let batches: Vec<RecordBatch> = plan
+            .execute(0, Arc::new(TaskContext::default()))
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        let rows: Vec<String> = batches
+            .iter()
+            .flat_map(|b| (0..b.num_rows()).map(move |r| format!("{:?}", b.slice(r, 1).columns())))
+            .collect();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+    }
+
+    /// Equalities on the first columns narrow the read to the rows they select; other
+    /// filters still read every row; the answers are the same.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn equalities_on_the_first_columns_read_only_their_rows() {
+        let (_dir, snapshot, s) = relation(1000).await;
+        let ctx = datafusion::prelude::SessionContext::new();
+        let table = RelationTable {
+            schema: s,
+            rows: Rows::Snapshot {
+                name: "t".into(),
+                table: 9,
+                snapshot,
+                failure: None,
+            },
+        };
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        for (query, fixed, expected) in [
+            ("SELECT count(*) FROM t WHERE a = 5", Some("fixed=[a]"), 1),
+            ("SELECT count(*) FROM t WHERE 0 = a", Some("fixed=[a]"), 2),
+            (
+                "SELECT count(*) FROM t WHERE a = 5 AND b = 5",
+                Some("fixed=[a, b]"),
+                1,
+            ),
+            (
+                "SELECT count(*) FROM t WHERE a = 5 AND b = 4",
+                Some("fixed=[a, b]"),
+                0,
+            ),
+            ("SELECT count(*) FROM t WHERE b = 3", None, 143),
+            ("SELECT count(*) FROM t WHERE a = 5 OR a = 6", None, 2),
+        ] {
+            let df = ctx.sql(query).await.unwrap();
+            let plan = df.clone().create_physical_plan().await.unwrap();
+            let shown = datafusion::physical_plan::displayable(plan.as_ref())
+                .indent(true)
+                .to_string();
+            match fixed {
+                Some(columns) => assert!(shown.contains(columns), "{query}: {shown}"),
+                None => assert!(!shown.contains("fixed="), "{query}: {shown}"),
+            }
+            let batches = df.collect().await.unwrap();
+            let count = batches[0]
+                .column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                .unwrap()
+                .value(0);
+            assert_eq!(count, expected, "{query}");
+        }
     }
 }

@@ -110,9 +110,14 @@ pub fn read_snapshot(
     let codec = RowCodec::for_schema(schema)?;
     let mut batches = Vec::new();
     let mut after = None;
-    while let Some((batch, last)) =
-        read_snapshot_part(snapshot, table, schema, &codec, after.as_deref(), rows_max)?
-    {
+    while let Some((batch, last)) = read_snapshot_part(
+        snapshot,
+        table,
+        schema,
+        &codec,
+        (&[], after.as_deref()),
+        rows_max,
+    )? {
         batches.push(batch);
         after = Some(last);
     }
@@ -123,21 +128,28 @@ pub fn read_snapshot(
 }
 
 /// Reads the next at most `rows_max` distinct rows of a materialized relation at a sealed
-/// epoch: those after the key `after` (from the first without it). Returns them as a batch,
-/// with the last key read to continue from; `None` past the last row.
+/// epoch: those after the key `after` (from the first without it) whose keys start with
+/// `prefix` (the encoding of the values of the first columns). Returns them as a batch, with
+/// the last key read to continue from; `None` past the last row.
 pub fn read_snapshot_part(
     snapshot: &Snapshot,
     table: TableId,
     schema: &SchemaRef,
     codec: &RowCodec,
-    after: Option<&[u8]>,
+    (prefix, after): (&[u8], Option<&[u8]>),
     rows_max: usize,
 ) -> Result<Option<(RecordBatch, Vec<u8>)>> {
-    // The smallest key greater than `after`.
-    let start = after.map(|k| [k, &[0]].concat());
+    // The smallest key greater than `after`, or the first with the prefix.
+    let start = match after {
+        Some(k) => [k, &[0]].concat(),
+        None => prefix.to_vec(),
+    };
     let mut part: Vec<(Vec<u8>, i64)> = Vec::new();
     let mut failure: Option<Error> = None;
-    snapshot.scan_table_from(table, start.as_deref(), &mut |k, v| {
+    snapshot.scan_table_from(table, Some(&start), &mut |k, v| {
+        if !k.starts_with(prefix) {
+            return false;
+        }
         match decode_count(v) {
             Ok(c) => part.push((k.to_vec(), c)),
             Err(e) => {
