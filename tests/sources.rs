@@ -188,9 +188,10 @@ async fn a_file_source_reads_csv_files_and_restarts_at_its_row() {
 async fn source_and_sink_ddl_errors_are_clear() {
     let server = TestServer::start().await;
     let client = server.connect().await;
-    let code = |sql: &'static str| {
+    let code = |sql: String| {
         let client = &client;
         async move {
+            let sql = sql.as_str();
             let e = client.batch_execute(sql).await.unwrap_err();
             let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
             (db.code().code().to_string(), db.message().to_string())
@@ -241,16 +242,32 @@ async fn source_and_sink_ddl_errors_are_clear() {
         ("DROP SOURCE nothing", "42P01"),
     ];
     for (sql, expected) in cases {
-        let (got, message) = code(sql).await;
+        let (got, message) = code(sql.to_string()).await;
         assert_eq!(got, expected, "{sql}: {message}");
+    }
+    // A FIFO without a writer, and a device that never ends: refused, not read.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("rows.csv");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for path in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let sql = format!("CREATE SOURCE x (a int) WITH (connector = 'file', path = '{path}')");
+        let (got, message) = code(sql.clone()).await;
+        assert_eq!(got, "42809", "{sql}: {message}");
     }
     client
         .batch_execute("CREATE SINK s FROM bid WITH (connector = 'blackhole')")
         .await
         .unwrap();
-    assert_eq!(code("SELECT * FROM s").await.0, "42P01");
-    assert_eq!(code("DROP SOURCE bid").await.0, "2BP01");
-    assert_eq!(code("DROP MATERIALIZED VIEW s").await.0, "42809");
+    assert_eq!(code("SELECT * FROM s".to_string()).await.0, "42P01");
+    assert_eq!(code("DROP SOURCE bid".to_string()).await.0, "2BP01");
+    assert_eq!(
+        code("DROP MATERIALIZED VIEW s".to_string()).await.0,
+        "42809"
+    );
     client
         .batch_execute("DROP SOURCE bid CASCADE")
         .await

@@ -22,8 +22,11 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
         )
     };
     let meta = std::fs::metadata(path).map_err(missing)?;
-    if !meta.is_dir() {
+    if meta.is_file() {
         return Ok(vec![path.to_path_buf()]);
+    }
+    if !meta.is_dir() {
+        return Err(not_a_file(path));
     }
     let mut found = Vec::new();
     for entry in std::fs::read_dir(path).map_err(missing)? {
@@ -40,6 +43,36 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
         ));
     }
     Ok(found)
+}
+
+/// A FIFO, a device or a socket: reading one could wait for ever (a FIFO without a writer)
+/// or never end (`/dev/zero`).
+fn not_a_file(path: &Path) -> Error {
+    Error::new(
+        ErrorKind::WrongObjectType,
+        format!("\"{}\" is not a regular file or directory", path.display()),
+    )
+    .with_hint("A file source reads regular files: a CSV file, or a directory of them.")
+}
+
+/// Opens a file to read without waiting (a FIFO put in a file's place since it was listed
+/// would make a plain open wait for a writer), and only if it is a regular file.
+fn open_regular(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::UndefinedFile,
+                format!("could not open \"{}\": {e}", path.display()),
+            )
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(not_a_file(path));
+    }
+    Ok(file)
 }
 
 pub struct FileReader {
@@ -75,12 +108,7 @@ impl FileReader {
                 let Some(path) = self.files.get(self.next_file) else {
                     return Ok(None);
                 };
-                let file = File::open(path).map_err(|e| {
-                    Error::new(
-                        ErrorKind::UndefinedFile,
-                        format!("could not open \"{}\": {e}", path.display()),
-                    )
-                })?;
+                let file = open_regular(path)?;
                 let reader = ReaderBuilder::new(self.schema.clone())
                     .with_header(self.header)
                     .with_batch_size(rows_max)
