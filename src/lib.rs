@@ -65,6 +65,41 @@ pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
     }
 }
 
+/// The process's limit on open file descriptors (its soft `RLIMIT_NOFILE`), if known.
+pub fn open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into the struct it is given.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    (read && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}
+
+/// Raises the process's soft limit on open file descriptors to its hard limit: a server with
+/// many tables, files and connections needs more than the usual soft default of 1,024.
+/// Returns the limit before and after.
+pub fn raise_open_files_limit() -> Option<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct they are given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        let before = limit.rlim_cur;
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Some((before, before));
+            }
+        }
+        Some((before, limit.rlim_cur))
+    }
+}
+
 /// The PostgreSQL version Weir reports (`server_version`): psql picks its catalog queries by it.
 pub const PG_VERSION: &str = "15.18";
 /// `server_version_num` for [`PG_VERSION`].

@@ -118,6 +118,11 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
         config.admin_listen = Some(a);
     }
     weir::db::parse_parallelism(&config.streaming_parallelism.to_string())?;
+    if let Some((before, after)) = weir::raise_open_files_limit() {
+        if after > before {
+            tracing::info!("open file limit raised from {before} to {after}");
+        }
+    }
     if args.trust_remote_clients {
         config.trust_remote_clients = true;
         tracing::warn!("trusting every client without authentication, from any host");

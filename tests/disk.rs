@@ -285,3 +285,78 @@ fn free_bytes(path: &std::path::Path) -> u64 {
         .and_then(|l| l.trim().parse().ok())
         .unwrap()
 }
+
+/// With few file descriptors left, new connections are refused (53300) before they take the
+/// descriptors the server keeps for its own files: checkpoints (RocksDB opens new files) and
+/// writes go on, where RocksDB running out stopped every actor until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_cannot_take_the_descriptors_the_server_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(&dir.path().join("data")).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v int);
+             CREATE MATERIALIZED VIEW s AS SELECT count(*) AS n FROM t;
+             INSERT INTO t VALUES (1, 1);",
+        )
+        .await
+        .unwrap();
+    let limit = libc::rlimit {
+        rlim_cur: 160,
+        rlim_max: 160,
+    };
+    // SAFETY: prlimit reads the new limit from the struct it is given.
+    let set = unsafe {
+        libc::prlimit(
+            server.pid() as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
+    let conn_str = format!(
+        "host={} port={} user=weir dbname=weir",
+        server.addr.ip(),
+        server.addr.port()
+    );
+    let mut held = Vec::new();
+    let refused = loop {
+        let connect = tokio_postgres::connect(&conn_str, tokio_postgres::NoTls);
+        match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
+            Ok(Ok((c, conn))) => {
+                tokio::spawn(conn);
+                held.push(c);
+                assert!(held.len() < 150, "no connection was refused");
+            }
+            Ok(Err(e)) => break e,
+            Err(_) => panic!("connection {} neither admitted nor refused", held.len() + 1),
+        }
+    };
+    assert_eq!(code(&refused), "53300", "{refused}");
+    // The server's own files still open: a checkpoint writes new RocksDB files, and writes go on.
+    client
+        .batch_execute(
+            "INSERT INTO t VALUES (2, 2); FLUSH; CHECKPOINT; INSERT INTO t VALUES (3, 3); FLUSH",
+        )
+        .await
+        .unwrap();
+    assert_eq!(text_rows(&client, "SELECT n FROM s").await, ["3"]);
+    drop(held);
+    // Connections are admitted again once others close.
+    let mut again = None;
+    for _ in 0..100 {
+        match tokio_postgres::connect(&conn_str, tokio_postgres::NoTls).await {
+            Ok((c, conn)) => {
+                tokio::spawn(conn);
+                again = Some(c);
+                break;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+    let again = again.expect("connections are admitted again");
+    assert_eq!(text_rows(&again, "SELECT n FROM s").await, ["3"]);
+    server.stop(15).await;
+}

@@ -32,6 +32,7 @@ pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Futu
     let permits = Arc::new(Semaphore::new(db.config.connections_max));
     let cancels = Arc::new(Cancels::default());
     tokio::pin!(shutdown);
+    let mut accept_failing = false;
     loop {
         let accepted = tokio::select! {
             _ = &mut shutdown => break,
@@ -40,14 +41,29 @@ pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Futu
         let (socket, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
-                // Out of file descriptors and the like: keep serving the connections we have.
-                tracing::warn!("accept failed: {e}");
+                // Out of file descriptors and the like: keep serving the connections we have,
+                // and say so once, not at every retry.
+                if !accept_failing {
+                    tracing::warn!("accept failed: {e}; retrying every 50 ms");
+                    accept_failing = true;
+                }
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }
         };
+        if std::mem::take(&mut accept_failing) {
+            tracing::info!("accepting connections again");
+        }
         let _ = socket.set_nodelay(true);
-        let permit = permits.clone().try_acquire_owned().ok();
+        // A connection that would take the descriptors the server keeps for its own files is
+        // refused like one over `connections_max`.
+        let permit = match descriptors_short() {
+            true => {
+                tracing::warn!(%peer, "connection refused: file descriptors are short");
+                None
+            }
+            false => permits.clone().try_acquire_owned().ok(),
+        };
         let handlers = Arc::new(Connection::new(
             db.clone(),
             permit,
@@ -66,6 +82,20 @@ pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Futu
 /// A second handle on `socket` (a duplicated descriptor), or `None` when the process is out
 /// of descriptors; the connection then works, but a client that hangs up during a query is
 /// noticed only when the answer is written.
+/// Whether a connection (its socket and the second handle on it) would leave fewer file
+/// descriptors than the server keeps for itself: RocksDB's files, change logs, checkpoint
+/// uploads, the catalog. A quarter of the limit is kept, at least 64; running out in RocksDB
+/// stops every actor until a restart, where a refused connection can simply retry.
+fn descriptors_short() -> bool {
+    let Some(limit) = crate::open_files_limit() else {
+        return false;
+    };
+    let Ok(open) = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64) else {
+        return false;
+    };
+    open + 2 + (limit / 4).max(64) > limit
+}
+
 fn second_handle(socket: &tokio::net::TcpStream) -> Option<tokio::net::TcpStream> {
     use std::os::fd::AsFd;
     let fd = socket.as_fd().try_clone_to_owned().ok()?;

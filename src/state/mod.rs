@@ -560,6 +560,10 @@ fn storage_error(e: rocksdb::Error) -> Error {
 fn db_options() -> Options {
     let mut opts = Options::default();
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    // Files kept open for reads are bounded, within the descriptors the server keeps for
+    // itself (a quarter of its limit: `server::descriptors_short`).
+    let open_files = crate::open_files_limit().map_or(1024, |l| (l / 8).clamp(32, 4096));
+    opts.set_max_open_files(open_files as i32);
     opts.increase_parallelism(2);
     set_compaction(&mut opts);
     opts
