@@ -1891,11 +1891,35 @@ impl Database {
     }
 }
 
-/// Executes a logical plan to completion.
+/// Executes a DML statement's input to completion. Its rows become one change-log record,
+/// which cannot exceed `RECORD_BYTES_MAX`; so the input is refused (54000) as soon as its
+/// batches hold twice that in memory (which overstates what they encode to), instead of
+/// being gathered whole first.
 async fn run(ctx: &SessionContext, plan: LogicalPlan) -> Result<RecordBatch> {
+    use futures::StreamExt;
     let schema = Arc::new(plan.schema().as_arrow().clone());
-    let df = ctx.execute_logical_plan(plan).await?;
-    let batches = df.collect().await?;
+    let mut rows = ctx
+        .execute_logical_plan(plan)
+        .await?
+        .execute_stream()
+        .await?;
+    let limit = 2 * crate::changelog::RECORD_BYTES_MAX as usize;
+    let (mut batches, mut bytes) = (Vec::new(), 0usize);
+    while let Some(batch) = rows.next().await {
+        let batch = batch?;
+        bytes += batch.get_array_memory_size();
+        if bytes > limit {
+            return Err(Error::new(
+                ErrorKind::ProgramLimitExceeded,
+                format!(
+                    "a single statement's changes exceed {} bytes",
+                    crate::changelog::RECORD_BYTES_MAX
+                ),
+            )
+            .with_hint("Split the statement into smaller ones."));
+        }
+        batches.push(batch);
+    }
     Ok(concat_batches(&schema, &batches)?)
 }
 

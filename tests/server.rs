@@ -637,3 +637,36 @@ async fn readers_see_each_view_at_the_same_prefix_of_the_input() {
     );
     server.stop().await;
 }
+
+/// An `INSERT ... SELECT` whose rows could never fit in one change-log record is refused with
+/// 54000 as soon as its input grows past twice the record limit, instead of being gathered
+/// whole first (it took the server past 3 GiB before failing the same way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_too_large_to_log_is_refused_before_it_is_gathered() {
+    const GIB: u64 = 1 << 30;
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(&dir.path().join("data")).await;
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (a bigint, b bigint)")
+        .await
+        .unwrap();
+    let insert = client
+        .batch_execute("INSERT INTO t SELECT value, -value FROM generate_series(1, 200000000)");
+    let watch = async {
+        let mut peak = 0;
+        loop {
+            peak = peak.max(common::rss_bytes(server.pid()));
+            if peak >= GIB {
+                return peak;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    let e = tokio::select! {
+        result = insert => result.unwrap_err(),
+        peak = watch => panic!("server RSS {} MiB", peak >> 20),
+    };
+    assert_eq!(e.code().map(|c| c.code()), Some("54000"), "{e}");
+    assert_eq!(rows(&client, "SELECT count(*) FROM t").await, ["0"]);
+}

@@ -481,17 +481,6 @@ async fn wire_fuzzer_finds_no_panic_and_no_hang() {
     );
 }
 
-/// The server's resident memory, from `/proc`.
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
 /// A client that reads the first rows of a 20,000,000-row result and then stops reading
 /// holds its query back: the server sends rows as they are computed, so its memory stays
 /// under 1 GiB (it gathered whole results before sending: 5.3 GB for this one), through the
@@ -529,7 +518,7 @@ async fn a_client_that_stops_reading_a_huge_result_costs_the_server_little_memor
         // The client reads no more; the server's memory is watched for a while, where it
         // used to grow until the whole result was gathered.
         for _ in 0..40 {
-            peak = peak.max(rss_bytes(server.pid()));
+            peak = peak.max(common::rss_bytes(server.pid()));
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let other = server.connect().await;
@@ -562,7 +551,7 @@ async fn a_query_message_of_many_statements_costs_the_server_little_memory() {
     let watch = async {
         let mut peak = 0;
         loop {
-            peak = peak.max(rss_bytes(server.pid()));
+            peak = peak.max(common::rss_bytes(server.pid()));
             tokio::time::sleep(Duration::from_millis(20)).await;
             if peak >= GIB {
                 return peak;
@@ -583,7 +572,7 @@ async fn a_query_message_of_many_statements_costs_the_server_little_memory() {
         replies = replies => replies,
         peak = watch => panic!("server RSS {} MiB", peak >> 20),
     };
-    let peak = rss_bytes(server.pid());
+    let peak = common::rss_bytes(server.pid());
     eprintln!(
         "server RSS after a 100,000-statement message: {} MiB",
         peak >> 20

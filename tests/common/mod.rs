@@ -220,3 +220,14 @@ pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String
         })
         .collect()
 }
+
+/// The server's resident memory, from `/proc`.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
