@@ -4,7 +4,9 @@
 //! two writers changing two tables, and views over them; kills the server again and again,
 //! alternately with `SIGKILL` at a random moment and by arming one failpoint
 //! (`WEIR_FAILPOINTS`, debug builds) of the checkpoint, table and recovery paths, so that the
-//! process aborts exactly there. Every acknowledged statement is applied to PostgreSQL too.
+//! process aborts exactly there, or one I/O error of the change log (a full disk, a failed
+//! fsync), which the statements that meet it must be refused for, leaving nothing behind.
+//! Every acknowledged statement is applied to PostgreSQL too.
 //! A statement the kill interrupted is in doubt: after the restart, Weir's table says whether
 //! it was applied (all of it or none: anything else is a failure), and PostgreSQL follows.
 //! After every restart and at the end, every view and table is compared with PostgreSQL:
@@ -37,7 +39,32 @@ const FAILPOINTS: &[&str] = &[
     "recovery.before_swap",
     "recovery.between_renames",
     "recovery.after_swap",
+    // I/O errors, injected rather than fatal: the writers' statements that meet them are
+    // refused (53100, 53000, 58030) and must leave nothing behind, before a kill at random.
+    "changelog.write:enospc",
+    "changelog.sync:eio",
+    "changelog.sync:emfile",
+    "changelog.write:enospc+cut_back",
 ];
+
+/// The `WEIR_FAILPOINTS` value that injects the I/O error named `fault` (an entry of
+/// `FAILPOINTS` with a `:`) from its `at`-th hit on, for a few hits.
+fn io_fault_spec(fault: &str, at: u64) -> String {
+    let (point, kind) = fault.split_once(':').unwrap_or((fault, "eio"));
+    let until = at + 3;
+    match kind.split_once('+') {
+        // A failed write whose cut-back fails too: the next append cuts back first.
+        Some((kind, "cut_back")) => {
+            format!("{point}@{at}..{until}:{kind},changelog.cut_back@1:eio")
+        }
+        _ => format!("{point}@{at}..{until}:{kind}"),
+    }
+}
+
+/// Whether a statement Weir refused met an injected I/O error (and so was not applied).
+fn io_refusal(code: &str) -> bool {
+    matches!(code, "53100" | "53000" | "58030")
+}
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE t1 (id bigint PRIMARY KEY, g int NOT NULL, v bigint, n numeric(12,2), s text)",
@@ -280,6 +307,10 @@ struct Tally {
     fired: BTreeMap<&'static str, u64>,
     /// Armed failpoints the server never reached before it was killed at random instead.
     not_reached: u64,
+    /// Rounds with an I/O error injected, by fault.
+    injected: BTreeMap<&'static str, u64>,
+    /// Statements refused because of an injected I/O error (not applied).
+    refused: u64,
     acknowledged: u64,
     in_doubt_applied: u64,
     in_doubt_not_applied: u64,
@@ -324,10 +355,16 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
         .iter()
         .map(|(f, n)| format!("{f} {n}"))
         .collect();
+    let injected: Vec<String> = tally
+        .injected
+        .iter()
+        .map(|(f, n)| format!("{f} {n}"))
+        .collect();
     println!(
         "crash: {} kills in {:.0} s ({} at random, at failpoints: {}; {} armed but not reached), \
          {} statements acknowledged, in doubt: {} applied, {} not; {} checks of every view and \
-         table against PostgreSQL",
+         table against PostgreSQL; I/O errors injected in {} rounds ({}), {} statements refused \
+         for them",
         tally.kills_random + tally.fired.values().sum::<u64>(),
         started.elapsed().as_secs_f64(),
         tally.kills_random,
@@ -341,6 +378,9 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
         tally.in_doubt_applied,
         tally.in_doubt_not_applied,
         tally.checks,
+        tally.injected.values().sum::<u64>(),
+        injected.join(", "),
+        tally.refused,
     );
     drop(own_server);
     match result {
@@ -402,14 +442,23 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     while kills < args.kills {
         // Every other round arms the next failpoint, at one of its first few hits.
         let armed = (round % 2 == 1).then(|| FAILPOINTS[(round as usize / 2) % FAILPOINTS.len()]);
-        let spec = armed.map(|name| {
-            let at = if name.starts_with("recovery.") {
-                1
-            } else {
-                1 + rng.below(3)
-            };
-            format!("{name}@{at}")
-        });
+        let io_fault = armed.filter(|name| name.contains(':'));
+        let armed = armed.filter(|name| !name.contains(':'));
+        let spec = match (armed, io_fault) {
+            (_, Some(fault)) => Some(io_fault_spec(fault, 1 + rng.below(20))),
+            (Some(name), None) => {
+                let at = if name.starts_with("recovery.") {
+                    1
+                } else {
+                    1 + rng.below(3)
+                };
+                Some(format!("{name}@{at}"))
+            }
+            (None, None) => None,
+        };
+        if let Some(fault) = io_fault {
+            *tally.injected.entry(fault).or_default() += 1;
+        }
         if armed == Some("recovery.during_download") {
             // A lost state directory: the restore downloads every file.
             let state = launcher.data.join("state");
@@ -460,7 +509,7 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
             resolve(&weir, &pg, &mut models, &mut in_doubt, tally).await?;
             check(&weir, &pg, &views, tally).await?;
             // DDL only where the server cannot die during it, so that it is never in doubt.
-            if armed_later.is_none() && round % 4 == 2 {
+            if armed_later.is_none() && io_fault.is_none() && round % 4 == 2 {
                 change_views(&weir, &pg, round, &mut views, &mut later).await?;
             }
             Ok::<(), String>(())
@@ -510,6 +559,7 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
             models.push(model);
             let outcome = outcome?;
             tally.acknowledged += outcome.acknowledged;
+            tally.refused += outcome.refused;
             in_doubt.extend(outcome.in_doubt);
         }
         models.sort_by_key(|m| m.table);
@@ -578,6 +628,8 @@ async fn change_views(
 /// What a writer did before the server died under it.
 struct Outcome {
     acknowledged: u64,
+    /// Statements refused because of an injected I/O error.
+    refused: u64,
     /// The statement the death interrupted, if it was sending one.
     in_doubt: Option<Statement>,
 }
@@ -593,11 +645,12 @@ async fn write_until_failure(
     let Ok(weir) = connect(&conn).await else {
         let outcome = Outcome {
             acknowledged: 0,
+            refused: 0,
             in_doubt: None,
         };
         return (model, Ok(outcome));
     };
-    let mut acknowledged = 0;
+    let (mut acknowledged, mut refused) = (0, 0);
     loop {
         let statement = model.next();
         let answer =
@@ -614,6 +667,8 @@ async fn write_until_failure(
                 model.apply(&statement.change);
                 acknowledged += 1;
             }
+            // An injected I/O error: refused, so not applied anywhere.
+            Ok(Err(e)) if e.code().is_some_and(|c| io_refusal(c.code())) => refused += 1,
             // Refused by the server: the writer never sends what should be refused.
             Ok(Err(e)) if e.as_db_error().is_some() => {
                 let e = format!("weir refused {}: {}", statement.sql, describe(e));
@@ -623,6 +678,7 @@ async fn write_until_failure(
             Ok(Err(_)) => {
                 let outcome = Outcome {
                     acknowledged,
+                    refused,
                     in_doubt: Some(statement),
                 };
                 return (model, Ok(outcome));
