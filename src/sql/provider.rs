@@ -93,19 +93,18 @@ impl TableProvider for RelationTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let batches = match &self.rows {
+        match &self.rows {
             Rows::Snapshot {
                 failure: Some(reason),
                 name,
                 ..
-            } => {
-                let e = Error::new(
+            } => Err(external(
+                Error::new(
                     ErrorKind::Internal,
                     format!("materialized view \"{name}\" is broken: {reason}"),
                 )
-                .with_hint("Drop and recreate the view.");
-                return Err(DataFusionError::External(Box::new(e)));
-            }
+                .with_hint("Drop and recreate the view."),
+            )),
             Rows::Snapshot {
                 table, snapshot, ..
             } => {
@@ -117,22 +116,20 @@ impl TableProvider for RelationTable {
                     limit,
                 )?;
                 scan.key_prefix(filters)?;
-                return Ok(Arc::new(scan));
+                Ok(Arc::new(scan))
             }
-            Rows::Latest(batch) => vec![batch.clone()],
-            Rows::Stream { name } => {
-                let e = Error::not_supported(format!(
+            Rows::Latest(batch) => Ok(MemorySourceConfig::try_new_exec(
+                &[vec![batch.clone()]],
+                self.schema.clone(),
+                projection.cloned(),
+            )?),
+            Rows::Stream { name } => Err(external(
+                Error::not_supported(format!(
                     "source \"{name}\" is a stream and keeps no rows to query"
                 ))
-                .with_hint("Create a materialized view over it, and query the view.");
-                return Err(DataFusionError::External(Box::new(e)));
-            }
-        };
-        Ok(MemorySourceConfig::try_new_exec(
-            &[batches],
-            self.schema.clone(),
-            projection.cloned(),
-        )?)
+                .with_hint("Create a materialized view over it, and query the view."),
+            )),
+        }
     }
 }
 
