@@ -653,16 +653,7 @@ async fn a_statement_too_large_to_log_is_refused_before_it_is_gathered() {
         .unwrap();
     let insert = client
         .batch_execute("INSERT INTO t SELECT value, -value FROM generate_series(1, 200000000)");
-    let watch = async {
-        let mut peak = 0;
-        loop {
-            peak = peak.max(common::rss_bytes(server.pid()));
-            if peak >= GIB {
-                return peak;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    };
+    let watch = common::rss_reaches(server.pid(), GIB);
     let e = tokio::select! {
         result = insert => result.unwrap_err(),
         peak = watch => panic!("server RSS {} MiB", peak >> 20),

@@ -42,6 +42,24 @@ fn cstr(s: &str) -> Vec<u8> {
     v
 }
 
+/// Parse, Bind (no parameters), Execute with `max_rows` and Sync for `query`, on the unnamed
+/// statement and portal.
+fn parse_bind_execute(query: &str, max_rows: i32) -> Vec<u8> {
+    let mut parse = cstr("");
+    parse.extend(cstr(query));
+    parse.extend(0u16.to_be_bytes());
+    let mut bind = cstr("");
+    bind.extend(cstr(""));
+    bind.extend([0, 0, 0, 0, 0, 0]);
+    let mut execute = cstr("");
+    execute.extend(max_rows.to_be_bytes());
+    let mut bytes = message(b'P', &parse);
+    bytes.extend(message(b'B', &bind));
+    bytes.extend(message(b'E', &execute));
+    bytes.extend(message(b'S', &[]));
+    bytes
+}
+
 /// The SQLSTATE of an ErrorResponse's body.
 fn sqlstate(body: &[u8]) -> Option<String> {
     let mut fields = body.split(|b| *b == 0);
@@ -146,12 +164,6 @@ async fn a_message_that_cannot_be_decoded_ends_its_connection_with_08p01() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execute_row_limit_is_read_as_in_postgresql_whatever_its_size() {
     let server = TestServer::start().await;
-    let mut parse = cstr("");
-    parse.extend(cstr("SELECT * FROM generate_series(1, 3)"));
-    parse.extend(0u16.to_be_bytes());
-    let mut bind = cstr("");
-    bind.extend(cstr(""));
-    bind.extend([0, 0, 0, 0, 0, 0]);
     // (limit, rows, whether the portal is suspended after them)
     for (limit, rows, suspended) in [
         (i32::MAX, 3, false),
@@ -160,12 +172,7 @@ async fn an_execute_row_limit_is_read_as_in_postgresql_whatever_its_size() {
         (2, 2, true),
     ] {
         let mut socket = started(server.addr).await;
-        let mut execute = cstr("");
-        execute.extend(limit.to_be_bytes());
-        let mut bytes = message(b'P', &parse);
-        bytes.extend(message(b'B', &bind));
-        bytes.extend(message(b'E', &execute));
-        bytes.extend(message(b'S', &[]));
+        let bytes = parse_bind_execute("SELECT * FROM generate_series(1, 3)", limit);
         socket.write_all(&bytes).await.unwrap();
         let mut kinds = Vec::new();
         while let Some((kind, _)) = read_reply(&mut socket).await {
@@ -491,21 +498,8 @@ async fn a_client_that_stops_reading_a_huge_result_costs_the_server_little_memor
     let dir = tempfile::tempdir().unwrap();
     let server = ChildServer::start(&dir.path().join("data")).await;
     let query = "SELECT * FROM generate_series(1, 20000000)";
-    let simple = message(b'Q', &cstr(query));
-    let mut parse = cstr("");
-    parse.extend(cstr(query));
-    parse.extend(0u16.to_be_bytes());
-    let mut bind = cstr("");
-    bind.extend(cstr(""));
-    bind.extend([0, 0, 0, 0, 0, 0]);
-    let mut execute = cstr("");
-    execute.extend(0i32.to_be_bytes());
-    let mut extended = message(b'P', &parse);
-    extended.extend(message(b'B', &bind));
-    extended.extend(message(b'E', &execute));
-    extended.extend(message(b'S', &[]));
     let mut peak = 0;
-    for request in [simple, extended] {
+    for request in [message(b'Q', &cstr(query)), parse_bind_execute(query, 0)] {
         let mut socket = started(server.addr).await;
         socket.write_all(&request).await.unwrap();
         loop {
@@ -548,16 +542,7 @@ async fn a_query_message_of_many_statements_costs_the_server_little_memory() {
         .write_all(&message(b'Q', &cstr(&query)))
         .await
         .unwrap();
-    let watch = async {
-        let mut peak = 0;
-        loop {
-            peak = peak.max(common::rss_bytes(server.pid()));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if peak >= GIB {
-                return peak;
-            }
-        }
-    };
+    let watch = common::rss_reaches(server.pid(), GIB);
     let replies = async {
         let mut kinds = Vec::new();
         while let Some((kind, body)) = read_reply(&mut socket).await {

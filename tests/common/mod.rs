@@ -231,3 +231,15 @@ pub fn rss_bytes(pid: u32) -> u64 {
         .unwrap();
     kb * 1024
 }
+
+/// Completes, with the RSS seen, once process `pid`'s resident memory reaches `bytes`
+/// (sampled every 20 ms): raced against the work whose memory a test bounds.
+pub async fn rss_reaches(pid: u32, bytes: u64) -> u64 {
+    loop {
+        let rss = rss_bytes(pid);
+        if rss >= bytes {
+            return rss;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
