@@ -5,6 +5,8 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -16,6 +18,28 @@ const LOCK_FILE: &str = "weir.lock";
 #[derive(Debug)]
 pub struct DataDirLock {
     _file: File,
+    /// Dropped after the file (fields drop in order): set once the lock is released.
+    released: ReleasedOnDrop,
+}
+
+#[derive(Debug)]
+struct ReleasedOnDrop(Arc<AtomicBool>);
+
+impl Drop for ReleasedOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Tells whether a data directory's lock has been released, for a restart in the same
+/// process to wait for.
+#[derive(Debug, Clone)]
+pub struct LockReleased(Arc<AtomicBool>);
+
+impl LockReleased {
+    pub fn is_released(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 impl DataDirLock {
@@ -61,7 +85,14 @@ impl DataDirLock {
         file.seek(SeekFrom::Start(0))?;
         writeln!(file, "pid {}, {holder}", std::process::id())?;
         file.sync_all()?;
-        Ok(DataDirLock { _file: file })
+        Ok(DataDirLock {
+            _file: file,
+            released: ReleasedOnDrop(Arc::default()),
+        })
+    }
+
+    pub fn released(&self) -> LockReleased {
+        LockReleased(self.released.0.clone())
     }
 }
 
@@ -82,7 +113,10 @@ mod tests {
             "{}",
             err.message
         );
+        let released = first.released();
+        assert!(!released.is_released());
         drop(first);
+        assert!(released.is_released());
         DataDirLock::acquire(dir.path(), "listening on 127.0.0.1:2").unwrap();
     }
 }

@@ -104,7 +104,20 @@ pub struct Database {
     /// The memory pool and spill directory of batch queries.
     query_runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     /// Held while the database is open: one server per data directory.
-    _lock: crate::datadir::DataDirLock,
+    lock: crate::datadir::DataDirLock,
+}
+
+/// See [`Database::closed`].
+#[derive(Debug, Clone)]
+pub struct Closed {
+    store: crate::state::StoreClosed,
+    lock: crate::datadir::LockReleased,
+}
+
+impl Closed {
+    pub fn is_closed(&self) -> bool {
+        self.store.is_closed() && self.lock.is_released()
+    }
 }
 
 impl Database {
@@ -291,7 +304,7 @@ impl Database {
             checkpoints: std::sync::OnceLock::new(),
             recoveries: Mutex::new(Vec::new()),
             metrics,
-            _lock: lock,
+            lock,
         });
         // Restored objects first: tables started, views connected to them without backfill,
         // then the tables' log records after the checkpoint fed to both. Then the objects
@@ -402,8 +415,14 @@ impl Database {
 
     /// Whether the state store has closed: it does once the database and every task of its
     /// dataflow are gone.
-    pub fn state_store_closed(&self) -> crate::state::StoreClosed {
-        self.store.closed()
+    /// Tells, once this database is dropped, whether everything it held in its data directory
+    /// is released: RocksDB closed (every snapshot of it gone too) and the directory's lock
+    /// released. A restart in the same process waits for it.
+    pub fn closed(&self) -> Closed {
+        Closed {
+            store: self.store.closed(),
+            lock: self.lock.released(),
+        }
     }
 
     /// Compacts the state store into its bottom level, rewriting its files.

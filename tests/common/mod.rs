@@ -84,14 +84,14 @@ impl TestServer {
     }
 
     /// Stops the server and waits until its database has closed (every client connection
-    /// must be gone), so that a restart in the same directory finds RocksDB unlocked and
-    /// nothing else writing to it. Returns the data directory.
+    /// must be gone), so that a restart in the same directory finds RocksDB and the data
+    /// directory unlocked and nothing else writing to it. Returns the data directory.
     #[allow(dead_code)]
     pub async fn stop_and_close(self) -> tempfile::TempDir {
-        let store = self.db.state_store_closed();
+        let closed = self.db.closed();
         let dir = self.stop().await;
         for _ in 0..3000 {
-            if store.is_closed() {
+            if closed.is_closed() {
                 return dir;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
