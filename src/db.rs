@@ -107,6 +107,23 @@ pub struct Database {
     lock: crate::datadir::DataDirLock,
 }
 
+/// A DML statement's command tag, and the rows it deletes and inserts.
+type DmlRows = (&'static str, Option<RecordBatch>, Option<RecordBatch>);
+
+/// A table's latest rows, for DataFusion to read.
+fn latest_rows(writer: &mut TableWriter) -> Result<Arc<dyn TableProvider>> {
+    let latest = writer.latest()?;
+    Ok(Arc::new(RelationTable {
+        schema: writer.schema().clone(),
+        rows: Rows::Latest {
+            table: writer.def.id,
+            snapshot: latest.snapshot,
+            order: latest.order,
+            changes: latest.changes,
+        },
+    }))
+}
+
 /// See [`Database::closed`].
 #[derive(Debug, Clone)]
 pub struct Closed {
@@ -979,8 +996,7 @@ impl Database {
 
     /// Starts a table's actor and returns its writer with what to feed it: its whole change
     /// log, or with `restored` (a table restored from a checkpoint: its offset and watermark)
-    /// the records from that offset on, the writer's rows being the restored ones with those
-    /// records applied.
+    /// the records from that offset on, the restored state holding those before.
     async fn start_table(
         &self,
         def: TableDef,
@@ -988,26 +1004,13 @@ impl Database {
     ) -> Result<Replay> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
         let (offset, watermark) = restored.unwrap_or((0, None));
-        let feed = Feed::starting_at(feed_tx, offset, watermark);
-        let restored = match restored {
-            Some(_) => Some(crate::table::Restored {
-                offset,
-                watermark,
-                rows: crate::stream::operators::materialize::read_snapshot(
-                    &self.store.snapshot(),
-                    def.id,
-                    &def.schema(),
-                    self.config.chunk_rows_max,
-                )?,
-            }),
-            None => None,
-        };
+        let feed = Feed::for_table(feed_tx, offset, watermark);
         let (writer, history) = TableWriter::open(
             def.clone(),
             &self.tables_dir,
-            feed.clone(),
+            (feed.clone(), self.store.clone()),
             self.barriers.failed.clone(),
-            restored,
+            restored.map(|(offset, watermark)| crate::table::Restored { offset, watermark }),
         )?;
         let schema = writer.schema().clone();
         self.catalog_mut().set_schema(def.id, schema.clone());
@@ -1015,7 +1018,7 @@ impl Database {
             &self.actors,
             def.id,
             PlanNode::Input(0),
-            Some(schema),
+            Some((schema, def.storage_order())),
             &[def.id],
             vec![feed_rx],
             ErrorSink::new(&def.name),
@@ -1281,7 +1284,7 @@ impl Database {
         let mut spawned = Vec::new();
         let counter = def.sink.then(|| Arc::new(SinkCounter::default()));
         for (f, fragment) in fragments.into_iter().enumerate() {
-            let schema = (f == 0 && !def.sink).then(|| schema.clone());
+            let schema = (f == 0 && !def.sink).then(|| (schema.clone(), Vec::new()));
             for (a, ((id, tables), inputs)) in actors[f]
                 .iter()
                 .zip(std::mem::take(&mut receivers[f]))
@@ -1762,30 +1765,49 @@ impl Database {
                 if other.id == def.id || latest.iter().any(|(id, _)| *id == other.id) {
                     continue;
                 }
-                let w = other_writer.lock().await;
-                latest.push((
-                    other.id,
-                    Arc::new(RelationTable {
-                        schema: w.schema().clone(),
-                        rows: Rows::Latest(w.latest_batch()?),
-                    }),
-                ));
+                let mut w = other_writer.lock().await;
+                latest.push((other.id, latest_rows(&mut w)?));
             }
         }
         let mut w = writer.lock().await;
         let schema = w.schema().clone();
-        let rows = if reads {
-            w.latest_batch()?
+        if reads {
+            latest.push((def.id, latest_rows(&mut w)?));
         } else {
-            RecordBatch::new_empty(schema.clone())
+            latest.push((
+                def.id,
+                Arc::new(datafusion::datasource::empty::EmptyTable::new(
+                    schema.clone(),
+                )),
+            ));
+        }
+        // The statement's rows are gathered before they are written, and whatever read the
+        // latest rows is gone by then.
+        let (tag, deleted, inserted) = self
+            .dml_rows(statement, params, settings, latest, &schema)
+            .await?;
+        let affected = w.write(deleted, inserted).await?;
+        let tag = if tag == "INSERT" {
+            "INSERT 0".to_string()
+        } else {
+            tag.to_string()
         };
-        latest.push((
-            def.id,
-            Arc::new(RelationTable {
-                schema: schema.clone(),
-                rows: Rows::Latest(rows),
-            }),
-        ));
+        Ok(Output::Command {
+            tag,
+            rows: Some(affected),
+        })
+    }
+
+    /// Plans and runs a DML statement's input over `latest` (the tables it reads, at their
+    /// latest rows): its command tag, and the rows it deletes and inserts in `schema`.
+    async fn dml_rows(
+        &self,
+        statement: &ast::Statement,
+        params: Option<&ParamValues>,
+        settings: &HashMap<String, String>,
+        latest: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+        schema: &SchemaRef,
+    ) -> Result<DmlRows> {
         let ctx = self.context(settings, latest)?;
         let state = ctx.state();
         let mut plan = state
@@ -1801,7 +1823,7 @@ impl Database {
         let (tag, deleted, inserted) = match &dml.op {
             WriteOp::Insert(InsertOp::Append) => {
                 let rows = run(&ctx, dml.input.as_ref().clone()).await?;
-                ("INSERT", None, Some(conform(&schema, &rows, 0)?))
+                ("INSERT", None, Some(conform(schema, &rows, 0)?))
             }
             WriteOp::Insert(_) => {
                 return Err(Error::not_supported(
@@ -1810,7 +1832,7 @@ impl Database {
             }
             WriteOp::Delete => {
                 let rows = run(&ctx, dml.input.as_ref().clone()).await?;
-                ("DELETE", Some(conform(&schema, &rows, 0)?), None)
+                ("DELETE", Some(conform(schema, &rows, 0)?), None)
             }
             WriteOp::Update => {
                 let LogicalPlan::Projection(p) = dml.input.as_ref() else {
@@ -1832,22 +1854,13 @@ impl Database {
                 let rows = run(&ctx, both).await?;
                 (
                     "UPDATE",
-                    Some(conform(&schema, &rows, 0)?),
-                    Some(conform(&schema, &rows, width)?),
+                    Some(conform(schema, &rows, 0)?),
+                    Some(conform(schema, &rows, width)?),
                 )
             }
             other => return Err(Error::not_supported(format!("{other} is not supported"))),
         };
-        let affected = w.write(deleted, inserted).await?;
-        let tag = if tag == "INSERT" {
-            "INSERT 0".to_string()
-        } else {
-            tag.to_string()
-        };
-        Ok(Output::Command {
-            tag,
-            rows: Some(affected),
-        })
+        Ok((tag, deleted, inserted))
     }
 
     // ---- queries ----

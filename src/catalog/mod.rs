@@ -34,6 +34,11 @@ pub struct TableDef {
     /// table sends downstream.
     #[serde(default)]
     pub watermark: Option<WatermarkDef>,
+    /// Whether the table's rows are stored with the primary key's columns first, so that a
+    /// key is found by a prefix seek (every table created since; older ones store their
+    /// columns in their own order, and find a key that does not lead by a scan).
+    #[serde(default)]
+    pub key_first: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +63,22 @@ impl TableDef {
     /// The table's Arrow schema (`columns_schema`).
     pub fn schema(&self) -> SchemaRef {
         columns_schema(&self.columns)
+    }
+
+    /// The order in which the table's rows store their columns (`RowCodec::ordered`): the
+    /// primary key's first, then the others; empty for the columns' own order.
+    pub fn storage_order(&self) -> Vec<usize> {
+        if !self.key_first || self.primary_key.is_empty() {
+            return Vec::new();
+        }
+        let rest = (0..self.columns.len()).filter(|c| !self.primary_key.contains(c));
+        self.primary_key.iter().copied().chain(rest).collect()
+    }
+
+    /// Whether a key is a prefix of the stored rows that hold it.
+    pub fn key_leads(&self) -> bool {
+        !self.primary_key.is_empty()
+            && (self.key_first || self.primary_key.iter().enumerate().all(|(i, c)| i == *c))
     }
 }
 
@@ -453,6 +474,7 @@ mod tests {
             columns: vec![],
             primary_key: vec![],
             watermark: None,
+            key_first: true,
         }))
         .unwrap();
         c.add(view(ids[1], "v1", &[ids[0]])).unwrap();

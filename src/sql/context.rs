@@ -164,6 +164,10 @@ pub fn query_context(
                     name: object.name().to_string(),
                     table: id,
                     snapshot: snapshot.clone(),
+                    order: match object {
+                        Object::Table(t) => t.storage_order(),
+                        Object::View(_) | Object::Source(_) => Vec::new(),
+                    },
                     failure: match object {
                         Object::View(_) => failed.get(&id).map(|e| e.to_string()),
                         Object::Table(_) | Object::Source(_) => None,

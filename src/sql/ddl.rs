@@ -161,6 +161,7 @@ pub fn create_table(ct: &ast::CreateTable, id: ObjectId) -> Result<TableDef> {
         columns,
         primary_key,
         watermark,
+        key_first: true,
     })
 }
 

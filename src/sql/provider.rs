@@ -4,12 +4,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::ScalarValue;
-use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
@@ -24,14 +22,13 @@ use datafusion::physical_plan::{
 
 use crate::error::{Error, ErrorKind};
 use crate::state::{Snapshot, TableId};
-use crate::stream::operators::materialize::read_snapshot_part;
+use crate::stream::operators::materialize::{read_added, read_snapshot_part, RowChanges};
 use crate::stream::rows::RowCodec;
 
 /// Distinct rows per batch when reading a relation.
 const SCAN_ROWS_MAX: usize = 8192;
 
-/// A relation as DataFusion reads it: at a sealed epoch, or (for the target of a DML
-/// statement) as rows held in memory.
+/// A relation as DataFusion reads it: at a sealed epoch, or (for DML) a table's latest rows.
 #[derive(Debug)]
 pub struct RelationTable {
     pub schema: SchemaRef,
@@ -45,11 +42,19 @@ pub enum Rows {
         name: String,
         table: TableId,
         snapshot: Arc<Snapshot>,
+        /// The order in which its rows store their columns (`RowCodec::ordered`).
+        order: Vec<usize>,
         /// Set when the relation's actor failed: its contents are no longer maintained.
         failure: Option<String>,
     },
-    /// A table's latest rows, for the DML statement that changes it.
-    Latest(RecordBatch),
+    /// A table's latest rows, for DML: its rows at the snapshot's epoch with the changes of
+    /// the statements the snapshot does not hold yet.
+    Latest {
+        table: TableId,
+        snapshot: Arc<Snapshot>,
+        order: Vec<usize>,
+        changes: Arc<RowChanges>,
+    },
     /// A source: a stream whose rows are not kept, so there is nothing to read.
     Stream { name: String },
 }
@@ -106,11 +111,13 @@ impl TableProvider for RelationTable {
                 .with_hint("Drop and recreate the view."),
             )),
             Rows::Snapshot {
-                table, snapshot, ..
+                table,
+                snapshot,
+                order,
+                ..
             } => {
                 let mut scan = SnapshotScan::new(
-                    *table,
-                    snapshot.clone(),
+                    (*table, snapshot.clone(), order.clone(), None),
                     self.schema.clone(),
                     projection.cloned(),
                     limit,
@@ -118,11 +125,21 @@ impl TableProvider for RelationTable {
                 scan.key_prefix(filters)?;
                 Ok(Arc::new(scan))
             }
-            Rows::Latest(batch) => Ok(MemorySourceConfig::try_new_exec(
-                &[vec![batch.clone()]],
-                self.schema.clone(),
-                projection.cloned(),
-            )?),
+            Rows::Latest {
+                table,
+                snapshot,
+                order,
+                changes,
+            } => {
+                let mut scan = SnapshotScan::new(
+                    (*table, snapshot.clone(), order.clone(), Some(changes.clone())),
+                    self.schema.clone(),
+                    projection.cloned(),
+                    limit,
+                )?;
+                scan.key_prefix(filters)?;
+                Ok(Arc::new(scan))
+            }
             Rows::Stream { name } => Err(external(
                 Error::not_supported(format!(
                     "source \"{name}\" is a stream and keeps no rows to query"
@@ -135,28 +152,37 @@ impl TableProvider for RelationTable {
 
 /// A relation at a sealed epoch, read batch by batch as the query consumes it: each batch is
 /// read from RocksDB on a blocking thread, continuing after the last key read, so that a scan
-/// holds one batch of the relation at a time and never blocks an async worker.
+/// holds one batch of the relation at a time and never blocks an async worker. With changes
+/// (a table's latest rows), each row read is counted with its change, and the rows the
+/// changes add come last.
 #[derive(Debug)]
 struct SnapshotScan {
     table: TableId,
     snapshot: Arc<Snapshot>,
-    /// The relation's columns, as its state holds them.
+    /// The order in which the rows store their columns (`RowCodec::ordered`).
+    order: Vec<usize>,
+    changes: Option<Arc<RowChanges>>,
+    /// The relation's columns.
     schema: SchemaRef,
     projection: Option<Vec<usize>>,
     /// Rows past this many are not read (the query's LIMIT, when nothing filters first).
     limit: Option<usize>,
     /// Only rows whose keys start with these bytes are read: the encoding of the values that
-    /// equalities fix for the relation's first columns (empty: every row).
+    /// equalities fix for the columns the rows store first (empty: every row).
     prefix: Vec<u8>,
-    /// How many first columns `prefix` fixes.
-    prefix_columns: usize,
+    /// The columns `prefix` fixes.
+    fixed: Vec<usize>,
     properties: Arc<PlanProperties>,
 }
 
 impl SnapshotScan {
     fn new(
-        table: TableId,
-        snapshot: Arc<Snapshot>,
+        (table, snapshot, order, changes): (
+            TableId,
+            Arc<Snapshot>,
+            Vec<usize>,
+            Option<Arc<RowChanges>>,
+        ),
         schema: SchemaRef,
         projection: Option<Vec<usize>>,
         limit: Option<usize>,
@@ -174,32 +200,35 @@ impl SnapshotScan {
         Ok(SnapshotScan {
             table,
             snapshot,
+            order,
+            changes,
             schema,
             projection,
             limit,
             prefix: Vec::new(),
-            prefix_columns: 0,
+            fixed: Vec::new(),
             properties,
         })
     }
 
-    /// Narrows the scan to the rows that `filters` fix the first columns of, as far as
-    /// equalities with constants fix them (`a = 1 AND b = 'x'` on a relation whose first
-    /// columns are a and b).
+    /// Narrows the scan to the rows that `filters` fix the first stored columns of, as far as
+    /// equalities with constants fix them (`a = 1 AND b = 'x'` on a relation whose rows store
+    /// a and b first).
     fn key_prefix(&mut self, filters: &[Expr]) -> datafusion::error::Result<()> {
-        let mut fixed: Vec<(usize, ScalarValue)> = filters
+        let fixed: Vec<(usize, ScalarValue)> = filters
             .iter()
             .flat_map(split_conjunction)
             .filter_map(|f| column_equals(f, &self.schema))
             .collect();
-        fixed.sort_by_key(|(i, _)| *i);
-        fixed.dedup_by_key(|(i, _)| *i);
-        let values: Vec<ScalarValue> = fixed
-            .into_iter()
-            .enumerate()
-            .take_while(|(n, (i, _))| n == i)
-            .map(|(_, (_, v))| v)
-            .collect();
+        let stored: Vec<usize> = if self.order.is_empty() {
+            (0..self.schema.fields().len()).collect()
+        } else {
+            self.order.clone()
+        };
+        let (fixed_columns, values): (Vec<usize>, Vec<ScalarValue>) = stored
+            .iter()
+            .map_while(|c| fixed.iter().find(|(i, _)| i == c).cloned())
+            .unzip();
         if values.is_empty() {
             return Ok(());
         }
@@ -211,7 +240,7 @@ impl SnapshotScan {
             .collect::<datafusion::error::Result<Vec<_>>>()?;
         let mut keys = codec.encode(&columns).map_err(external)?;
         self.prefix = keys.pop().unwrap_or_default();
-        self.prefix_columns = values.len();
+        self.fixed = fixed_columns;
         Ok(())
     }
 }
@@ -265,12 +294,16 @@ impl DisplayAs for SnapshotScan {
             "SnapshotScan: relation={}, epoch={}",
             self.table, self.snapshot.epoch
         )?;
-        if self.prefix_columns > 0 {
-            let fixed: Vec<&str> = self.schema.fields()[..self.prefix_columns]
+        if !self.fixed.is_empty() {
+            let fixed: Vec<&str> = self
+                .fixed
                 .iter()
-                .map(|f| f.name().as_str())
+                .map(|c| self.schema.field(*c).name().as_str())
                 .collect();
             write!(f, ", fixed=[{}]", fixed.join(", "))?;
+        }
+        if self.changes.is_some() {
+            write!(f, ", latest")?;
         }
         if let Some(limit) = self.limit {
             write!(f, ", limit={limit}")?;
@@ -311,28 +344,49 @@ impl ExecutionPlan for SnapshotScan {
         _partition: usize,
         _context: Arc<TaskContext>,
     ) -> datafusion::error::Result<SendableRecordBatchStream> {
-        let codec = Arc::new(RowCodec::for_schema(&self.schema).map_err(external)?);
+        let codec = Arc::new(RowCodec::ordered(&self.schema, &self.order).map_err(external)?);
         let (table, snapshot, schema) = (self.table, self.snapshot.clone(), self.schema.clone());
-        let projection = self.projection.clone();
+        let (projection, changes) = (self.projection.clone(), self.changes.clone());
         let prefix = Arc::new(self.prefix.clone());
-        // Where the next batch starts, and how many rows may still be read.
-        let start = (None::<Vec<u8>>, self.limit.unwrap_or(usize::MAX));
-        let batches = futures::stream::try_unfold(start, move |(after, left)| {
+        // Where the next batch starts (`None`: the snapshot is read, and the rows the changes
+        // add are next), and how many rows may still be read.
+        let start = (Some(None::<Vec<u8>>), self.limit.unwrap_or(usize::MAX));
+        let batches = futures::stream::try_unfold(start, move |(from, left)| {
             let (snapshot, schema, codec) = (snapshot.clone(), schema.clone(), codec.clone());
-            let (projection, prefix) = (projection.clone(), prefix.clone());
+            let (projection, prefix, changes) = (projection.clone(), prefix.clone(), changes.clone());
             async move {
                 if left == 0 {
                     return Ok(None);
                 }
-                let read = tokio::task::spawn_blocking(move || {
-                    let rows = SCAN_ROWS_MAX.min(left);
-                    let from = (prefix.as_slice(), after.as_deref());
-                    read_snapshot_part(&snapshot, table, &schema, &codec, from, rows)
+                let read = tokio::task::spawn_blocking(move || match from {
+                    Some(after) => {
+                        let rows = SCAN_ROWS_MAX.min(left);
+                        let from = (prefix.as_slice(), after.as_deref());
+                        let part = read_snapshot_part(
+                            &snapshot,
+                            table,
+                            &schema,
+                            &codec,
+                            from,
+                            rows,
+                            changes.as_deref(),
+                        )?;
+                        Ok(match (part, changes) {
+                            (Some((batch, last)), _) => Some((batch, Some(Some(last)))),
+                            (None, Some(changes)) => {
+                                let added =
+                                    read_added(&snapshot, table, &schema, &codec, &prefix, &changes)?;
+                                Some((added, None))
+                            }
+                            (None, None) => None,
+                        })
+                    }
+                    None => Ok(None),
                 })
                 .await
                 .map_err(|e| DataFusionError::External(Box::new(e)))?
                 .map_err(external)?;
-                let Some((batch, last)) = read else {
+                let Some((batch, next)) = read else {
                     return Ok(None);
                 };
                 // A row stored with a count comes out that many times.
@@ -342,7 +396,7 @@ impl ExecutionPlan for SnapshotScan {
                     Some(p) => batch.project(p)?,
                     None => batch,
                 };
-                Ok(Some((batch, (Some(last), left))))
+                Ok(Some((batch, (next, left))))
             }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -362,7 +416,8 @@ mod tests {
     use crate::state::{EpochWrites, StateStore};
     use crate::stream::chunk::test_util::{chunk, schema};
     use crate::stream::operators::materialize::Materialize;
-    use datafusion::arrow::datatypes::DataType;
+    use datafusion::arrow::array::{AsArray, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Int64Type};
     use futures::TryStreamExt;
 
     /// A relation of `distinct` rows `(i, i % 7)`, the first one stored twice.
@@ -370,7 +425,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open_fresh(dir.path()).unwrap();
         let s = schema(&[("a", DataType::Int64), ("b", DataType::Int64)]);
-        let mut m = Materialize::new(store.clone(), 9, s.clone()).unwrap();
+        let mut m = Materialize::new(store.clone(), 9, s.clone(), &[]).unwrap();
         let text: String = std::iter::once("+ 0 0\n".to_string())
             .chain((0..distinct).map(|i| format!("+ {i} {}\n", i % 7)))
             .collect();
@@ -388,7 +443,13 @@ mod tests {
         projection: Option<Vec<usize>>,
         limit: Option<usize>,
     ) -> Vec<RecordBatch> {
-        let plan = SnapshotScan::new(9, snapshot.clone(), s.clone(), projection, limit).unwrap();
+        let plan = SnapshotScan::new(
+            (9, snapshot.clone(), Vec::new(), None),
+            s.clone(),
+            projection,
+            limit,
+        )
+        .unwrap();
         plan.execute(0, Arc::new(TaskContext::default()))
             .unwrap()
             .try_collect()
@@ -429,7 +490,9 @@ mod tests {
         assert!(batches.is_empty());
         // An equality on the first column reads that value's rows only.
         use datafusion::prelude::{col, lit};
-        let mut plan = SnapshotScan::new(9, snapshot.clone(), s.clone(), None, None).unwrap();
+        let mut plan =
+            SnapshotScan::new((9, snapshot.clone(), Vec::new(), None), s.clone(), None, None)
+                .unwrap();
         plan.key_prefix(&[col("b").eq(lit(6i64)).and(col("a").eq(lit(8000i64)))])
             .unwrap();
         let batches: Vec<RecordBatch> = plan
@@ -445,6 +508,66 @@ mod tests {
         assert_eq!(rows.len(), 1, "{rows:?}");
     }
 
+    /// A table's latest rows: each row read counted with its change, those the changes add
+    /// last, an equality narrowing both.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn latest_rows_are_the_snapshot_with_the_changes() {
+        let distinct = SCAN_ROWS_MAX + 10;
+        let (_dir, snapshot, s) = relation(distinct).await;
+        let codec = RowCodec::for_schema(&s).unwrap();
+        let key = |a: i64, b: i64| {
+            let columns: Vec<datafusion::arrow::array::ArrayRef> = vec![
+                Arc::new(datafusion::arrow::array::Int64Array::from(vec![a])),
+                Arc::new(datafusion::arrow::array::Int64Array::from(vec![b])),
+            ];
+            codec.encode(&columns).unwrap().pop().unwrap()
+        };
+        let mut changes = RowChanges::default();
+        changes.insert(key(0, 0), -1); // stored twice, once left
+        changes.insert(key(5, 5), -1); // gone
+        changes.insert(key(3, 3), 1); // twice now
+        changes.insert(key(-1, 9), 2); // new, twice
+        let read = |filters: Vec<Expr>| {
+            let mut plan = SnapshotScan::new(
+                (9, snapshot.clone(), Vec::new(), Some(Arc::new(changes.clone()))),
+                s.clone(),
+                None,
+                None,
+            )
+            .unwrap();
+            plan.key_prefix(&filters).unwrap();
+            async move {
+                let batches: Vec<RecordBatch> = plan
+                    .execute(0, Arc::new(TaskContext::default()))
+                    .unwrap()
+                    .try_collect()
+                    .await
+                    .unwrap();
+                let mut rows: Vec<(i64, i64)> = batches
+                    .iter()
+                    .flat_map(|b| {
+                        let a = b.column(0).as_primitive::<Int64Type>().clone();
+                        let c = b.column(1).as_primitive::<Int64Type>().clone();
+                        (0..b.num_rows()).map(move |r| (a.value(r), c.value(r)))
+                    })
+                    .collect();
+                rows.sort_unstable();
+                rows
+            }
+        };
+        let mut expected: Vec<(i64, i64)> = (0..distinct as i64)
+            .filter(|i| *i != 5)
+            .map(|i| (i, i % 7))
+            .chain([(3, 3), (-1, 9), (-1, 9)])
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(read(vec![]).await, expected);
+        use datafusion::prelude::{col, lit};
+        assert_eq!(read(vec![col("a").eq(lit(-1i64))]).await, [(-1, 9), (-1, 9)]);
+        assert_eq!(read(vec![col("a").eq(lit(3i64))]).await, [(3, 3), (3, 3)]);
+        assert_eq!(read(vec![col("a").eq(lit(5i64))]).await, []);
+    }
+
     /// Equalities on the first columns narrow the read to the rows they select; other
     /// filters still read every row; the answers are the same.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -457,6 +580,7 @@ mod tests {
                 name: "t".into(),
                 table: 9,
                 snapshot,
+                order: Vec::new(),
                 failure: None,
             },
         };

@@ -451,6 +451,24 @@ impl Snapshot {
         self.scan_table_from(table, None, visit)
     }
 
+    /// The value of a state table's key at this epoch.
+    pub fn get(&self, table: TableId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&self.inner);
+        let key = [table.to_be_bytes().as_slice(), key].concat();
+        self.db.get_opt(key, &opts).map_err(storage_error)
+    }
+
+    /// Whether a state table holds a key that starts with `prefix` at this epoch.
+    pub fn holds_prefix(&self, table: TableId, prefix: &[u8]) -> Result<bool> {
+        let mut holds = false;
+        self.scan_table_from(table, Some(prefix), &mut |k, _| {
+            holds = k.starts_with(prefix);
+            false
+        })?;
+        Ok(holds)
+    }
+
     /// Like `scan_table`, from the first key at or after `start` (without the table prefix).
     pub fn scan_table_from(
         &self,

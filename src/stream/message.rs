@@ -1,6 +1,6 @@
 //! What flows on the channels between actors: chunks of changes, watermarks and barriers.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -74,6 +74,18 @@ pub struct Feed {
     /// Where the feed started: the source's position before anything it sends, which is also
     /// where the actor's state ends until it commits an epoch.
     pub start: FeedPosition,
+    /// A table's feed: its offset at its barriers, for `offset_at`.
+    offsets: Option<Arc<std::sync::Mutex<BarrierOffsets>>>,
+}
+
+/// A table's offset at each barrier where it had moved since the one before, until its epoch
+/// is known to be sealed.
+#[derive(Debug)]
+struct BarrierOffsets {
+    /// (epoch, offset), oldest first.
+    barriers: VecDeque<(u64, u64)>,
+    /// The offset at the newest barrier known sealed (before any: where the feed started).
+    sealed: u64,
 }
 
 /// A source's offset (statements or rows fed) and the last watermark value it sent.
@@ -105,7 +117,39 @@ impl Feed {
             sender,
             lock: Arc::new(tokio::sync::Mutex::new(fed)),
             start: (offset, watermark),
+            offsets: None,
         }
+    }
+
+    /// A table's feed, which can tell its offset at any sealed epoch (`offset_at`).
+    pub fn for_table(sender: mpsc::Sender<Message>, offset: u64, watermark: Option<i64>) -> Feed {
+        Feed {
+            offsets: Some(Arc::new(std::sync::Mutex::new(BarrierOffsets {
+                barriers: VecDeque::new(),
+                sealed: offset,
+            }))),
+            ..Feed::starting_at(sender, offset, watermark)
+        }
+    }
+
+    /// How many statements of a table's feed the state at `sealed_epoch` holds: those sent
+    /// before the barrier of that epoch, or of the newest before it that this feed carried
+    /// (where the feed started, before any). `sealed_epoch` must be sealed, and not older
+    /// than an epoch asked about before. `None` for a feed that is not a table's.
+    pub fn offset_at(&self, sealed_epoch: u64) -> Option<u64> {
+        let mut offsets = self
+            .offsets
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        while let Some(&(epoch, offset)) = offsets.barriers.front() {
+            if epoch > sealed_epoch {
+                break;
+            }
+            offsets.sealed = offset;
+            offsets.barriers.pop_front();
+        }
+        Some(offsets.sealed)
     }
 
     /// Whether the actor behind the feed is gone (failed or stopped): nothing sent reaches it.
@@ -181,6 +225,14 @@ impl Feed {
     ) -> Result<(), ()> {
         let sent = self.lock.lock().await;
         record((sent.statements, sent.watermark));
+        if let Some(offsets) = &self.offsets {
+            // Only where the offset moved, so that an idle table keeps nothing.
+            let mut offsets = offsets.lock().unwrap_or_else(|p| p.into_inner());
+            let last = offsets.barriers.back().map_or(offsets.sealed, |b| b.1);
+            if sent.statements != last {
+                offsets.barriers.push_back((barrier.epoch, sent.statements));
+            }
+        }
         self.sender
             .send(Message::Barrier(barrier))
             .await

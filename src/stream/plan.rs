@@ -771,14 +771,15 @@ pub struct ActorContext {
 }
 
 /// Builds the actor of a relation: the operators of `root` (just `Input(0)` for a table) in
-/// front of the relation's Materialize. `state_tables[0]` is the Materialize's table; the
-/// operators take the rest in pre-order. A parallel worker (`schema` `None`) has no
-/// Materialize, and its operators take every table.
+/// front of the relation's Materialize, which stores rows of `schema` with their columns in
+/// `order` (empty: their own). `state_tables[0]` is the Materialize's table; the operators
+/// take the rest in pre-order. A parallel worker (`schema` `None`) has no Materialize, and
+/// its operators take every table.
 pub fn build_actor(
     ctx: &ActorContext,
     id: ActorId,
     root: PlanNode,
-    schema: Option<SchemaRef>,
+    schema: Option<(SchemaRef, Vec<usize>)>,
     state_tables: &[TableId],
     inputs: Vec<mpsc::Receiver<Message>>,
     errors: ErrorSink,
@@ -787,10 +788,11 @@ pub fn build_actor(
     let mut tables = state_tables[operators_from..].iter().copied();
     let root = build_node(ctx, root, &mut tables, &errors)?;
     let materialize = match schema {
-        Some(schema) => Some(Materialize::new(
+        Some((schema, order)) => Some(Materialize::new(
             ctx.store.clone(),
             state_tables[0],
             schema,
+            &order,
         )?),
         None => None,
     };

@@ -5,15 +5,17 @@
 //! constraint), appended and fsync'd to the change log, applied to the latest rows, and sent
 //! to the table's actor, all under the table's lock; only then is the statement acknowledged.
 //!
-//! The latest rows are kept in memory so that UPDATE, DELETE and primary-key checks see every
-//! acknowledged change, not only the last sealed epoch. See `docs/architecture.md` ("Tables")
-//! for why, and what replaces it.
+//! The latest rows (after every acknowledged statement, which UPDATE, DELETE and primary-key
+//! checks must see) are the table's rows at the last sealed epoch, read from RocksDB, with
+//! the changes of the statements that epoch does not hold yet, which the writer keeps in
+//! memory until it does (`Unsealed`). See `docs/architecture.md` ("Tables").
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::Arc;
 
 // A fast seeded hasher for the rows (SipHash was a fifth of a restart's time).
 use datafusion::common::HashMap as RowMap;
-use std::path::Path;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::concat_batches;
@@ -23,18 +25,19 @@ use datafusion::arrow::datatypes::TimestampMicrosecondType;
 use crate::catalog::{TableDef, WatermarkDef};
 use crate::changelog::ChangeLog;
 use crate::error::{Error, ErrorKind, Result};
+use crate::state::{Snapshot, StateStore};
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::coordinator::FailedActors;
 use crate::stream::message::{Feed, Watermark};
+use crate::stream::operators::materialize::{read_snapshot_part, RowChanges};
 use crate::stream::rows::RowCodec;
 use crate::types::SqlType;
 
-/// A table's rows at a restored checkpoint, how many records of its log it had read, and its
-/// watermark then.
+/// Where a table restored from a checkpoint stands: how many records of its log its restored
+/// state holds, and its watermark then.
 pub struct Restored {
     pub offset: u64,
     pub watermark: Option<i64>,
-    pub rows: Vec<RecordBatch>,
 }
 
 pub struct TableWriter {
@@ -42,34 +45,58 @@ pub struct TableWriter {
     schema: SchemaRef,
     log: ChangeLog,
     feed: Feed,
+    store: Arc<StateStore>,
     /// Why actors failed: a write refused because the table's actor stopped says why.
     failures: FailedActors,
-    latest: LatestRows,
+    unsealed: Unsealed,
     /// The table's watermark so far (with `WATERMARK FOR`): the greatest time inserted, less
     /// the delay.
     watermark: Option<i64>,
 }
 
-/// The rows of a table after every acknowledged statement.
-struct LatestRows {
-    row_codec: RowCodec,
+/// A table's latest rows, to read: its rows at a sealed snapshot with the changes of the
+/// statements the snapshot does not hold.
+pub struct Latest {
+    pub snapshot: Arc<Snapshot>,
+    /// The order in which the table's rows store their columns.
+    pub order: Vec<usize>,
+    pub changes: Arc<RowChanges>,
+}
+
+/// The changes of the table's logged statements that the last sealed epoch does not hold:
+/// bounded by what the table takes between two sealed barriers, not by its size.
+struct Unsealed {
+    /// Rows as the table's state stores them.
+    rows: RowCodec,
+    /// With a primary key: its columns, and their codec (whose keys prefix the stored rows
+    /// when the key leads).
     key: Option<(Vec<usize>, RowCodec)>,
-    /// With a primary key: key bytes -> row bytes. Without: row bytes -> multiplicity, kept
-    /// in `counts`.
-    by_key: RowMap<Vec<u8>, Vec<u8>>,
-    counts: RowMap<Vec<u8>, i64>,
+    /// Each statement not yet sealed: its record number and its changes.
+    records: VecDeque<(u64, Vec<Change>)>,
+    /// The records' changes summed by row (never 0), shared with reads in progress.
+    changes: Arc<RowChanges>,
+    /// With a primary key, the records' changes summed by key (never 0): +1 where the key
+    /// was added, -1 where it was removed.
+    keys: RowMap<Vec<u8>, i64>,
+}
+
+struct Change {
+    row: Vec<u8>,
+    key: Option<Vec<u8>>,
+    weight: i64,
 }
 
 impl TableWriter {
     /// Opens the table's change log and returns the writer with the records to send through
     /// the table's actor. Without `restored`, those are the whole log, which must start at
-    /// record 0, and the latest rows are built from it. With it (a table restored from a
-    /// checkpoint), they are the records from the checkpoint's offset on, and the latest rows
-    /// are the restored rows with those records applied.
+    /// record 0, and the table's state must be empty. With it (a table restored from a
+    /// checkpoint), they are the records from the checkpoint's offset on, the restored state
+    /// holding those before. Either way the writer keeps the records it returns as unsealed
+    /// changes until an epoch that holds them is sealed.
     pub fn open(
         def: TableDef,
         dir: &Path,
-        feed: Feed,
+        (feed, store): (Feed, Arc<StateStore>),
         failures: FailedActors,
         restored: Option<Restored>,
     ) -> Result<(TableWriter, Vec<StreamChunk>)> {
@@ -86,16 +113,18 @@ impl TableWriter {
             Some((def.primary_key.clone(), RowCodec::new(types)?))
         };
         let mut writer = TableWriter {
-            latest: LatestRows {
-                row_codec: RowCodec::for_schema(&schema)?,
+            unsealed: Unsealed {
+                rows: RowCodec::ordered(&schema, &def.storage_order())?,
                 key,
-                by_key: RowMap::default(),
-                counts: RowMap::default(),
+                records: VecDeque::new(),
+                changes: Arc::default(),
+                keys: RowMap::default(),
             },
             def,
             schema,
             log,
             feed,
+            store,
             failures,
             watermark: None,
         };
@@ -107,14 +136,14 @@ impl TableWriter {
                 format!("table \"{name}\": {what}"),
             )
         };
-        match restored {
+        let first = match restored {
             None if base > 0 => {
                 return Err(corrupt(format!(
                     "its change log starts at record {base}: the records before it are only \
                      in a checkpoint, and none was restored"
                 )))
             }
-            None => {}
+            None => 0,
             Some(r) if r.offset < base || r.offset > next => {
                 return Err(corrupt(format!(
                     "the checkpoint restored has read {} records of its change log, which \
@@ -124,16 +153,12 @@ impl TableWriter {
             }
             Some(r) => {
                 writer.watermark = r.watermark;
-                for batch in r.rows {
-                    let chunk = StreamChunk::new(vec![Op::Insert; batch.num_rows()], batch);
-                    writer.latest.apply(&chunk)?;
-                    writer.advance_watermark(&chunk);
-                }
                 history.drain(..(r.offset - base) as usize);
+                r.offset
             }
-        }
-        for chunk in &history {
-            writer.latest.apply(chunk)?;
+        };
+        for (record, chunk) in (first..).zip(&history) {
+            writer.unsealed.add(record, chunk)?;
         }
         Ok((writer, history))
     }
@@ -153,9 +178,30 @@ impl TableWriter {
         &self.schema
     }
 
-    /// The table's rows after every acknowledged statement.
-    pub fn latest_batch(&self) -> Result<RecordBatch> {
-        self.latest.to_batch(&self.schema)
+    /// The table's rows after every acknowledged statement, to read.
+    pub fn latest(&mut self) -> Result<Latest> {
+        // A stopped actor seals nothing more of the table: its state would not hold what the
+        // writer takes as sealed.
+        if self.feed.is_closed() {
+            return Err(self.stopped());
+        }
+        let snapshot = self.seal()?;
+        Ok(Latest {
+            snapshot,
+            order: self.def.storage_order(),
+            changes: self.unsealed.changes.clone(),
+        })
+    }
+
+    /// Forgets the changes that the last sealed epoch holds; returns its snapshot.
+    fn seal(&mut self) -> Result<Arc<Snapshot>> {
+        let snapshot = self.store.snapshot();
+        let offset = self
+            .feed
+            .offset_at(snapshot.epoch)
+            .ok_or_else(|| Error::internal("a table's feed does not keep its offsets"))?;
+        self.unsealed.forget_below(offset);
+        Ok(snapshot)
     }
 
     /// Checks, logs and applies one statement's changes: `deleted` rows (taken from the latest
@@ -181,15 +227,17 @@ impl TableWriter {
         }
         let data = concat_batches(&self.schema, &parts)?;
         let chunk = StreamChunk::new(ops, data);
-        self.latest.check_keys(&chunk, &self.def)?;
         // Refused before anything is logged: a failure reported means nothing happened.
         if self.feed.is_closed() {
             return Err(self.stopped());
         }
+        let snapshot = self.seal()?;
+        self.check_keys(&chunk, &snapshot)?;
+        let record = self.log.next_record();
         self.log.append(&chunk)?;
         // Durable but not yet sent nor acknowledged: a crash here leaves a statement in doubt.
         crate::failpoint::hit("table.after_append");
-        self.latest.apply(&chunk)?;
+        self.unsealed.add(record, &chunk)?;
         let affected = chunk
             .ops
             .iter()
@@ -317,7 +365,91 @@ pub fn advance_watermark(
     })
 }
 
-impl LatestRows {
+impl TableWriter {
+    /// Refuses a change that would give two rows the same primary key.
+    fn check_keys(&self, chunk: &StreamChunk, snapshot: &Snapshot) -> Result<()> {
+        let Some(keys) = self.unsealed.keys_of(chunk.data.columns())? else {
+            return Ok(());
+        };
+        // Whether the table holds a key the statement inserts: its unsealed changes tell where
+        // they touched it, the snapshot tells otherwise.
+        let unsettled: Vec<&[u8]> = keys
+            .iter()
+            .zip(&chunk.ops)
+            .filter(|(k, op)| **op == Op::Insert && !self.unsealed.keys.contains_key(k.as_slice()))
+            .map(|(k, _)| k.as_slice())
+            .collect();
+        let held = crate::blocking(|| self.held_keys(snapshot, &unsettled))?;
+        let holds = |key: &[u8]| match self.unsealed.keys.get(key) {
+            Some(change) => *change > 0,
+            None => held.contains(key),
+        };
+        let mut removed: HashMap<&[u8], ()> = HashMap::new();
+        let mut added: HashMap<&[u8], usize> = HashMap::new();
+        for (row, (key, op)) in keys.iter().zip(&chunk.ops).enumerate() {
+            match op {
+                Op::Delete => {
+                    removed.insert(key, ());
+                }
+                Op::Insert => {
+                    let taken = (holds(key) && !removed.contains_key(key.as_slice()))
+                        || added.contains_key(key.as_slice());
+                    if taken {
+                        return Err(duplicate_key(&self.def, chunk, row));
+                    }
+                    added.insert(key, row);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Which of the primary keys `keys` the table holds at `snapshot`: a seek for each where
+    /// the key leads the stored rows, else (a table created before keys led) a scan of every
+    /// row.
+    fn held_keys<'k>(
+        &self,
+        snapshot: &Snapshot,
+        keys: &[&'k [u8]],
+    ) -> Result<std::collections::HashSet<&'k [u8]>> {
+        let mut held = std::collections::HashSet::new();
+        if keys.is_empty() {
+            return Ok(held);
+        }
+        if self.def.key_leads() {
+            for key in keys {
+                if snapshot.holds_prefix(self.def.id, key)? {
+                    held.insert(*key);
+                }
+            }
+            return Ok(held);
+        }
+        let wanted: std::collections::HashSet<&'k [u8]> = keys.iter().copied().collect();
+        let mut after = None;
+        while let Some((batch, last)) = read_snapshot_part(
+            snapshot,
+            self.def.id,
+            &self.schema,
+            &self.unsealed.rows,
+            (&[], after.as_deref()),
+            SCAN_ROWS,
+            None,
+        )? {
+            for key in self.unsealed.keys_of(batch.columns())?.unwrap_or_default() {
+                if let Some(k) = wanted.get(key.as_slice()) {
+                    held.insert(*k);
+                }
+            }
+            after = Some(last);
+        }
+        Ok(held)
+    }
+}
+
+/// Distinct rows per read when a primary-key check scans a table.
+const SCAN_ROWS: usize = 8192;
+
+impl Unsealed {
     fn keys_of(&self, columns: &[ArrayRef]) -> Result<Option<Vec<Vec<u8>>>> {
         match &self.key {
             Some((cols, codec)) => {
@@ -328,83 +460,57 @@ impl LatestRows {
         }
     }
 
-    /// Refuses a change that would give two rows the same primary key.
-    fn check_keys(&self, chunk: &StreamChunk, def: &TableDef) -> Result<()> {
-        let Some(keys) = self.keys_of(chunk.data.columns())? else {
-            return Ok(());
-        };
-        let mut removed: HashMap<&[u8], ()> = HashMap::new();
-        let mut added: HashMap<&[u8], usize> = HashMap::new();
-        for (row, (key, op)) in keys.iter().zip(&chunk.ops).enumerate() {
-            match op {
-                Op::Delete => {
-                    removed.insert(key, ());
-                }
-                Op::Insert => {
-                    let taken = (self.by_key.contains_key(key)
-                        && !removed.contains_key(key.as_slice()))
-                        || added.contains_key(key.as_slice());
-                    if taken {
-                        return Err(duplicate_key(def, chunk, row));
-                    }
-                    added.insert(key, row);
-                }
+    /// Keeps the changes of the statement logged as `record`.
+    fn add(&mut self, record: u64, chunk: &StreamChunk) -> Result<()> {
+        let rows = self.rows.encode(chunk.data.columns())?;
+        let mut keys = self.keys_of(chunk.data.columns())?.map(Vec::into_iter);
+        let summed = Arc::make_mut(&mut self.changes);
+        let mut changes = Vec::with_capacity(rows.len());
+        for (row, op) in rows.into_iter().zip(&chunk.ops) {
+            let weight = op.weight();
+            let key = keys.as_mut().and_then(Iterator::next);
+            add_to(summed, &row, weight);
+            if let Some(k) = &key {
+                add_to(&mut self.keys, k, weight);
             }
+            changes.push(Change { row, key, weight });
         }
+        self.records.push_back((record, changes));
         Ok(())
     }
 
-    fn apply(&mut self, chunk: &StreamChunk) -> Result<()> {
-        let rows = self.row_codec.encode(chunk.data.columns())?;
-        match self.keys_of(chunk.data.columns())? {
-            Some(keys) => {
-                for ((key, row), op) in keys.into_iter().zip(rows).zip(&chunk.ops) {
-                    match op {
-                        Op::Delete => {
-                            self.by_key.remove(&key);
-                        }
-                        Op::Insert => {
-                            self.by_key.insert(key, row);
-                        }
-                    }
-                }
-            }
-            None => {
-                for (row, op) in rows.into_iter().zip(&chunk.ops) {
-                    match op {
-                        Op::Insert => *self.counts.entry(row).or_insert(0) += 1,
-                        Op::Delete => {
-                            // Deletions are taken from the latest rows, so a row deleted is held.
-                            let count = self
-                                .counts
-                                .get_mut(&row)
-                                .expect("deleted a row the table does not hold");
-                            *count -= 1;
-                            if *count == 0 {
-                                self.counts.remove(&row);
-                            }
-                        }
-                    }
+    /// Forgets the changes of the records before `offset`, which the sealed state holds.
+    fn forget_below(&mut self, offset: u64) {
+        if self.records.front().is_none_or(|(r, _)| *r >= offset) {
+            return;
+        }
+        let summed = Arc::make_mut(&mut self.changes);
+        while self.records.front().is_some_and(|(r, _)| *r < offset) {
+            let Some((_, changes)) = self.records.pop_front() else {
+                break;
+            };
+            for c in changes {
+                add_to(summed, &c.row, -c.weight);
+                if let Some(k) = &c.key {
+                    add_to(&mut self.keys, k, -c.weight);
                 }
             }
         }
-        Ok(())
     }
+}
 
-    fn to_batch(&self, schema: &SchemaRef) -> Result<RecordBatch> {
-        let rows: Vec<&[u8]> = if self.key.is_some() {
-            self.by_key.values().map(Vec::as_slice).collect()
-        } else {
-            self.counts
-                .iter()
-                .flat_map(|(r, c)| std::iter::repeat_n(r.as_slice(), *c as usize))
-                .collect()
-        };
-        if rows.is_empty() {
-            return Ok(RecordBatch::new_empty(schema.clone()));
+/// Adds `by` to `key`'s entry, which goes when it comes to 0.
+fn add_to(map: &mut RowMap<Vec<u8>, i64>, key: &[u8], by: i64) {
+    match map.get_mut(key) {
+        Some(c) => {
+            *c += by;
+            if *c == 0 {
+                map.remove(key);
+            }
         }
-        let columns = self.row_codec.decode(rows)?;
-        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+        None => {
+            map.insert(key.to_vec(), by);
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Materialize: keeps a relation's rows (a table's or a view's) in a state table, as a
-//! multiset: key = the row's bytes, value = how many times it occurs.
+//! multiset: key = the row's bytes, value = how many times it occurs. A table's rows store
+//! its primary key's columns first (`TableDef::storage_order`), so that a key is a prefix.
 //!
 //! Queries read these tables at the last sealed epoch; a view created on top of this relation
 //! backfills from them.
@@ -25,10 +26,17 @@ pub struct Materialize {
 }
 
 impl Materialize {
-    pub fn new(store: Arc<StateStore>, table: TableId, schema: SchemaRef) -> Result<Materialize> {
+    /// Keeps the rows of `schema` in state table `table`, their columns stored in `order`
+    /// (`RowCodec::ordered`).
+    pub fn new(
+        store: Arc<StateStore>,
+        table: TableId,
+        schema: SchemaRef,
+        order: &[usize],
+    ) -> Result<Materialize> {
         Ok(Materialize {
             table: StateTable::new(store, table),
-            codec: RowCodec::for_schema(&schema)?,
+            codec: RowCodec::ordered(&schema, order)?,
             schema,
             deltas: HashMap::new(),
         })
@@ -99,6 +107,10 @@ impl Materialize {
     }
 }
 
+/// Changes in multiplicity, by row key, that a snapshot does not hold yet (a table's
+/// statements of unsealed epochs): read with them, the snapshot gives the table's latest rows.
+pub type RowChanges = datafusion::common::HashMap<Vec<u8>, i64>;
+
 /// Reads a materialized relation at a sealed epoch, as batches of at most `rows_max` distinct
 /// rows.
 pub fn read_snapshot(
@@ -117,6 +129,7 @@ pub fn read_snapshot(
         &codec,
         (&[], after.as_deref()),
         rows_max,
+        None,
     )? {
         batches.push(batch);
         after = Some(last);
@@ -129,8 +142,10 @@ pub fn read_snapshot(
 
 /// Reads the next at most `rows_max` distinct rows of a materialized relation at a sealed
 /// epoch: those after the key `after` (from the first without it) whose keys start with
-/// `prefix` (the encoding of the values of the first columns). Returns them as a batch, with
-/// the last key read to continue from; `None` past the last row.
+/// `prefix` (the encoding of the values of the first columns), each counted with its
+/// `changes`. Returns them as a batch, with the last key read to continue from; `None` past
+/// the last row. Rows that `changes` adds and the snapshot lacks are not among them
+/// (`read_added`).
 pub fn read_snapshot_part(
     snapshot: &Snapshot,
     table: TableId,
@@ -138,6 +153,7 @@ pub fn read_snapshot_part(
     codec: &RowCodec,
     (prefix, after): (&[u8], Option<&[u8]>),
     rows_max: usize,
+    changes: Option<&RowChanges>,
 ) -> Result<Option<(RecordBatch, Vec<u8>)>> {
     // The smallest key greater than `after`, or the first with the prefix.
     let start = match after {
@@ -145,28 +161,57 @@ pub fn read_snapshot_part(
         None => prefix.to_vec(),
     };
     let mut part: Vec<(Vec<u8>, i64)> = Vec::new();
+    let (mut read, mut last) = (0, Vec::new());
     let mut failure: Option<Error> = None;
     snapshot.scan_table_from(table, Some(&start), &mut |k, v| {
         if !k.starts_with(prefix) {
             return false;
         }
         match decode_count(v) {
-            Ok(c) => part.push((k.to_vec(), c)),
+            Ok(c) => {
+                let c = c + changes.and_then(|m| m.get(k)).copied().unwrap_or(0);
+                if c > 0 {
+                    part.push((k.to_vec(), c));
+                }
+            }
             Err(e) => {
                 failure = Some(e);
                 return false;
             }
         }
-        part.len() < rows_max
+        read += 1;
+        last.clear();
+        last.extend_from_slice(k);
+        read < rows_max
     })?;
     if let Some(e) = failure {
         return Err(e);
     }
-    let Some((last, _)) = part.last() else {
+    if read == 0 {
         return Ok(None);
-    };
-    let last = last.clone();
+    }
     Ok(Some((decode_counted(codec, schema, &part)?, last)))
+}
+
+/// The rows that `changes` adds to a relation whose snapshot does not hold them, among those
+/// whose keys start with `prefix`: the rest of a read with changes, after `read_snapshot_part`.
+pub fn read_added(
+    snapshot: &Snapshot,
+    table: TableId,
+    schema: &SchemaRef,
+    codec: &RowCodec,
+    prefix: &[u8],
+    changes: &RowChanges,
+) -> Result<RecordBatch> {
+    let mut added = Vec::new();
+    for (row, change) in changes {
+        if *change > 0 && row.starts_with(prefix) && snapshot.get(table, row)?.is_none() {
+            added.push((row.clone(), *change));
+        }
+    }
+    // In key order, as a scan would give them.
+    added.sort_unstable();
+    decode_counted(codec, schema, &added)
 }
 
 fn decode_count(v: &[u8]) -> Result<i64> {
@@ -218,7 +263,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open_fresh(dir.path()).unwrap();
         let s = schema(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
-        let mut m = Materialize::new(store.clone(), 9, s.clone()).unwrap();
+        let mut m = Materialize::new(store.clone(), 9, s.clone(), &[]).unwrap();
         m.apply(&chunk(&s, "+ 1 x\n+ 1 x\n+ 2 y\n+ 3 NULL"))
             .unwrap();
         m.apply(&chunk(&s, "- 2 y\n- 1 x")).unwrap();
