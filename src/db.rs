@@ -164,6 +164,7 @@ impl Database {
             ..Default::default()
         };
         let (store, restored) = restore_state(&config, &storage, &mut recovery).await?;
+        store.limit_memory(config.memory_limit_bytes())?;
         recovery.restore_ms = started.elapsed().as_millis() as u64;
         // Without a local catalog (a new machine, a lost disk), the checkpoint's catalog
         // becomes it, and each table's log starts empty at the checkpoint's offset: what was
@@ -1008,9 +1009,9 @@ impl Database {
         let (writer, history) = TableWriter::open(
             def.clone(),
             &self.tables_dir,
-            (feed.clone(), self.store.clone()),
-            self.barriers.failed.clone(),
+            (feed.clone(), self.barriers.clone()),
             restored.map(|(offset, watermark)| crate::table::Restored { offset, watermark }),
+            (self.config.memory_limit_bytes() / 16) as usize,
         )?;
         let schema = writer.schema().clone();
         self.catalog_mut().set_schema(def.id, schema.clone());

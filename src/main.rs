@@ -10,6 +10,20 @@ use tracing_subscriber::EnvFilter;
 use weir::config::Config;
 use weir::db::Database;
 
+/// The server's allocator. jemalloc returns freed memory to the system within a second (its
+/// background thread purges idle arenas), where glibc's malloc kept the peak of a burst (a
+/// bulk load, a large statement) resident.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options (a C string it reads at its start): purge freed pages after a second,
+/// from a background thread, so that an idle server shrinks too.
+#[allow(non_upper_case_globals)]
+#[export_name = "malloc_conf"]
+pub static malloc_conf: Option<&'static u8> = Some(&MALLOC_CONF[0]);
+
+const MALLOC_CONF: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 #[derive(Parser)]
 #[command(
     name = "weir",

@@ -481,3 +481,84 @@ async fn a_write_refused_after_its_tables_actor_failed_never_happened() {
     rows.sort_by_key(|r| r.parse::<i32>().unwrap());
     assert_eq!(rows, acknowledged);
 }
+
+/// A table ten times the server's memory limit loads, takes a full-scan UPDATE, a point
+/// UPDATE and key checks, and restarts from a checkpoint, with the server's peak RSS within
+/// the limit plus 256 MiB each time: a table's latest rows are read from RocksDB, with only
+/// its unsealed changes in memory, and a restart reads no rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_ten_times_the_memory_limit_loads_updates_and_restarts_within_it() {
+    const MIB: u64 = 1 << 20;
+    const LIMIT: u64 = 32 * MIB;
+    // Rows of about 1 KB.
+    const ROWS: i64 = 340_000;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, format!("memory_limit = {LIMIT}\n")).unwrap();
+    let args = ["--config", config.to_str().unwrap()];
+    let bound = LIMIT + 256 * MIB;
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE big (note text, id bigint PRIMARY KEY, v bigint)")
+        .await
+        .unwrap();
+    for first in (1..=ROWS).step_by(10_000) {
+        c.batch_execute(&format!(
+            "INSERT INTO big SELECT repeat(md5(value::text), 31), value, 0
+               FROM generate_series({first}, {})",
+            first + 9_999
+        ))
+        .await
+        .unwrap();
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    let bytes: u64 = text_rows(&c, "SELECT sum(octet_length(note) + 16) FROM big").await[0]
+        .parse()
+        .unwrap();
+    assert!(bytes > 10 * LIMIT, "the table holds {} MiB", bytes / MIB);
+    // A full scan, a point update and key checks against sealed rows.
+    let updated = c
+        .execute("UPDATE big SET v = v + 1 WHERE id % 1000 = 0", &[])
+        .await
+        .unwrap();
+    assert_eq!(updated, 340);
+    let updated = c
+        .execute("UPDATE big SET v = 5 WHERE id = 77", &[])
+        .await
+        .unwrap();
+    assert_eq!(updated, 1);
+    let duplicate = |id: i64| format!("INSERT INTO big VALUES ('again', {id}, 0)");
+    let e = c.batch_execute(&duplicate(12_345)).await.unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("23505"), "{e}");
+    c.batch_execute("CHECKPOINT").await.unwrap();
+    // Changes after the checkpoint are replayed.
+    c.batch_execute("UPDATE big SET v = v + 1 WHERE id <= 100")
+        .await
+        .unwrap();
+    let peak = common::peak_rss_bytes(server.pid());
+    eprintln!("peak RSS while loading and updating: {} MiB", peak / MIB);
+    assert!(peak < bound, "peak RSS {} MiB while loading", peak / MIB);
+    drop(c);
+    server.stop(SIGKILL).await;
+
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    drain(&c).await;
+    assert_eq!(
+        text_rows(&c, "SELECT count(*), sum(v) FROM big").await,
+        [format!("{ROWS} {}", 340 + 99 + 6)]
+    );
+    let e = c.batch_execute(&duplicate(ROWS)).await.unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("23505"), "{e}");
+    c.batch_execute(&duplicate(ROWS + 1)).await.unwrap();
+    let peak = common::peak_rss_bytes(server.pid());
+    eprintln!("peak RSS after the restart: {} MiB", peak / MIB);
+    assert!(
+        peak < bound,
+        "peak RSS {} MiB after the restart",
+        peak / MIB
+    );
+    drop(c);
+    server.stop(SIGKILL).await;
+}

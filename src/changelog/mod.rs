@@ -77,23 +77,24 @@ fn bases(dir: &Path, id: u32) -> Result<Vec<u64>> {
 }
 
 impl ChangeLog {
-    /// Opens (or creates, empty from record 0) table `id`'s log in `dir`; returns it with its
-    /// base and every record it holds. Of several files (a crash during a truncation), the
-    /// one with the highest base is the log: it was complete before it got its name.
-    pub fn open(dir: &Path, id: u32) -> Result<(ChangeLog, Vec<StreamChunk>)> {
+    /// Opens (or creates, empty from record 0) table `id`'s log in `dir`; returns it with the
+    /// records it holds from record `from` on (every record is read and checked, but only
+    /// those are kept). Of several files (a crash during a truncation), the one with the
+    /// highest base is the log: it was complete before it got its name.
+    pub fn open(dir: &Path, id: u32, from: u64) -> Result<(ChangeLog, Vec<StreamChunk>)> {
         let mut all = bases(dir, id)?;
         let base = all.pop().unwrap_or(0);
         for stale in all {
             std::fs::remove_file(dir.join(file_name(id, stale)))?;
         }
-        ChangeLog::open_file(dir, id, base)
+        ChangeLog::open_file(dir, id, base, from)
     }
 
     /// Creates table `id`'s log in `dir` empty, starting at record `base` (a table restored
     /// from a checkpoint without its log), replacing any file of it.
     pub fn create_at(dir: &Path, id: u32, base: u64) -> Result<ChangeLog> {
         ChangeLog::remove(dir, id)?;
-        let (log, _) = ChangeLog::open_file(dir, id, base)?;
+        let (log, _) = ChangeLog::open_file(dir, id, base, base)?;
         std::fs::File::open(dir)?.sync_all()?;
         Ok(log)
     }
@@ -124,7 +125,12 @@ impl ChangeLog {
         Ok(())
     }
 
-    fn open_file(dir: &Path, id: u32, base: u64) -> Result<(ChangeLog, Vec<StreamChunk>)> {
+    fn open_file(
+        dir: &Path,
+        id: u32,
+        base: u64,
+        from: u64,
+    ) -> Result<(ChangeLog, Vec<StreamChunk>)> {
         let path = dir.join(file_name(id, base));
         let mut file = OpenOptions::new()
             .create(true)
@@ -132,10 +138,10 @@ impl ChangeLog {
             .append(true)
             .open(&path)?;
         let len = file.metadata()?.len();
-        let mut bytes = Vec::with_capacity(len as usize);
         file.seek(SeekFrom::Start(0))?;
-        file.read_to_end(&mut bytes)?;
-        let (chunks, starts, end) = decode_records(&bytes, &path)?;
+        let skip = from.saturating_sub(base);
+        let reader = std::io::BufReader::with_capacity(1 << 20, &mut file);
+        let (chunks, starts, end) = read_records(reader, len, &path, skip)?;
         if end < len {
             tracing::warn!(
                 path = %path.display(),
@@ -188,7 +194,7 @@ impl ChangeLog {
 
     /// Decodes a shipped segment: whole records only.
     pub fn decode_segment(bytes: &[u8], name: &str) -> Result<Vec<StreamChunk>> {
-        let (chunks, _, end) = decode_records(bytes, Path::new(name))?;
+        let (chunks, _, end) = read_records(bytes, bytes.len() as u64, Path::new(name), 0)?;
         if end != bytes.len() as u64 {
             return Err(Error::new(
                 ErrorKind::DataCorruption,
@@ -222,9 +228,7 @@ impl ChangeLog {
         }
         let first = (offset - self.base) as usize;
         let from = self.starts.get(first).copied().unwrap_or(self.end);
-        let mut rest = vec![0u8; (self.end - from) as usize];
-        self.file.seek(SeekFrom::Start(from))?;
-        self.file.read_exact(&mut rest)?;
+        let rest = self.end - from;
         let path = self.dir.join(file_name(self.id, offset));
         let tmp = path.with_extension("log.tmp");
         // Written, synced and opened for appends before it gets its name: a failure up to the
@@ -237,7 +241,16 @@ impl ChangeLog {
                 .read(true)
                 .write(true)
                 .open(&tmp)?;
-            f.write_all(&rest)?;
+            // Copied through a small buffer: the records kept can be larger than memory.
+            let mut old = &self.file;
+            old.seek(SeekFrom::Start(from))?;
+            let copied = std::io::copy(&mut old.take(rest), &mut f)?;
+            if copied != rest {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the log ended {} bytes early", rest - copied),
+                ));
+            }
             f.sync_all()?;
             drop(f);
             let f = OpenOptions::new().read(true).append(true).open(&tmp)?;
@@ -374,35 +387,49 @@ fn encode_record(chunk: &StreamChunk) -> Result<Vec<u8>> {
 
 /// Decodes whole records; returns them, where each starts, and the offset where the whole
 /// records end.
-fn decode_records(bytes: &[u8], path: &Path) -> Result<(Vec<StreamChunk>, Vec<u64>, u64)> {
-    let mut chunks = Vec::new();
-    let mut starts = Vec::new();
-    let mut pos = 0usize;
-    while bytes.len() - pos >= HEADER_BYTES as usize {
-        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4 bytes"));
-        let crc = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().expect("4 bytes"));
-        let start = pos + HEADER_BYTES as usize;
-        let end = start.saturating_add(len as usize);
-        if len > RECORD_BYTES_MAX || end > bytes.len() {
+/// Reads the `len` bytes of a log from its start, a record at a time: returns the
+/// records after the first `skip` ones, the byte position of every record, and the end of the
+/// last whole one. Only one record is in memory at a time (and the rest of the file, when a
+/// damaged length must be told from a torn tail).
+fn read_records(
+    mut reader: impl Read,
+    len: u64,
+    path: &Path,
+    skip: u64,
+) -> Result<(Vec<StreamChunk>, Vec<u64>, u64)> {
+    let (mut chunks, mut starts) = (Vec::new(), Vec::new());
+    let mut payload = Vec::new();
+    let mut pos = 0u64;
+    while len - pos >= HEADER_BYTES {
+        let mut header = [0u8; HEADER_BYTES as usize];
+        reader.read_exact(&mut header)?;
+        let record_len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+        let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
+        let end = pos + HEADER_BYTES + record_len as u64;
+        if record_len > RECORD_BYTES_MAX || end > len {
             // A record that runs past the end of the file is a torn append, unless a whole
             // record follows it: then its length field is damaged, and taking it for a torn
             // tail would drop every record after it.
-            if let Some(next) = whole_record_after(bytes, pos) {
+            let mut rest = header.to_vec();
+            reader.read_to_end(&mut rest)?;
+            if let Some(next) = whole_record_after(&rest, 0) {
                 return Err(Error::new(
                     ErrorKind::DataCorruption,
                     format!(
                         "change log {} is damaged: record {} (at byte {pos}) has a length \
-                         of {len} bytes, yet a whole record starts at byte {next}",
+                         of {record_len} bytes, yet a whole record starts at byte {}",
                         path.display(),
-                        chunks.len(),
+                        starts.len(),
+                        pos + next as u64,
                     ),
                 ));
             }
             break;
         }
-        let payload = &bytes[start..end];
-        if crc32fast::hash(payload) != crc {
-            if end == bytes.len() {
+        payload.resize(record_len as usize, 0);
+        reader.read_exact(&mut payload)?;
+        if crc32fast::hash(&payload) != crc {
+            if end == len {
                 // The last record's bytes were not all written: torn.
                 break;
             }
@@ -414,21 +441,23 @@ fn decode_records(bytes: &[u8], path: &Path) -> Result<(Vec<StreamChunk>, Vec<u6
                 ),
             ));
         }
-        let mut reader = StreamReader::try_new(payload, None)?;
-        let batch = reader.next().ok_or_else(|| {
-            Error::new(
-                ErrorKind::DataCorruption,
-                format!(
-                    "an empty record in change log {} at offset {pos}",
-                    path.display()
-                ),
-            )
-        })??;
-        chunks.push(StreamChunk::from_batch_with_ops(batch)?);
-        starts.push(pos as u64);
+        if starts.len() as u64 >= skip {
+            let mut records = StreamReader::try_new(payload.as_slice(), None)?;
+            let batch = records.next().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::DataCorruption,
+                    format!(
+                        "an empty record in change log {} at offset {pos}",
+                        path.display()
+                    ),
+                )
+            })??;
+            chunks.push(StreamChunk::from_batch_with_ops(batch)?);
+        }
+        starts.push(pos);
         pos = end;
     }
-    Ok((chunks, starts, pos as u64))
+    Ok((chunks, starts, pos))
 }
 
 /// The start of the first whole record (header, checksum and an Arrow IPC payload) after
@@ -467,7 +496,7 @@ mod tests {
         let path = dir.path().join("7.log");
         let s = schema(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
         {
-            let (mut log, old) = ChangeLog::open(dir.path(), 7).unwrap();
+            let (mut log, old) = ChangeLog::open(dir.path(), 7, 0).unwrap();
             assert!(old.is_empty());
             log.append(&chunk(&s, "+ 1 x\n+ 2 y")).unwrap();
             log.append(&chunk(&s, "- 1 x")).unwrap();
@@ -477,7 +506,7 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&[200, 0, 0, 0, 1, 2, 3]).unwrap();
         drop(f);
-        let (log, chunks) = ChangeLog::open(dir.path(), 7).unwrap();
+        let (log, chunks) = ChangeLog::open(dir.path(), 7, 0).unwrap();
         assert_eq!(log.end(), whole);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
         let text: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
@@ -490,14 +519,14 @@ mod tests {
         let path = dir.path().join("7.log");
         let s = schema(&[("a", DataType::Int64)]);
         {
-            let (mut log, _) = ChangeLog::open(dir.path(), 7).unwrap();
+            let (mut log, _) = ChangeLog::open(dir.path(), 7, 0).unwrap();
             log.append(&chunk(&s, "+ 1")).unwrap();
             log.append(&chunk(&s, "+ 2")).unwrap();
         }
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[20] ^= 0xff;
         std::fs::write(&path, bytes).unwrap();
-        let err = ChangeLog::open(dir.path(), 7).err().unwrap();
+        let err = ChangeLog::open(dir.path(), 7, 0).err().unwrap();
         assert_eq!(err.kind, ErrorKind::DataCorruption);
     }
 
@@ -507,7 +536,7 @@ mod tests {
         let path = dir.path().join("7.log");
         let s = schema(&[("a", DataType::Int64)]);
         let second = {
-            let (mut log, _) = ChangeLog::open(dir.path(), 7).unwrap();
+            let (mut log, _) = ChangeLog::open(dir.path(), 7, 0).unwrap();
             let first = log.append(&chunk(&s, "+ 1")).unwrap();
             log.append(&chunk(&s, "+ 2")).unwrap();
             log.append(&chunk(&s, "+ 3")).unwrap();
@@ -520,7 +549,7 @@ mod tests {
             let mut bytes = whole.clone();
             bytes[second..second + 4].copy_from_slice(&len.to_le_bytes());
             std::fs::write(&path, &bytes).unwrap();
-            let err = ChangeLog::open(dir.path(), 7).err().unwrap();
+            let err = ChangeLog::open(dir.path(), 7, 0).err().unwrap();
             assert_eq!(err.kind, ErrorKind::DataCorruption, "{}", err.message);
             assert!(err.message.contains("record 1 (at byte"), "{}", err.message);
             // Nothing was cut off.
@@ -535,7 +564,7 @@ mod tests {
             (whole.len() - 1, 2),
         ] {
             std::fs::write(&path, &whole[..cut]).unwrap();
-            let (_, chunks) = ChangeLog::open(dir.path(), 7).unwrap();
+            let (_, chunks) = ChangeLog::open(dir.path(), 7, 0).unwrap();
             assert_eq!(chunks.len(), kept, "cut at {cut}");
         }
     }
@@ -553,7 +582,7 @@ mod tests {
     fn truncation_keeps_record_numbers_and_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let s = schema(&[("a", DataType::Int64)]);
-        let (mut log, _) = ChangeLog::open(dir.path(), 3).unwrap();
+        let (mut log, _) = ChangeLog::open(dir.path(), 3, 0).unwrap();
         for i in 0..5 {
             log.append(&chunk(&s, &format!("+ {i}"))).unwrap();
         }
@@ -566,14 +595,20 @@ mod tests {
         log.append(&chunk(&s, "+ 6")).unwrap();
         drop(log);
         assert_eq!(files(dir.path()), ["3.4.log"]);
-        let (log, chunks) = ChangeLog::open(dir.path(), 3).unwrap();
+        let (log, chunks) = ChangeLog::open(dir.path(), 3, 0).unwrap();
         assert_eq!((log.base(), log.next_record()), (4, 7));
         let text: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
         assert_eq!(text, ["+ 4\n", "+ 5\n", "+ 6\n"]);
+        // Opened from a record on, only the records from there are returned.
+        drop(log);
+        let (log, chunks) = ChangeLog::open(dir.path(), 3, 6).unwrap();
+        assert_eq!((log.base(), log.next_record()), (4, 7));
+        let text: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
+        assert_eq!(text, ["+ 6\n"]);
         // A crash during a truncation can leave the old file beside the new one: the new
         // one is the log, the old one goes.
         std::fs::write(dir.path().join("3.log"), b"").unwrap();
-        let (log, _) = ChangeLog::open(dir.path(), 3).unwrap();
+        let (log, _) = ChangeLog::open(dir.path(), 3, 0).unwrap();
         assert_eq!(log.base(), 4);
         assert_eq!(files(dir.path()), ["3.4.log"]);
         // Another table's files are not this one's.

@@ -571,18 +571,9 @@ impl Checkpointer {
         record: &mut Record,
         uploaded: &mut Vec<String>,
     ) -> Result<(u64, u32)> {
-        // Read and checksummed off the async threads: an SST can be hundreds of MB.
-        let (bytes, crc32) = tokio::task::spawn_blocking(move || {
-            std::fs::read(path).map(|b| {
-                let crc32 = crc32fast::hash(&b);
-                (Bytes::from(b), crc32)
-            })
-        })
-        .await
-        .map_err(|e| Error::internal(format!("reading a checkpoint file: {e}")))??;
-        let size = bytes.len() as u64;
         uploaded.push(object.to_string());
-        self.storage.put(object, bytes).await?;
+        // A part at a time: an SST can be larger than memory.
+        let (size, crc32) = self.storage.put_file(object, &path).await?;
         record.files_uploaded += 1;
         record.bytes_uploaded += size;
         Ok((size, crc32))

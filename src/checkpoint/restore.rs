@@ -172,22 +172,15 @@ async fn download(
     file: &FileRef,
     path: &Path,
 ) -> Result<u64> {
-    let bytes = storage.get(&file.object).await?;
-    if bytes.len() as u64 != file.size || crc32fast::hash(&bytes) != file.crc32 {
+    // A part at a time: an SST can be larger than memory.
+    let (len, crc32) = storage.get_to_file(&file.object, path).await?;
+    if len != file.size || crc32 != file.crc32 {
+        let _ = std::fs::remove_file(path);
         return Err(corrupt(format!(
             "checkpoint {}: {} does not have the size and checksum its manifest records",
             manifest.id, file.object
         )));
     }
-    let len = bytes.len() as u64;
-    let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || -> Result<()> {
-        std::fs::write(&path, &bytes)?;
-        std::fs::File::open(&path)?.sync_all()?;
-        Ok(())
-    })
-    .await
-    .map_err(|e| Error::internal(format!("writing a restored file: {e}")))??;
     Ok(len)
 }
 
@@ -198,9 +191,19 @@ async fn local_matches(path: &Path, file: &FileRef) -> Result<bool> {
         _ => return Ok(false),
     }
     let path = path.to_path_buf();
-    let crc = tokio::task::spawn_blocking(move || std::fs::read(path).map(|b| crc32fast::hash(&b)))
-        .await
-        .map_err(|e| Error::internal(format!("checking a local file: {e}")))??;
+    // A part at a time: an SST can be larger than memory.
+    let crc = tokio::task::spawn_blocking(move || -> std::io::Result<u32> {
+        let mut f = std::fs::File::open(path)?;
+        let (mut crc, mut buffer) = (crc32fast::Hasher::new(), vec![0u8; 1 << 20]);
+        loop {
+            match std::io::Read::read(&mut f, &mut buffer)? {
+                0 => return Ok(crc.finalize()),
+                n => crc.update(&buffer[..n]),
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::internal(format!("checking a local file: {e}")))??;
     Ok(crc == file.crc32)
 }
 

@@ -19,8 +19,9 @@ use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -319,6 +320,87 @@ impl Storage {
         Ok(())
     }
 
+    /// Writes the file at `path` as object `name` (atomically, like `put`), read a part at a
+    /// time so that a large file is never whole in memory: in one put up to `PART_BYTES`,
+    /// as a multipart upload above. Returns the size and CRC32 of what was written.
+    pub async fn put_file(&self, name: &str, path: &Path) -> Result<(u64, u32)> {
+        let mut file = tokio::fs::File::open(path).await.map_err(|e| {
+            Error::io(
+                &e,
+                format!("cannot read checkpoint file {}: {e}", path.display()),
+            )
+        })?;
+        let size = file.metadata().await?.len();
+        let mut crc = crc32fast::Hasher::new();
+        if size <= PART_BYTES as u64 {
+            let mut bytes = Vec::with_capacity(size as usize);
+            file.read_to_end(&mut bytes).await?;
+            crc.update(&bytes);
+            let size = bytes.len() as u64;
+            self.put(name, Bytes::from(bytes)).await?;
+            return Ok((size, crc.finalize()));
+        }
+        self.check_owner().await?;
+        let cannot = |e| store_error(&format!("cannot write {name}"), e);
+        let upload = self
+            .store
+            .put_multipart(&ObjectPath::from(name))
+            .await
+            .map_err(cannot)?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut written = 0u64;
+        let sent: Result<()> = async {
+            loop {
+                let n = file.read(&mut buffer).await?;
+                if n == 0 {
+                    return Ok(());
+                }
+                crc.update(&buffer[..n]);
+                written += n as u64;
+                // At most two parts in flight: memory stays a few parts, whatever the size.
+                writer.wait_for_capacity(2).await.map_err(cannot)?;
+                writer.write(&buffer[..n]);
+            }
+        }
+        .await;
+        if let Err(e) = sent {
+            let _ = writer.abort().await;
+            return Err(e);
+        }
+        writer.finish().await.map_err(cannot)?;
+        if let Some(root) = &self.local_root {
+            sync_path(&root.join(name))?;
+        }
+        Ok((written, crc.finalize()))
+    }
+
+    /// Reads object `name` into the file at `path` (created or replaced, and synced), a part
+    /// at a time. Returns the size and CRC32 of what was written.
+    pub async fn get_to_file(&self, name: &str, path: &Path) -> Result<(u64, u32)> {
+        let cannot = |e| store_error(&format!("cannot read {name}"), e);
+        let mut parts = self
+            .store
+            .get(&ObjectPath::from(name))
+            .await
+            .map_err(cannot)?
+            .into_stream();
+        let mut file = tokio::fs::File::create(path).await.map_err(|e| {
+            Error::io(
+                &e,
+                format!("cannot write restored file {}: {e}", path.display()),
+            )
+        })?;
+        let (mut size, mut crc) = (0u64, crc32fast::Hasher::new());
+        while let Some(part) = parts.try_next().await.map_err(cannot)? {
+            crc.update(&part);
+            size += part.len() as u64;
+            file.write_all(&part).await?;
+        }
+        file.sync_all().await?;
+        Ok((size, crc.finalize()))
+    }
+
     pub async fn get(&self, name: &str) -> Result<Bytes> {
         let got = self
             .store
@@ -352,6 +434,9 @@ impl Storage {
         Ok(out)
     }
 }
+
+/// The size of a part when a file is uploaded in parts (S3 takes parts of at least 5 MiB).
+const PART_BYTES: usize = 8 << 20;
 
 /// Syncs a file and the directory that names it.
 fn sync_path(path: &Path) -> Result<()> {

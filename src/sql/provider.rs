@@ -132,7 +132,12 @@ impl TableProvider for RelationTable {
                 changes,
             } => {
                 let mut scan = SnapshotScan::new(
-                    (*table, snapshot.clone(), order.clone(), Some(changes.clone())),
+                    (
+                        *table,
+                        snapshot.clone(),
+                        order.clone(),
+                        Some(changes.clone()),
+                    ),
                     self.schema.clone(),
                     projection.cloned(),
                     limit,
@@ -353,7 +358,8 @@ impl ExecutionPlan for SnapshotScan {
         let start = (Some(None::<Vec<u8>>), self.limit.unwrap_or(usize::MAX));
         let batches = futures::stream::try_unfold(start, move |(from, left)| {
             let (snapshot, schema, codec) = (snapshot.clone(), schema.clone(), codec.clone());
-            let (projection, prefix, changes) = (projection.clone(), prefix.clone(), changes.clone());
+            let (projection, prefix, changes) =
+                (projection.clone(), prefix.clone(), changes.clone());
             async move {
                 if left == 0 {
                     return Ok(None);
@@ -374,8 +380,9 @@ impl ExecutionPlan for SnapshotScan {
                         Ok(match (part, changes) {
                             (Some((batch, last)), _) => Some((batch, Some(Some(last)))),
                             (None, Some(changes)) => {
-                                let added =
-                                    read_added(&snapshot, table, &schema, &codec, &prefix, &changes)?;
+                                let added = read_added(
+                                    &snapshot, table, &schema, &codec, &prefix, &changes,
+                                )?;
                                 Some((added, None))
                             }
                             (None, None) => None,
@@ -490,9 +497,13 @@ mod tests {
         assert!(batches.is_empty());
         // An equality on the first column reads that value's rows only.
         use datafusion::prelude::{col, lit};
-        let mut plan =
-            SnapshotScan::new((9, snapshot.clone(), Vec::new(), None), s.clone(), None, None)
-                .unwrap();
+        let mut plan = SnapshotScan::new(
+            (9, snapshot.clone(), Vec::new(), None),
+            s.clone(),
+            None,
+            None,
+        )
+        .unwrap();
         plan.key_prefix(&[col("b").eq(lit(6i64)).and(col("a").eq(lit(8000i64)))])
             .unwrap();
         let batches: Vec<RecordBatch> = plan
@@ -529,7 +540,12 @@ mod tests {
         changes.insert(key(-1, 9), 2); // new, twice
         let read = |filters: Vec<Expr>| {
             let mut plan = SnapshotScan::new(
-                (9, snapshot.clone(), Vec::new(), Some(Arc::new(changes.clone()))),
+                (
+                    9,
+                    snapshot.clone(),
+                    Vec::new(),
+                    Some(Arc::new(changes.clone())),
+                ),
                 s.clone(),
                 None,
                 None,
@@ -563,7 +579,10 @@ mod tests {
         expected.sort_unstable();
         assert_eq!(read(vec![]).await, expected);
         use datafusion::prelude::{col, lit};
-        assert_eq!(read(vec![col("a").eq(lit(-1i64))]).await, [(-1, 9), (-1, 9)]);
+        assert_eq!(
+            read(vec![col("a").eq(lit(-1i64))]).await,
+            [(-1, 9), (-1, 9)]
+        );
         assert_eq!(read(vec![col("a").eq(lit(3i64))]).await, [(3, 3), (3, 3)]);
         assert_eq!(read(vec![col("a").eq(lit(5i64))]).await, []);
     }

@@ -13,7 +13,7 @@
 mod table;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rocksdb::{
@@ -97,7 +97,15 @@ pub struct StateStore {
     seal_lock: Mutex<Changes>,
     /// Whether those writes are kept: false when every checkpoint is a base one.
     keep_changes: AtomicBool,
+    /// Most bytes of writes kept for a delta (`DELTA_BYTES_MAX`, less under a small memory
+    /// limit).
+    delta_bytes_max: AtomicUsize,
+    /// RocksDB's cache of blocks read.
+    block_cache: rocksdb::Cache,
 }
+
+/// The block cache's size, unless the memory limit is small (RocksDB's default).
+const BLOCK_CACHE_BYTES: usize = 32 << 20;
 
 /// Most bytes of writes kept between two checkpoints for a delta: beyond, the next checkpoint
 /// is a base one (a delta that large would cost what a base one costs).
@@ -110,7 +118,7 @@ struct Changes {
     writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     bytes: usize,
     /// False once something happened that a delta does not carry: a whole state table
-    /// deleted, or more than `DELTA_BYTES_MAX` bytes written.
+    /// deleted, or more than the store's `delta_bytes_max` bytes written.
     whole: bool,
 }
 
@@ -128,7 +136,7 @@ impl Changes {
         *self = Changes::new(false);
     }
 
-    fn record(&mut self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+    fn record(&mut self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>, bytes_max: usize) {
         if !self.whole {
             return;
         }
@@ -137,7 +145,7 @@ impl Changes {
             .iter()
             .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len) + 64)
             .sum::<usize>();
-        if self.bytes > DELTA_BYTES_MAX {
+        if self.bytes > bytes_max {
             self.spoil();
         } else {
             self.writes.extend(writes);
@@ -212,6 +220,10 @@ impl StateStore {
 
     fn open(dir: &Path, epoch: u64, create: bool, deltas: &[PathBuf]) -> Result<Arc<StateStore>> {
         let mut opts = db_options();
+        let block_cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+        let mut table = block_table_options();
+        table.set_block_cache(&block_cache);
+        opts.set_block_based_table_factory(&table);
         opts.create_if_missing(create);
         let db = DB::open(&opts, dir).map_err(storage_error)?;
         // One file per call: each gets a newer sequence number than everything before it,
@@ -236,6 +248,8 @@ impl StateStore {
             sealed,
             seal_lock: Mutex::new(Changes::new(true)),
             keep_changes: AtomicBool::new(true),
+            delta_bytes_max: AtomicUsize::new(DELTA_BYTES_MAX),
+            block_cache,
         }))
     }
 
@@ -297,7 +311,7 @@ impl StateStore {
         // A delta carries no range deletions: a dropped table's state makes the next
         // checkpoint a base one.
         if writes.dropped_tables.is_empty() {
-            changes.record(writes.puts);
+            changes.record(writes.puts, self.delta_bytes_max.load(Ordering::Acquire));
         } else {
             changes.spoil();
         }
@@ -373,6 +387,28 @@ impl StateStore {
         .iter()
         .filter_map(|p| self.db.property_int_value(*p).ok().flatten())
         .sum()
+    }
+
+    /// Sizes RocksDB's memory to the server's memory limit: write buffers (memtables) of a
+    /// sixteenth of it, between 4 and 64 MiB (RocksDB's default), at most two of them; a
+    /// block cache of a sixteenth, at most `BLOCK_CACHE_BYTES`; and the writes kept for a
+    /// delta checkpoint to an eighth of it, at most `DELTA_BYTES_MAX`.
+    pub fn limit_memory(&self, memory_limit: u64) -> Result<()> {
+        let part = |divisor: u64, max: usize| {
+            usize::try_from(memory_limit / divisor).map_or(max, |b| b.min(max))
+        };
+        self.delta_bytes_max
+            .store(part(8, DELTA_BYTES_MAX), Ordering::Release);
+        self.block_cache
+            .clone()
+            .set_capacity(part(16, BLOCK_CACHE_BYTES));
+        let buffer = (memory_limit / 16).clamp(4 << 20, 64 << 20);
+        self.db
+            .set_options(&[
+                ("write_buffer_size", buffer.to_string().as_str()),
+                ("max_write_buffer_number", "2"),
+            ])
+            .map_err(storage_error)
     }
 
     /// Whether this store's RocksDB has closed, to be asked after the store is dropped.
@@ -597,9 +633,13 @@ fn set_compaction(opts: &mut Options) {
     // flushes a file every second, and compaction catches up between them.
     opts.set_level_zero_slowdown_writes_trigger(1000);
     opts.set_level_zero_stop_writes_trigger(1000);
+    opts.set_block_based_table_factory(&block_table_options());
+}
+
+fn block_table_options() -> rocksdb::BlockBasedOptions {
     let mut table = rocksdb::BlockBasedOptions::default();
     table.set_bloom_filter(10.0, false);
-    opts.set_block_based_table_factory(&table);
+    table
 }
 
 #[cfg(test)]
@@ -838,7 +878,10 @@ mod tests {
             Image::Files(_)
         ));
         let mut changes = Changes::new(true);
-        changes.record(vec![(vec![1; 16], Some(vec![0; DELTA_BYTES_MAX]))]);
+        changes.record(
+            vec![(vec![1; 16], Some(vec![0; DELTA_BYTES_MAX]))],
+            DELTA_BYTES_MAX,
+        );
         assert!(!changes.whole && changes.writes.is_empty());
         // Not kept at all: every checkpoint is a base one, also after one was taken.
         store.keep_changes(false);

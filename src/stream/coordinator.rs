@@ -145,6 +145,11 @@ impl BarrierClient {
             .map_err(|_| Error::unavailable("the server is shutting down"))
     }
 
+    /// The state at the last sealed epoch.
+    pub fn snapshot(&self) -> Arc<crate::state::Snapshot> {
+        self.store.snapshot()
+    }
+
     /// Waits until `epoch` is sealed: visible to every reader.
     pub async fn wait_sealed(&self, epoch: u64) -> Result<()> {
         self.store.wait_sealed(epoch).await

@@ -177,7 +177,10 @@ mod tests {
         let by_s = RowCodec::new(vec![DataType::Utf8]).unwrap();
         let s_keys = by_s.encode(&columns[2..]).unwrap();
         assert!(keys[0].starts_with(&s_keys[0]) && keys[1].starts_with(&s_keys[1]));
-        assert_eq!(ordered.decode(keys.iter().map(|k| k.as_slice())).unwrap(), decoded);
+        assert_eq!(
+            ordered.decode(keys.iter().map(|k| k.as_slice())).unwrap(),
+            decoded
+        );
         assert!(RowCodec::ordered(&schema, &[0, 0, 1]).is_err());
         assert!(RowCodec::ordered(&schema, &[1, 0]).is_err());
         assert_eq!(

@@ -25,9 +25,9 @@ use datafusion::arrow::datatypes::TimestampMicrosecondType;
 use crate::catalog::{TableDef, WatermarkDef};
 use crate::changelog::ChangeLog;
 use crate::error::{Error, ErrorKind, Result};
-use crate::state::{Snapshot, StateStore};
+use crate::state::Snapshot;
 use crate::stream::chunk::{Op, StreamChunk};
-use crate::stream::coordinator::FailedActors;
+use crate::stream::coordinator::BarrierClient;
 use crate::stream::message::{Feed, Watermark};
 use crate::stream::operators::materialize::{read_snapshot_part, RowChanges};
 use crate::stream::rows::RowCodec;
@@ -45,10 +45,13 @@ pub struct TableWriter {
     schema: SchemaRef,
     log: ChangeLog,
     feed: Feed,
-    store: Arc<StateStore>,
-    /// Why actors failed: a write refused because the table's actor stopped says why.
-    failures: FailedActors,
+    /// For snapshots, barriers when the unsealed changes grow past `unsealed_max`, and why
+    /// actors failed (a write refused because the table's actor stopped says why).
+    barriers: BarrierClient,
     unsealed: Unsealed,
+    /// How many bytes of unsealed changes a write may find before it waits for a barrier to
+    /// seal them: what bounds the memory a table takes, with the epoch its actor holds.
+    unsealed_max: usize,
     /// The table's watermark so far (with `WATERMARK FOR`): the greatest time inserted, less
     /// the delay.
     watermark: Option<i64>,
@@ -73,6 +76,8 @@ struct Unsealed {
     key: Option<(Vec<usize>, RowCodec)>,
     /// Each statement not yet sealed: its record number and its changes.
     records: VecDeque<(u64, Vec<Change>)>,
+    /// The size of the records' rows and keys.
+    bytes: usize,
     /// The records' changes summed by row (never 0), shared with reads in progress.
     changes: Arc<RowChanges>,
     /// With a primary key, the records' changes summed by key (never 0): +1 where the key
@@ -92,16 +97,18 @@ impl TableWriter {
     /// record 0, and the table's state must be empty. With it (a table restored from a
     /// checkpoint), they are the records from the checkpoint's offset on, the restored state
     /// holding those before. Either way the writer keeps the records it returns as unsealed
-    /// changes until an epoch that holds them is sealed.
+    /// changes until an epoch that holds them is sealed; a write that finds more than
+    /// `unsealed_max` bytes of them waits for a barrier first.
     pub fn open(
         def: TableDef,
         dir: &Path,
-        (feed, store): (Feed, Arc<StateStore>),
-        failures: FailedActors,
+        (feed, barriers): (Feed, BarrierClient),
         restored: Option<Restored>,
+        unsealed_max: usize,
     ) -> Result<(TableWriter, Vec<StreamChunk>)> {
         let schema = def.schema();
-        let (log, mut history) = ChangeLog::open(dir, def.id)?;
+        let from = restored.as_ref().map_or(0, |r| r.offset);
+        let (log, history) = ChangeLog::open(dir, def.id, from)?;
         let key = if def.primary_key.is_empty() {
             None
         } else {
@@ -117,6 +124,7 @@ impl TableWriter {
                 rows: RowCodec::ordered(&schema, &def.storage_order())?,
                 key,
                 records: VecDeque::new(),
+                bytes: 0,
                 changes: Arc::default(),
                 keys: RowMap::default(),
             },
@@ -124,8 +132,8 @@ impl TableWriter {
             schema,
             log,
             feed,
-            store,
-            failures,
+            barriers,
+            unsealed_max,
             watermark: None,
         };
         let (base, next) = (writer.log.base(), writer.log.next_record());
@@ -153,7 +161,6 @@ impl TableWriter {
             }
             Some(r) => {
                 writer.watermark = r.watermark;
-                history.drain(..(r.offset - base) as usize);
                 r.offset
             }
         };
@@ -195,7 +202,7 @@ impl TableWriter {
 
     /// Forgets the changes that the last sealed epoch holds; returns its snapshot.
     fn seal(&mut self) -> Result<Arc<Snapshot>> {
-        let snapshot = self.store.snapshot();
+        let snapshot = self.barriers.snapshot();
         let offset = self
             .feed
             .offset_at(snapshot.epoch)
@@ -231,7 +238,12 @@ impl TableWriter {
         if self.feed.is_closed() {
             return Err(self.stopped());
         }
-        let snapshot = self.seal()?;
+        let mut snapshot = self.seal()?;
+        if self.unsealed.bytes > self.unsealed_max {
+            // The table's actor holds its epoch's changes in memory too: a barrier bounds both.
+            self.barriers.flush().await?;
+            snapshot = self.seal()?;
+        }
         self.check_keys(&chunk, &snapshot)?;
         let record = self.log.next_record();
         self.log.append(&chunk)?;
@@ -261,7 +273,8 @@ impl TableWriter {
     /// table (or a device error) keeps its kind, anything else makes the table unavailable.
     fn stopped(&self) -> Error {
         let why = self
-            .failures
+            .barriers
+            .failed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&self.def.id)
@@ -473,6 +486,7 @@ impl Unsealed {
             if let Some(k) = &key {
                 add_to(&mut self.keys, k, weight);
             }
+            self.bytes += row.len() + key.as_ref().map_or(0, Vec::len);
             changes.push(Change { row, key, weight });
         }
         self.records.push_back((record, changes));
@@ -490,6 +504,7 @@ impl Unsealed {
                 break;
             };
             for c in changes {
+                self.bytes -= c.row.len() + c.key.as_ref().map_or(0, Vec::len);
                 add_to(summed, &c.row, -c.weight);
                 if let Some(k) = &c.key {
                     add_to(&mut self.keys, k, -c.weight);

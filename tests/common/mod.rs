@@ -223,10 +223,19 @@ pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String
 
 /// The server's resident memory, from `/proc`.
 pub fn rss_bytes(pid: u32) -> u64 {
+    proc_status_bytes(pid, "VmRSS:")
+}
+
+/// The most resident memory the server has had since it started, from `/proc`.
+pub fn peak_rss_bytes(pid: u32) -> u64 {
+    proc_status_bytes(pid, "VmHWM:")
+}
+
+fn proc_status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kb: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     kb * 1024

@@ -140,8 +140,12 @@ pub fn read_snapshot(
     Ok(batches)
 }
 
-/// Reads the next at most `rows_max` distinct rows of a materialized relation at a sealed
-/// epoch: those after the key `after` (from the first without it) whose keys start with
+/// Most bytes of stored rows one read of a relation takes (`read_snapshot_part`), so that wide
+/// rows make smaller batches.
+const PART_BYTES_MAX: usize = 4 << 20;
+
+/// Reads the next at most `rows_max` distinct rows (and about `PART_BYTES_MAX` bytes) of a
+/// materialized relation at a sealed epoch: those after the key `after` (from the first without it) whose keys start with
 /// `prefix` (the encoding of the values of the first columns), each counted with its
 /// `changes`. Returns them as a batch, with the last key read to continue from; `None` past
 /// the last row. Rows that `changes` adds and the snapshot lacks are not among them
@@ -161,7 +165,7 @@ pub fn read_snapshot_part(
         None => prefix.to_vec(),
     };
     let mut part: Vec<(Vec<u8>, i64)> = Vec::new();
-    let (mut read, mut last) = (0, Vec::new());
+    let (mut read, mut bytes, mut last) = (0, 0, Vec::new());
     let mut failure: Option<Error> = None;
     snapshot.scan_table_from(table, Some(&start), &mut |k, v| {
         if !k.starts_with(prefix) {
@@ -180,9 +184,10 @@ pub fn read_snapshot_part(
             }
         }
         read += 1;
+        bytes += k.len();
         last.clear();
         last.extend_from_slice(k);
-        read < rows_max
+        read < rows_max && bytes < PART_BYTES_MAX
     })?;
     if let Some(e) = failure {
         return Err(e);
