@@ -483,9 +483,10 @@ async fn a_write_refused_after_its_tables_actor_failed_never_happened() {
 }
 
 /// A table ten times the server's memory limit loads, takes a full-scan UPDATE, a point
-/// UPDATE and key checks, and restarts from a checkpoint, with the server's peak RSS within
-/// the limit plus 256 MiB each time: a table's latest rows are read from RocksDB, with only
-/// its unsealed changes in memory, and a restart reads no rows.
+/// UPDATE and key checks, restarts from a checkpoint, and backfills a new aggregate view, with
+/// the server's peak RSS within the limit plus 256 MiB each time: a table's latest rows are
+/// read from RocksDB, with only its unsealed changes in memory, a restart reads no rows, and
+/// a backfill reads the table a part at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_ten_times_the_memory_limit_loads_updates_and_restarts_within_it() {
     const MIB: u64 = 1 << 20;
@@ -552,8 +553,23 @@ async fn a_table_ten_times_the_memory_limit_loads_updates_and_restarts_within_it
     let e = c.batch_execute(&duplicate(ROWS)).await.unwrap_err();
     assert_eq!(e.code().map(|c| c.code()), Some("23505"), "{e}");
     c.batch_execute(&duplicate(ROWS + 1)).await.unwrap();
+    // A new view backfills from the whole table, a part at a time.
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW per_group AS
+           SELECT id % 100 AS g, count(*) AS n, sum(v) AS s FROM big GROUP BY id % 100;
+         FLUSH",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        text_rows(&c, "SELECT count(*), sum(n), sum(s) FROM per_group").await,
+        [format!("100 {} {}", ROWS + 1, 340 + 99 + 6)]
+    );
     let peak = common::peak_rss_bytes(server.pid());
-    eprintln!("peak RSS after the restart: {} MiB", peak / MIB);
+    eprintln!(
+        "peak RSS after the restart and a backfill: {} MiB",
+        peak / MIB
+    );
     assert!(
         peak < bound,
         "peak RSS {} MiB after the restart",

@@ -175,19 +175,25 @@ impl Actor {
         // Those restored from a checkpoint (`backfill` false) already hold them.
         let new_outputs = barrier.new_outputs(self.id).to_vec();
         if !new_outputs.is_empty() {
-            let contents = match &self.materialize {
-                Some(m) if new_outputs.iter().any(|o| o.backfill) => {
-                    m.contents(self.chunk_rows_max)?
-                }
-                _ => Vec::new(),
-            };
             let mut open: Vec<bool> = new_outputs.iter().map(|o| o.backfill).collect();
-            for c in contents {
-                let message = Message::Chunk(c);
-                for (output, open) in new_outputs.iter().zip(open.iter_mut()) {
-                    if *open && deliver(output, &message).await.is_err() {
-                        *open = false;
+            if let Some(m) = self
+                .materialize
+                .as_ref()
+                .filter(|_| open.iter().any(|o| *o))
+            {
+                // A part at a time, so that the relation is never whole in memory; nothing
+                // changes it meanwhile, as this actor takes no input until it is done.
+                let mut after = None;
+                while let Some((chunk, last)) =
+                    m.contents_part(after.as_deref(), self.chunk_rows_max)?
+                {
+                    let message = Message::Chunk(chunk);
+                    for (output, open) in new_outputs.iter().zip(open.iter_mut()) {
+                        if *open && deliver(output, &message).await.is_err() {
+                            *open = false;
+                        }
                     }
+                    after = Some(last);
                 }
             }
             if let Some(source) = self.source.as_ref().filter(|_| open.iter().any(|o| *o)) {

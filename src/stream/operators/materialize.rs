@@ -75,35 +75,29 @@ impl Materialize {
         Ok(())
     }
 
-    /// The current contents as insert chunks of at most `rows_max` distinct rows each (rows
-    /// that occur several times are repeated). Call after `flush`.
-    pub fn contents(&self, rows_max: usize) -> Result<Vec<StreamChunk>> {
+    /// The current contents after the row key `after` (from the first without it): an insert
+    /// chunk of at most `rows_max` distinct rows (and about `PART_BYTES_MAX` bytes; rows that
+    /// occur several times are repeated), with the last key read to continue from; `None`
+    /// past the last row. Call after `flush`.
+    pub fn contents_part(
+        &self,
+        after: Option<&[u8]>,
+        rows_max: usize,
+    ) -> Result<Option<(StreamChunk, Vec<u8>)>> {
+        let start = after.map(|k| [k, &[0]].concat());
         let mut entries: Vec<(Vec<u8>, i64)> = Vec::new();
-        let mut failure = None;
-        self.table
-            .scan(&[], false, &mut |k, v| match decode_count(v) {
-                Ok(c) => {
-                    entries.push((k.to_vec(), c));
-                    true
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    false
-                }
-            })?;
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        entries
-            .chunks(rows_max.max(1))
-            .map(|part| {
-                Ok(StreamChunk::inserts(decode_counted(
-                    &self.codec,
-                    &self.schema,
-                    part,
-                )?))
-            })
-            .collect()
+        let mut bytes = 0;
+        self.table.try_scan(&[], start.as_deref(), &mut |k, v| {
+            entries.push((k.to_vec(), decode_count(v)?));
+            bytes += k.len();
+            Ok(entries.len() < rows_max.max(1) && bytes < PART_BYTES_MAX)
+        })?;
+        let Some((last, _)) = entries.last() else {
+            return Ok(None);
+        };
+        let last = last.clone();
+        let rows = decode_counted(&self.codec, &self.schema, &entries)?;
+        Ok(Some((StreamChunk::inserts(rows), last)))
     }
 }
 
@@ -276,7 +270,14 @@ mod tests {
         m.flush(&mut w).unwrap();
         store.commit(1, w).await.unwrap();
         store.seal(1);
-        let contents = m.contents(100).unwrap();
+        let mut contents = Vec::new();
+        let mut after = None;
+        // A distinct row at a time, continuing after the last one.
+        while let Some((chunk, last)) = m.contents_part(after.as_deref(), 1).unwrap() {
+            contents.push(chunk);
+            after = Some(last);
+        }
+        assert_eq!(contents.len(), 2);
         assert_eq!(render_sorted(&contents), "+ 1 x\n+ 3 NULL");
         let read = read_snapshot(&store.snapshot(), 9, &s, 1).unwrap();
         let rows: usize = read.iter().map(|b| b.num_rows()).sum();
