@@ -107,6 +107,9 @@ pub struct Database {
     lock: crate::datadir::DataDirLock,
 }
 
+/// The directory of the sources' ledgers, in the data directory.
+const SOURCES_DIR: &str = "sources";
+
 /// A DML statement's command tag, and the rows it deletes and inserts.
 type DmlRows = (&'static str, Option<RecordBatch>, Option<RecordBatch>);
 
@@ -149,6 +152,7 @@ impl Database {
         )?;
         let tables_dir = config.data_dir.join("tables");
         std::fs::create_dir_all(&tables_dir)?;
+        std::fs::create_dir_all(config.data_dir.join(SOURCES_DIR))?;
         let mut storage = Storage::open(&config.checkpoint_storage()?, &config.checkpoint.s3)?;
         // Before anything is read from the store: from here on, a server that held it before
         // neither writes nor deletes there.
@@ -1084,6 +1088,11 @@ impl Database {
 
     // ---- sources ----
 
+    /// Where sources keep what they read (`source::file::FileLedger`).
+    fn sources_dir(&self) -> PathBuf {
+        self.config.data_dir.join(SOURCES_DIR)
+    }
+
     /// Starts a source's actor and its task from `offset` (paused until something reads it).
     async fn start_source(
         &self,
@@ -1093,7 +1102,12 @@ impl Database {
     ) -> Result<()> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
         let feed = Feed::starting_at(feed_tx, offset, watermark);
-        let handle = crate::source::spawn(def.clone(), feed.clone(), offset, watermark)?;
+        let handle = crate::source::spawn(
+            def.clone(),
+            feed.clone(),
+            (offset, watermark),
+            &self.sources_dir(),
+        );
         self.catalog_mut().set_schema(def.id, def.schema());
         let mut actor = build_actor(
             &self.actors,
@@ -1107,6 +1121,7 @@ impl Database {
         actor.source = Some(SourceRows {
             def: def.clone(),
             seen: offset,
+            ledgers: self.sources_dir(),
         });
         actor.spawn();
         let epoch = self
@@ -1603,7 +1618,12 @@ impl Database {
             let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
             for id in &to_stop {
                 errors.remove(id);
-                sources.remove(id);
+                if sources.remove(id).is_some() {
+                    let ledgers = self.sources_dir();
+                    if let Err(e) = crate::source::file::FileLedger::remove(&ledgers, *id) {
+                        tracing::warn!("cannot remove the ledger of dropped source {id}: {e}");
+                    }
+                }
                 sinks.remove(id);
             }
         }

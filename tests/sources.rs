@@ -329,3 +329,109 @@ async fn a_restored_source_keeps_its_watermark() {
     );
     server.stop().await;
 }
+
+/// A file source's files read before a checkpoint must be there, unchanged, when a restart
+/// reads them again: a file rewritten, deleted or replaced, or a new file sorting before
+/// those read, leaves the server starting and the source reporting why it stopped, its view
+/// as it was at the checkpoint (nothing read twice or skipped); a new file sorting after them
+/// is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_source_refuses_files_changed_under_it_and_the_server_still_starts() {
+    let configure = |c: &mut weir::config::Config| c.checkpoint.interval_ms = 0;
+    type Change = fn(&std::path::Path);
+    let cases: [(&str, Change, Option<&str>); 6] = [
+        (
+            "rewritten",
+            |d| std::fs::write(d.join("part-0.csv"), "1\n2\n9\n").unwrap(),
+            Some("file \"part-0.csv\" changed since it was read (4 bytes then, 6 now"),
+        ),
+        (
+            "deleted",
+            |d| std::fs::remove_file(d.join("part-1.csv")).unwrap(),
+            Some("file \"part-1.csv\", read from row 2, is gone"),
+        ),
+        (
+            "sorting before",
+            |d| std::fs::write(d.join("part-00.csv"), "7\n").unwrap(),
+            Some("file \"part-00.csv\" sorts before \"part-1.csv\", which was read before it"),
+        ),
+        (
+            "replaced by a FIFO",
+            |d| {
+                std::fs::remove_file(d.join("part-0.csv")).unwrap();
+                let fifo = std::ffi::CString::new(d.join("part-0.csv").to_str().unwrap());
+                // SAFETY: mkfifo reads the NUL-terminated path it is given.
+                assert_eq!(unsafe { libc::mkfifo(fifo.unwrap().as_ptr(), 0o600) }, 0);
+            },
+            Some("is gone"),
+        ),
+        (
+            "directory deleted",
+            |d| std::fs::remove_dir_all(d).unwrap(),
+            Some("could not open"),
+        ),
+        (
+            "added after",
+            |d| std::fs::write(d.join("part-2.csv"), "4\n").unwrap(),
+            None,
+        ),
+    ];
+    for (case, change, error) in cases {
+        let server = TestServer::start_with(configure).await;
+        let files = server.dir.path().join("input");
+        std::fs::create_dir(&files).unwrap();
+        std::fs::write(files.join("part-0.csv"), "1\n2\n").unwrap();
+        std::fs::write(files.join("part-1.csv"), "3\n").unwrap();
+        let client = server.connect().await;
+        client
+            .batch_execute(&format!(
+                "CREATE SOURCE f (k bigint) WITH (connector = 'file', path = '{}');
+                 CREATE MATERIALIZED VIEW fv AS SELECT count(*) AS n, sum(k) AS s FROM f;",
+                files.display()
+            ))
+            .await
+            .unwrap();
+        drain(&client).await;
+        client.batch_execute("CHECKPOINT").await.unwrap();
+        drop(client);
+        let dir = server.stop_and_close().await;
+        change(&dir.path().join("input"));
+        let server = TestServer::start_in(dir, configure).await;
+        let client = server.connect().await;
+        match error {
+            Some(error) => {
+                let mut reported = None;
+                for _ in 0..500 {
+                    reported = text_rows(
+                        &client,
+                        "SELECT error FROM weir_catalog.sources WHERE error IS NOT NULL",
+                    )
+                    .await
+                    .pop();
+                    if reported.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                let reported = reported.unwrap_or_default();
+                assert!(reported.contains(error), "{case}: {reported}");
+                client.batch_execute("FLUSH").await.unwrap();
+                assert_eq!(
+                    text_rows(&client, "SELECT * FROM fv").await,
+                    ["3 6"],
+                    "{case}"
+                );
+            }
+            None => {
+                drain(&client).await;
+                assert_eq!(
+                    text_rows(&client, "SELECT * FROM fv").await,
+                    ["4 10"],
+                    "{case}"
+                );
+            }
+        }
+        drop(client);
+        server.stop().await;
+    }
+}

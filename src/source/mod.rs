@@ -38,8 +38,15 @@ pub trait Reader: Send {
     fn position(&self) -> u64;
 }
 
-/// A reader of `def`'s stream whose first row is the `offset`-th.
-pub fn open(def: &SourceDef, offset: u64) -> Result<Box<dyn Reader>> {
+/// A reader of `def`'s stream whose first row is the `offset`-th. With `ledger` (the
+/// directory of the sources' ledgers, and whether this reader is the source's own, which
+/// records what it reads), a file source checks that the files before row `checked` are those
+/// it read before (`file::FileLedger`).
+pub fn open(
+    def: &SourceDef,
+    (offset, checked): (u64, u64),
+    ledger: Option<(&std::path::Path, bool)>,
+) -> Result<Box<dyn Reader>> {
     match &def.connector {
         Connector::Nexmark { stream, events, .. } => Ok(Box::new(nexmark::NexmarkReader::open(
             stream,
@@ -51,7 +58,10 @@ pub fn open(def: &SourceDef, offset: u64) -> Result<Box<dyn Reader>> {
             std::path::Path::new(path),
             *header,
             def.schema(),
-            offset,
+            (offset, checked),
+            ledger
+                .map(|(dir, record)| file::FileLedger::open(dir, def.id, record))
+                .transpose()?,
         )?)),
     }
 }
@@ -87,13 +97,27 @@ impl Handle {
 
 /// Starts the task that feeds `def`'s rows from `offset` on into `feed`, paused; `watermark`
 /// is the source's watermark at `offset` (from a checkpoint), from which it only advances.
-pub fn spawn(def: SourceDef, feed: Feed, offset: u64, watermark: Option<i64>) -> Result<Handle> {
-    let reader = open(&def, offset)?;
+/// `ledgers` is the directory of the sources' ledgers. A source whose input cannot be read
+/// again as it was (a file changed or gone) reports it in its progress and feeds nothing.
+pub fn spawn(
+    def: SourceDef,
+    feed: Feed,
+    (offset, watermark): (u64, Option<i64>),
+    ledgers: &std::path::Path,
+) -> Handle {
     let (running, paused) = watch::channel(false);
     let progress = Arc::new(Progress {
         offset: AtomicU64::new(offset),
         ..Default::default()
     });
+    let reader = match open(&def, (offset, offset), Some((ledgers, true))) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(source = %def.name, "source stopped: {e}");
+            *progress.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            return Handle { running, progress };
+        }
+    };
     tokio::spawn(feed_rows(
         def,
         feed,
@@ -102,7 +126,7 @@ pub fn spawn(def: SourceDef, feed: Feed, offset: u64, watermark: Option<i64>) ->
         progress.clone(),
         watermark,
     ));
-    Ok(Handle { running, progress })
+    Handle { running, progress }
 }
 
 async fn feed_rows(

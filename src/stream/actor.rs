@@ -48,6 +48,8 @@ pub struct SourceRows {
     pub def: crate::catalog::SourceDef,
     /// Rows the actor has passed on, from the stream's first.
     pub seen: u64,
+    /// The directory of the sources' ledgers: what is read again must be what was read.
+    pub ledgers: std::path::PathBuf,
 }
 
 /// The changes a sink has received since the server started (`weir_catalog.sinks`).
@@ -198,7 +200,8 @@ impl Actor {
             }
             if let Some(source) = self.source.as_ref().filter(|_| open.iter().any(|o| *o)) {
                 // Batch by batch: a long stream is never held whole.
-                let mut reader = crate::source::open(&source.def, 0)?;
+                let ledger = Some((source.ledgers.as_path(), false));
+                let mut reader = crate::source::open(&source.def, (0, source.seen), ledger)?;
                 let mut read = 0;
                 while read < source.seen {
                     let rows = (source.seen - read).min(self.chunk_rows_max as u64) as usize;
