@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::catalog::{Connector, SourceDef};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::message::{Feed, FEED_ROWS_MAX};
 
@@ -143,6 +143,7 @@ async fn feed_rows(
         } => *events_per_second,
         Connector::File { .. } => None,
     };
+    let files = matches!(def.connector, Connector::File { .. });
     // Where pacing started: the time and the reader's position then.
     let mut paced: Option<(Instant, u64)> = None;
     loop {
@@ -163,7 +164,30 @@ async fn feed_rows(
             tokio::time::sleep_until(start + Duration::from_secs_f64(ahead as f64 / rate as f64))
                 .await;
         }
-        let batch = match reader.next_batch(FEED_ROWS_MAX) {
+        // Files are read off the async workers: a slow disk must not hold up the others.
+        let read = match files {
+            true => {
+                let read = tokio::task::spawn_blocking(move || {
+                    let batch = reader.next_batch(FEED_ROWS_MAX);
+                    (reader, batch)
+                })
+                .await;
+                match read {
+                    Ok((r, batch)) => {
+                        reader = r;
+                        batch
+                    }
+                    Err(e) => {
+                        let e = Error::internal(format!("reading a source: {e}"));
+                        *progress.error.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(e.to_string());
+                        return;
+                    }
+                }
+            }
+            false => reader.next_batch(FEED_ROWS_MAX),
+        };
+        let batch = match read {
             Ok(Some(b)) => b,
             Ok(None) => {
                 progress.done.store(true, Ordering::Release);

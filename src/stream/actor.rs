@@ -186,8 +186,10 @@ impl Actor {
                 // A part at a time, so that the relation is never whole in memory; nothing
                 // changes it meanwhile, as this actor takes no input until it is done.
                 let mut after = None;
+                let rows_max = self.chunk_rows_max;
+                // Read off the async workers' queue: RocksDB reads can wait on the disk.
                 while let Some((chunk, last)) =
-                    m.contents_part(after.as_deref(), self.chunk_rows_max)?
+                    crate::blocking(|| m.contents_part(after.as_deref(), rows_max))?
                 {
                     let message = Message::Chunk(chunk);
                     for (output, open) in new_outputs.iter().zip(open.iter_mut()) {
@@ -205,7 +207,7 @@ impl Actor {
                 let mut read = 0;
                 while read < source.seen {
                     let rows = (source.seen - read).min(self.chunk_rows_max as u64) as usize;
-                    let Some(batch) = reader.next_batch(rows)? else {
+                    let Some(batch) = crate::blocking(|| reader.next_batch(rows))? else {
                         return Err(Error::internal(format!(
                             "source \"{}\" ended after {read} rows when read again, not {}",
                             source.def.name, source.seen
