@@ -106,7 +106,8 @@ impl Materialize {
 pub type RowChanges = datafusion::common::HashMap<Vec<u8>, i64>;
 
 /// Reads a materialized relation at a sealed epoch, as batches of at most `rows_max` distinct
-/// rows.
+/// rows (for tests: a relation is read a part at a time everywhere else).
+#[cfg(test)]
 pub fn read_snapshot(
     snapshot: &Snapshot,
     table: TableId,
