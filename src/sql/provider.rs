@@ -534,10 +534,10 @@ mod tests {
             codec.encode(&columns).unwrap().pop().unwrap()
         };
         let mut changes = RowChanges::default();
-        changes.insert(key(0, 0), -1); // stored twice, once left
-        changes.insert(key(5, 5), -1); // gone
-        changes.insert(key(3, 3), 1); // twice now
-        changes.insert(key(-1, 9), 2); // new, twice
+        changes.insert(key(0, 0).into(), -1); // stored twice, once left
+        changes.insert(key(5, 5).into(), -1); // gone
+        changes.insert(key(3, 3).into(), 1); // twice now
+        changes.insert(key(-1, 9).into(), 2); // new, twice
         let read = |filters: Vec<Expr>| {
             let mut plan = SnapshotScan::new(
                 (

@@ -82,12 +82,13 @@ struct Unsealed {
     changes: Arc<RowChanges>,
     /// With a primary key, the records' changes summed by key (never 0): +1 where the key
     /// was added, -1 where it was removed.
-    keys: RowMap<Vec<u8>, i64>,
+    keys: RowMap<Arc<[u8]>, i64>,
 }
 
+/// A row a statement inserted (weight 1) or deleted (-1), its bytes shared with the sums.
 struct Change {
-    row: Vec<u8>,
-    key: Option<Vec<u8>>,
+    row: Arc<[u8]>,
+    key: Option<Arc<[u8]>>,
     weight: i64,
 }
 
@@ -481,12 +482,13 @@ impl Unsealed {
         let mut changes = Vec::with_capacity(rows.len());
         for (row, op) in rows.into_iter().zip(&chunk.ops) {
             let weight = op.weight();
-            let key = keys.as_mut().and_then(Iterator::next);
+            let key: Option<Arc<[u8]>> = keys.as_mut().and_then(Iterator::next).map(Arc::from);
+            let row: Arc<[u8]> = Arc::from(row);
             add_to(summed, &row, weight);
             if let Some(k) = &key {
                 add_to(&mut self.keys, k, weight);
             }
-            self.bytes += row.len() + key.as_ref().map_or(0, Vec::len);
+            self.bytes += row.len() + key.as_ref().map_or(0, |k| k.len());
             changes.push(Change { row, key, weight });
         }
         self.records.push_back((record, changes));
@@ -504,7 +506,7 @@ impl Unsealed {
                 break;
             };
             for c in changes {
-                self.bytes -= c.row.len() + c.key.as_ref().map_or(0, Vec::len);
+                self.bytes -= c.row.len() + c.key.as_ref().map_or(0, |k| k.len());
                 add_to(summed, &c.row, -c.weight);
                 if let Some(k) = &c.key {
                     add_to(&mut self.keys, k, -c.weight);
@@ -515,16 +517,16 @@ impl Unsealed {
 }
 
 /// Adds `by` to `key`'s entry, which goes when it comes to 0.
-fn add_to(map: &mut RowMap<Vec<u8>, i64>, key: &[u8], by: i64) {
-    match map.get_mut(key) {
+fn add_to(map: &mut RowMap<Arc<[u8]>, i64>, key: &Arc<[u8]>, by: i64) {
+    match map.get_mut(&**key) {
         Some(c) => {
             *c += by;
             if *c == 0 {
-                map.remove(key);
+                map.remove(&**key);
             }
         }
         None => {
-            map.insert(key.to_vec(), by);
+            map.insert(key.clone(), by);
         }
     }
 }

@@ -103,7 +103,8 @@ impl Materialize {
 
 /// Changes in multiplicity, by row key, that a snapshot does not hold yet (a table's
 /// statements of unsealed epochs): read with them, the snapshot gives the table's latest rows.
-pub type RowChanges = datafusion::common::HashMap<Vec<u8>, i64>;
+/// Keys are shared with the statements' records that hold them (`table::Unsealed`).
+pub type RowChanges = datafusion::common::HashMap<Arc<[u8]>, i64>;
 
 /// Reads a materialized relation at a sealed epoch, as batches of at most `rows_max` distinct
 /// rows (for tests: a relation is read a part at a time everywhere else).
@@ -206,7 +207,7 @@ pub fn read_added(
     let mut added = Vec::new();
     for (row, change) in changes {
         if *change > 0 && row.starts_with(prefix) && snapshot.get(table, row)?.is_none() {
-            added.push((row.clone(), *change));
+            added.push((row.to_vec(), *change));
         }
     }
     // In key order, as a scan would give them.
