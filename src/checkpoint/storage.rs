@@ -446,3 +446,32 @@ fn sync_path(path: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files go up and come down a part at a time, whole and with their checksum: in one put
+    /// when small, as a multipart upload when larger than a part.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn files_go_up_and_come_down_a_part_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        std::fs::create_dir(&root).unwrap();
+        let url = format!("file://{}", root.display());
+        let storage = Storage::open(&url, &BTreeMap::new()).unwrap();
+        for (name, size) in [("small", 1000), ("large", 2 * PART_BYTES + 12345)] {
+            let bytes: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+            let local = dir.path().join(name);
+            std::fs::write(&local, &bytes).unwrap();
+            let object = format!("shared/{name}.sst");
+            let sent = storage.put_file(&object, &local).await.unwrap();
+            assert_eq!(sent, (size as u64, crc32fast::hash(&bytes)), "{name}");
+            assert_eq!(std::fs::read(root.join(&object)).unwrap(), bytes, "{name}");
+            let back = dir.path().join(format!("{name}.back"));
+            let got = storage.get_to_file(&object, &back).await.unwrap();
+            assert_eq!(got, sent, "{name}");
+            assert_eq!(std::fs::read(&back).unwrap(), bytes, "{name}");
+        }
+    }
+}
