@@ -98,60 +98,49 @@ impl TableProvider for RelationTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        match &self.rows {
+        let read = match &self.rows {
             Rows::Snapshot {
                 failure: Some(reason),
                 name,
                 ..
-            } => Err(external(
-                Error::new(
-                    ErrorKind::Internal,
-                    format!("materialized view \"{name}\" is broken: {reason}"),
-                )
-                .with_hint("Drop and recreate the view."),
-            )),
+            } => {
+                return Err(external(
+                    Error::new(
+                        ErrorKind::Internal,
+                        format!("materialized view \"{name}\" is broken: {reason}"),
+                    )
+                    .with_hint("Drop and recreate the view."),
+                ))
+            }
             Rows::Snapshot {
                 table,
                 snapshot,
                 order,
                 ..
-            } => {
-                let mut scan = SnapshotScan::new(
-                    (*table, snapshot.clone(), order.clone(), None),
-                    self.schema.clone(),
-                    projection.cloned(),
-                    limit,
-                )?;
-                scan.key_prefix(filters)?;
-                Ok(Arc::new(scan))
-            }
+            } => (*table, snapshot.clone(), order.clone(), None),
             Rows::Latest {
                 table,
                 snapshot,
                 order,
                 changes,
-            } => {
-                let mut scan = SnapshotScan::new(
-                    (
-                        *table,
-                        snapshot.clone(),
-                        order.clone(),
-                        Some(changes.clone()),
-                    ),
-                    self.schema.clone(),
-                    projection.cloned(),
-                    limit,
-                )?;
-                scan.key_prefix(filters)?;
-                Ok(Arc::new(scan))
-            }
-            Rows::Stream { name } => Err(external(
-                Error::not_supported(format!(
-                    "source \"{name}\" is a stream and keeps no rows to query"
+            } => (
+                *table,
+                snapshot.clone(),
+                order.clone(),
+                Some(changes.clone()),
+            ),
+            Rows::Stream { name } => {
+                return Err(external(
+                    Error::not_supported(format!(
+                        "source \"{name}\" is a stream and keeps no rows to query"
+                    ))
+                    .with_hint("Create a materialized view over it, and query the view."),
                 ))
-                .with_hint("Create a materialized view over it, and query the view."),
-            )),
-        }
+            }
+        };
+        let mut scan = SnapshotScan::new(read, self.schema.clone(), projection.cloned(), limit)?;
+        scan.key_prefix(filters)?;
+        Ok(Arc::new(scan))
     }
 }
 
