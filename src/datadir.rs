@@ -5,8 +5,6 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -19,27 +17,7 @@ const LOCK_FILE: &str = "weir.lock";
 pub struct DataDirLock {
     _file: File,
     /// Dropped after the file (fields drop in order): set once the lock is released.
-    released: ReleasedOnDrop,
-}
-
-#[derive(Debug)]
-struct ReleasedOnDrop(Arc<AtomicBool>);
-
-impl Drop for ReleasedOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-/// Tells whether a data directory's lock has been released, for a restart in the same
-/// process to wait for.
-#[derive(Debug, Clone)]
-pub struct LockReleased(Arc<AtomicBool>);
-
-impl LockReleased {
-    pub fn is_released(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
+    released: crate::DropFlag,
 }
 
 impl DataDirLock {
@@ -87,12 +65,14 @@ impl DataDirLock {
         file.sync_all()?;
         Ok(DataDirLock {
             _file: file,
-            released: ReleasedOnDrop(Arc::default()),
+            released: crate::DropFlag::default(),
         })
     }
 
-    pub fn released(&self) -> LockReleased {
-        LockReleased(self.released.0.clone())
+    /// Tells, once this lock is dropped, whether it has been released (for a restart in the
+    /// same process to wait for).
+    pub fn released(&self) -> crate::Dropped {
+        self.released.watch()
     }
 }
 
@@ -114,9 +94,9 @@ mod tests {
             err.message
         );
         let released = first.released();
-        assert!(!released.is_released());
+        assert!(!released.is_dropped());
         drop(first);
-        assert!(released.is_released());
+        assert!(released.is_dropped());
         DataDirLock::acquire(dir.path(), "listening on 127.0.0.1:2").unwrap();
     }
 }

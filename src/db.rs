@@ -130,13 +130,13 @@ fn latest_rows(writer: &mut TableWriter) -> Result<Arc<dyn TableProvider>> {
 /// See [`Database::closed`].
 #[derive(Debug, Clone)]
 pub struct Closed {
-    store: crate::state::StoreClosed,
-    lock: crate::datadir::LockReleased,
+    store: crate::Dropped,
+    lock: crate::Dropped,
 }
 
 impl Closed {
     pub fn is_closed(&self) -> bool {
-        self.store.is_closed() && self.lock.is_released()
+        self.store.is_dropped() && self.lock.is_dropped()
     }
 }
 
@@ -435,11 +435,10 @@ impl Database {
         self.start_view(v, plan, backfill).await
     }
 
-    /// Whether the state store has closed: it does once the database and every task of its
-    /// dataflow are gone.
     /// Tells, once this database is dropped, whether everything it held in its data directory
-    /// is released: RocksDB closed (every snapshot of it gone too) and the directory's lock
-    /// released. A restart in the same process waits for it.
+    /// is released: RocksDB closed (once every task of its dataflow and every snapshot are
+    /// gone too) and the directory's lock released. A restart in the same process waits for
+    /// it.
     pub fn closed(&self) -> Closed {
         Closed {
             store: self.store.closed(),

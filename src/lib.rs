@@ -52,6 +52,35 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// Set when it is dropped. As the last field of a struct it tells that every field before it
+/// has dropped (fields drop in order): a restart in the same process waits on it for files
+/// and locks to be released.
+#[derive(Debug, Default)]
+pub struct DropFlag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl DropFlag {
+    /// A handle that tells, later, whether this flag has been dropped.
+    pub fn watch(&self) -> Dropped {
+        Dropped(self.0.clone())
+    }
+}
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// See [`DropFlag::watch`].
+#[derive(Debug, Clone)]
+pub struct Dropped(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Dropped {
+    pub fn is_dropped(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
 /// Runs `work`, which blocks its thread (an fsync, a file copy, a RocksDB write), from async
 /// code: on the server's runtime the worker hands its other tasks to another thread first, so
 /// that a slow disk holds up only the statement that waits for it, never the accept loop,

@@ -56,31 +56,13 @@ impl EpochWrites {
 /// for the files to be released.
 struct Db {
     inner: DB,
-    closed: ClosedOnDrop,
+    closed: crate::DropFlag,
 }
 
 impl std::ops::Deref for Db {
     type Target = DB;
     fn deref(&self) -> &DB {
         &self.inner
-    }
-}
-
-struct ClosedOnDrop(Arc<AtomicBool>);
-
-impl Drop for ClosedOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-/// Tells whether a store's RocksDB has closed (every snapshot of it gone too).
-#[derive(Debug, Clone)]
-pub struct StoreClosed(Arc<AtomicBool>);
-
-impl StoreClosed {
-    pub fn is_closed(&self) -> bool {
-        self.0.load(Ordering::Acquire)
     }
 }
 
@@ -238,7 +220,7 @@ impl StateStore {
         }
         let db = Arc::new(Db {
             inner: db,
-            closed: ClosedOnDrop(Arc::default()),
+            closed: crate::DropFlag::default(),
         });
         let snapshot = Arc::new(Snapshot::new(db.clone(), epoch));
         let (sealed, _) = watch::channel(snapshot);
@@ -411,9 +393,10 @@ impl StateStore {
             .map_err(storage_error)
     }
 
-    /// Whether this store's RocksDB has closed, to be asked after the store is dropped.
-    pub fn closed(&self) -> StoreClosed {
-        StoreClosed(self.db.closed.0.clone())
+    /// Whether this store's RocksDB has closed (every snapshot of it gone too), to be asked
+    /// after the store is dropped.
+    pub fn closed(&self) -> crate::Dropped {
+        self.db.closed.watch()
     }
 
     /// Compacts the whole key space into the bottom level (maintenance, and tests that need
