@@ -32,11 +32,11 @@ use crate::sql::provider::{RelationTable, Rows};
 use crate::sql::stream_plan::{check_deterministic, Planner};
 use crate::state::StateStore;
 use crate::state::TableId;
-use crate::stream::actor::{SinkCounter, SourceRows};
+use crate::stream::actor::{ActorErrors, SinkCounter, SourceRows};
 use crate::stream::coordinator::{BarrierClient, Coordinator};
 use crate::stream::dispatch::Partitioner;
-use crate::stream::expr::ErrorSink;
-use crate::stream::message::{ActorId, Feed, Message, Mutation, NewOutput, Target};
+use crate::stream::expr::{ErrorSink, ERRORS_TABLE};
+use crate::stream::message::{ActorId, Backfills, Feed, Message, Mutation, NewOutput, Target};
 use crate::stream::plan::{
     build_actor, ActorContext, Fragment, Keys, PlanNode, Source, StreamPlan,
 };
@@ -279,9 +279,12 @@ impl Database {
             })
             .map(Object::id)
             .collect();
-        let dropped: Vec<TableId> = unusable
+        let gone: Vec<Object> = unusable
             .iter()
             .filter_map(|id| in_checkpoint.remove(id))
+            .collect();
+        let dropped: Vec<TableId> = gone
+            .iter()
             .flat_map(|o| match o {
                 Object::Table(t) => vec![t.id],
                 Object::Source(_) => vec![],
@@ -291,6 +294,17 @@ impl Database {
             })
             .collect();
         store.delete_tables(&dropped)?;
+        // And the row errors their actors counted.
+        let counts: Vec<Vec<u8>> = gone
+            .iter()
+            .filter_map(|o| match o {
+                Object::View(v) => Some(std::iter::once(v.id).chain(v.workers.iter().copied())),
+                _ => None,
+            })
+            .flatten()
+            .map(ActorErrors::key)
+            .collect();
+        store.delete_keys(ERRORS_TABLE, &counts)?;
         let metrics = Arc::new(Metrics::default());
         let (barriers, events) = Coordinator::start(
             store.clone(),
@@ -312,6 +326,9 @@ impl Database {
                 store: store.clone(),
                 events,
                 chunk_rows_max: config.chunk_rows_max,
+                // What a new view holds of its inputs' rows in one epoch while it backfills.
+                backfill_bytes_per_barrier: (config.memory_limit_bytes() / 64)
+                    .clamp(4 << 20, 64 << 20) as usize,
             },
             config,
             store,
@@ -874,6 +891,7 @@ impl Database {
             ),
             ("sources", self.sources_batch()?),
             ("sinks", self.sinks_batch()?),
+            ("views", self.views_batch()?),
         ])
     }
 
@@ -1081,7 +1099,7 @@ impl Database {
         crate::changelog::ChangeLog::remove(&self.tables_dir, id)?;
         let replay = self.start_table(def.clone(), None).await?;
         self.replay(replay).await?;
-        self.catalog_mut().add(Object::Table(def))?;
+        self.add_started(Object::Table(def)).await?;
         Ok(Output::command("CREATE TABLE"))
     }
 
@@ -1168,7 +1186,7 @@ impl Database {
             crate::source::file::files(std::path::Path::new(path))?;
         }
         self.start_source(def.clone(), 0, None).await?;
-        self.catalog_mut().add(Object::Source(def))?;
+        self.add_started(Object::Source(def)).await?;
         Ok(Output::command("CREATE SOURCE"))
     }
 
@@ -1259,6 +1277,19 @@ impl Database {
         // through one output, split among the fragment's actors; each actor of a producing
         // fragment has one output to the fragment that reads it.
         let mut mutation = Mutation::default();
+        let backfills = Arc::new(Backfills::new(if backfill {
+            fragments
+                .iter()
+                .map(|f| {
+                    f.sources
+                        .iter()
+                        .filter(|s| matches!(s, Source::Relation { .. }))
+                        .count()
+                })
+                .sum()
+        } else {
+            0
+        }));
         let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Message>>>> = Vec::new();
         let mut outputs: Vec<Vec<Vec<Target>>> = fragments
             .iter()
@@ -1290,7 +1321,7 @@ impl Database {
                         .push(NewOutput {
                             targets,
                             partitioner: partitioner(keys.as_ref(), fragment.actors),
-                            backfill,
+                            backfill: backfill.then(|| backfills.clone()),
                         });
                 }
             }
@@ -1323,7 +1354,7 @@ impl Database {
                     actor.outputs.push(NewOutput {
                         targets,
                         partitioner,
-                        backfill: false,
+                        backfill: None,
                     });
                 }
                 spawned.push(actor);
@@ -1342,8 +1373,30 @@ impl Database {
         for actor in spawned {
             actor.spawn();
         }
-        let epoch = self.barriers.inject(Some(mutation), ids, vec![]).await?;
+        let mut epoch = self
+            .barriers
+            .inject(Some(mutation), ids.clone(), vec![])
+            .await?;
         self.barriers.wait_sealed(epoch).await?;
+        // The inputs send their rows a part per barrier: barriers follow each other until the
+        // last part is in, and the view is whole at that epoch. A view that fails meanwhile
+        // shows why in its status, as one failing later does.
+        while backfills.left() > 0 {
+            let failed = {
+                let failed = self
+                    .barriers
+                    .failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                ids.iter().any(|id| failed.contains_key(id))
+                    || relations.iter().any(|id| failed.contains_key(id))
+            };
+            if failed {
+                break;
+            }
+            epoch = self.barriers.inject(None, vec![], vec![]).await?;
+            self.barriers.wait_sealed(epoch).await?;
+        }
         Ok(())
     }
 
@@ -1490,7 +1543,7 @@ impl Database {
             sink,
         };
         self.start_view(&def, plan, true).await?;
-        self.catalog_mut().add(Object::View(def))?;
+        self.add_started(Object::View(def)).await?;
         self.run_sources_read();
         Ok(Output::command(tag))
     }
@@ -1593,41 +1646,76 @@ impl Database {
                 }
             }
         }
+        // The catalog first: a DROP refused because the catalog cannot be saved changes
+        // nothing. Once saved, the objects are gone (a restart finds none of them, and drops
+        // their state); their actors stop at the next barrier.
+        self.catalog_mut().remove(&to_stop)?;
+        if let Err(e) = self.stop_actors(actors).await {
+            // Only when the dataflow itself has stopped (the server is going down).
+            tracing::warn!("cannot stop the actors of dropped objects: {e}");
+        }
+        self.forget(&to_stop, &dropped_tables);
+        self.run_sources_read();
+        Ok(Output::command(tag))
+    }
+
+    /// Stops actors at the next barrier; they drop their state.
+    async fn stop_actors(&self, actors: HashSet<ActorId>) -> Result<()> {
         let mutation = Mutation {
             stop: actors,
             ..Default::default()
         };
         let epoch = self.barriers.inject(Some(mutation), vec![], vec![]).await?;
-        self.barriers.wait_sealed(epoch).await?;
-        self.catalog_mut().remove(&to_stop)?;
+        self.barriers.wait_sealed(epoch).await
+    }
+
+    /// Forgets objects whose actors have stopped: their writers, change logs (of `tables`),
+    /// source ledgers, sink counters and row errors.
+    fn forget(&self, objects: &[ObjectId], tables: &[ObjectId]) {
         {
-            let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
-            for id in &dropped_tables {
-                tables.remove(id);
+            let mut writers = self.tables.write().unwrap_or_else(|p| p.into_inner());
+            for id in tables {
+                writers.remove(id);
             }
         }
-        for id in &dropped_tables {
+        for id in tables {
             if let Err(e) = crate::changelog::ChangeLog::remove(&self.tables_dir, *id) {
                 tracing::warn!("cannot remove the change log of dropped table {id}: {e}");
             }
         }
-        {
-            let mut errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
-            let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
-            let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
-            for id in &to_stop {
-                errors.remove(id);
-                if sources.remove(id).is_some() {
-                    let ledgers = self.sources_dir();
-                    if let Err(e) = crate::source::file::FileLedger::remove(&ledgers, *id) {
-                        tracing::warn!("cannot remove the ledger of dropped source {id}: {e}");
-                    }
+        let mut errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        for id in objects {
+            errors.remove(id);
+            if sources.remove(id).is_some() {
+                let ledgers = self.sources_dir();
+                if let Err(e) = crate::source::file::FileLedger::remove(&ledgers, *id) {
+                    tracing::warn!("cannot remove the ledger of dropped source {id}: {e}");
                 }
-                sinks.remove(id);
             }
+            sinks.remove(id);
         }
-        self.run_sources_read();
-        Ok(Output::command(tag))
+    }
+
+    /// Adds an object whose actors already run to the catalog. When its entry cannot be
+    /// saved, the statement is refused and what it started stops and leaves nothing behind
+    /// (its actors drop their state; a table's log goes), as if it had never run.
+    async fn add_started(&self, object: Object) -> Result<()> {
+        let Err(e) = self.catalog_mut().add(object.clone()) else {
+            return Ok(());
+        };
+        let mut actors: HashSet<ActorId> = HashSet::from([object.id()]);
+        if let Object::View(v) = &object {
+            actors.extend(&v.workers);
+        }
+        if let Err(stop) = self.stop_actors(actors).await {
+            tracing::warn!("cannot stop the actors of \"{}\": {stop}", object.name());
+        }
+        let table = matches!(object, Object::Table(_)).then_some(object.id());
+        self.forget(&[object.id()], table.as_slice());
+        self.catalog_mut().forget_schema(object.id());
+        Err(e)
     }
 
     // ---- SHOW ----
@@ -1659,7 +1747,19 @@ impl Database {
         text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
     }
 
+    /// SHOW MATERIALIZED VIEWS: the rows of `weir_catalog.views`.
     pub fn show_views(&self) -> Result<Output> {
+        let batch = self.views_batch()?;
+        Ok(Output::Rows {
+            schema: batch.schema(),
+            batches: vec![batch],
+        })
+    }
+
+    /// `weir_catalog.views`: each view's status (`running`; `degraded` while some of its rows
+    /// hold an error: `row_errors` of them, the last `last_error`; or why its actors failed)
+    /// and parallelism.
+    fn views_batch(&self) -> Result<RecordBatch> {
         let catalog = self.catalog();
         let failed = self
             .barriers
@@ -1674,18 +1774,20 @@ impl Database {
             .filter_map(|o| match o {
                 Object::View(v) if !v.sink => {
                     let sink = errors.get(&v.id);
+                    let outstanding = sink.map_or(0, |s| s.errors.outstanding());
                     let failure = std::iter::once(&v.id)
                         .chain(&v.workers)
                         .find_map(|id| failed.get(id));
                     let status = match failure {
                         Some(e) => format!("failed: {e}"),
+                        None if outstanding != 0 => "degraded".to_string(),
                         None => "running".to_string(),
                     };
                     Some((
                         v.name.clone(),
                         status,
                         v.parallelism() as i64,
-                        sink.map(|s| s.errors.count() as i64).unwrap_or(0),
+                        outstanding,
                         sink.and_then(|s| s.errors.last()),
                     ))
                 }
@@ -1718,10 +1820,7 @@ impl Database {
                 Arc::new(StringArray::from_iter(rows.iter().map(|r| r.4.as_deref()))),
             ],
         )?;
-        Ok(Output::Rows {
-            schema,
-            batches: vec![batch],
-        })
+        Ok(batch)
     }
 
     pub fn show_create_view(&self, name: &str) -> Result<Output> {

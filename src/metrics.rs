@@ -35,6 +35,15 @@ impl Histogram {
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// How many durations were observed.
+    pub fn count(&self) -> u64 {
+        self.counts
+            .iter()
+            .chain(std::iter::once(&self.over))
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
     fn render(&self, name: &str, help: &str, out: &mut String) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut total = 0;
@@ -62,6 +71,8 @@ pub struct Metrics {
     pub checkpoint_last_completed_id: AtomicU64,
     /// From a barrier's injection until its epoch is sealed.
     pub barrier_latency: Histogram,
+    /// The dataflow's running actors (tables', sources' and views', parallel workers too).
+    pub dataflow_actors: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -73,6 +84,7 @@ impl Default for Metrics {
             checkpoints_failed: AtomicU64::new(0),
             checkpoint_last_completed_id: AtomicU64::new(0),
             barrier_latency: Histogram::new(BARRIER_BUCKETS),
+            dataflow_actors: AtomicU64::new(0),
         }
     }
 }
@@ -110,11 +122,24 @@ impl Metrics {
             "Checkpoints that failed.",
             &self.checkpoints_failed,
         );
-        let _ = writeln!(
-            out,
-            "# HELP weir_checkpoint_last_completed_id The id of the newest completed checkpoint.\n\
-             # TYPE weir_checkpoint_last_completed_id gauge\nweir_checkpoint_last_completed_id {}",
-            self.checkpoint_last_completed_id.load(Ordering::Relaxed)
+        let gauge = |out: &mut String, name: &str, help: &str, v: &AtomicU64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        };
+        gauge(
+            &mut out,
+            "weir_checkpoint_last_completed_id",
+            "The id of the newest completed checkpoint.",
+            &self.checkpoint_last_completed_id,
+        );
+        gauge(
+            &mut out,
+            "weir_dataflow_actors",
+            "The dataflow's running actors.",
+            &self.dataflow_actors,
         );
         self.barrier_latency.render(
             "weir_barrier_latency_seconds",

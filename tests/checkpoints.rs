@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::{text_rows, ChildServer, TestServer};
+use common::{http, text_rows, ChildServer, TestServer};
 use weir::checkpoint::manifest::Manifest;
 use weir::checkpoint::storage::Storage;
 
@@ -247,31 +247,6 @@ async fn checkpoints_upload_only_new_files_and_expire_what_nothing_names() {
     assert_eq!(checkpoint(&client).await, 5);
     assert_eq!(objects(&root), named(&root, &[4, 5]));
     server.stop().await;
-}
-
-/// One HTTP request: the status code and the body.
-async fn http(addr: std::net::SocketAddr, request_line: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-    socket
-        .write_all(
-            format!("{request_line} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut response = String::new();
-    socket.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

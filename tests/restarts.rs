@@ -482,11 +482,68 @@ async fn a_write_refused_after_its_tables_actor_failed_never_happened() {
     assert_eq!(rows, acknowledged);
 }
 
+/// The row errors a view holds come back with its restored state: those of the rows the
+/// checkpoint holds and those of the rows replayed after it, in the view's own actor and in
+/// its parallel workers (an aggregate out of range); deleting the rows takes them away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_views_row_errors_are_restored_with_its_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = common::barriers_on_request_config(dir.path());
+    let args = ["--config", config.to_str().unwrap()];
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, g int, a int, n numeric(38,0));
+         CREATE MATERIALIZED VIEW ratio AS SELECT id, 100 / a AS r FROM t;
+         SET streaming_parallelism = 2;
+         CREATE MATERIALIZED VIEW sums AS SELECT g, sum(n) AS total FROM t GROUP BY g;
+         INSERT INTO t VALUES (1, 1, 0, 99999999999999999999999999999999999999),
+                              (2, 1, 0, 99999999999999999999999999999999999999),
+                              (3, 2, 5, 1);
+         FLUSH;
+         CHECKPOINT;
+         INSERT INTO t VALUES (4, 3, 0, 99999999999999999999999999999999999999),
+                              (5, 3, 1, 99999999999999999999999999999999999999);
+         FLUSH",
+    )
+    .await
+    .unwrap();
+    let status = "SELECT name, status, row_errors FROM weir_catalog.views ORDER BY name";
+    let before = text_rows(&c, status).await;
+    assert_eq!(before, ["ratio degraded 3", "sums degraded 2"]);
+    drop(c);
+    server.stop(SIGKILL).await;
+
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(text_rows(&c, status).await, before);
+    c.batch_execute("DELETE FROM t WHERE id IN (1, 4); FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(
+        text_rows(&c, status).await,
+        ["ratio degraded 1", "sums running 0"]
+    );
+    c.batch_execute("DELETE FROM t WHERE id = 2; FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(
+        text_rows(&c, status).await,
+        ["ratio running 0", "sums running 0"]
+    );
+    assert_eq!(
+        text_rows(&c, "SELECT * FROM sums ORDER BY g").await,
+        ["2 1", "3 99999999999999999999999999999999999999"]
+    );
+}
+
 /// A table ten times the server's memory limit loads, takes a full-scan UPDATE, a point
 /// UPDATE and key checks, restarts from a checkpoint, and backfills a new aggregate view, with
 /// the server's peak RSS within the limit plus 256 MiB each time: a table's latest rows are
 /// read from RocksDB, with only its unsealed changes in memory, a restart reads no rows, and
-/// a backfill reads the table a part at a time.
+/// a backfill reads the table a part at a time and sends a view a part per barrier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_ten_times_the_memory_limit_loads_updates_and_restarts_within_it() {
     const MIB: u64 = 1 << 20;
@@ -564,6 +621,23 @@ async fn a_table_ten_times_the_memory_limit_loads_updates_and_restarts_within_it
     assert_eq!(
         text_rows(&c, "SELECT count(*), sum(n), sum(s) FROM per_group").await,
         [format!("100 {} {}", ROWS + 1, 340 + 99 + 6)]
+    );
+    // And a view that keeps every row, from a part of the table per barrier: it never holds
+    // the table's rows in one epoch.
+    c.batch_execute("CREATE MATERIALIZED VIEW copy AS SELECT id, note FROM big WHERE v >= 0")
+        .await
+        .unwrap();
+    assert_eq!(
+        text_rows(
+            &c,
+            "SELECT count(*), sum(id), sum(octet_length(note)) FROM copy"
+        )
+        .await,
+        text_rows(
+            &c,
+            "SELECT count(*), sum(id), sum(octet_length(note)) FROM big"
+        )
+        .await
     );
     let peak = common::peak_rss_bytes(server.pid());
     eprintln!(

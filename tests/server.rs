@@ -661,3 +661,112 @@ async fn a_statement_too_large_to_log_is_refused_before_it_is_gathered() {
     assert_eq!(e.code().map(|c| c.code()), Some("54000"), "{e}");
     assert_eq!(rows(&client, "SELECT count(*) FROM t").await, ["0"]);
 }
+
+/// A view created over a table that takes inserts, updates and deletes all the while receives
+/// the table's rows a part per barrier, and ends equal to its query: changes of rows already
+/// sent go on to it, those of rows still to come wait for their part. Aggregates, filters and
+/// a self-join, each on one actor and on parallel ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_backfilled_while_their_table_changes_equal_their_query() {
+    const ROWS: i64 = 300_000;
+    let server = TestServer::start_with(|c| {
+        // The smallest parts (a 64th of memory_limit, at least 4 MiB, a barrier), and barriers
+        // only when asked for, so that those of the backfill can be counted.
+        c.memory_limit = Some(256 << 20);
+        c.barrier_interval_ms = 3_600_000;
+    })
+    .await;
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE t (id bigint PRIMARY KEY, g bigint, pad text)")
+        .await
+        .unwrap();
+    for first in (0..ROWS).step_by(20_000) {
+        c.batch_execute(&format!(
+            "INSERT INTO t SELECT value, value % 7, md5(value::text) FROM generate_series({first}, {})",
+            first + 19_999
+        ))
+        .await
+        .unwrap();
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    let views = [
+        "CREATE MATERIALIZED VIEW kept AS SELECT id, g, pad FROM t WHERE g <> 3",
+        "CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(id) AS s, min(pad) AS lo FROM t GROUP BY g",
+        "CREATE MATERIALIZED VIEW pairs AS SELECT a.id, b.id AS next FROM t a JOIN t b ON b.id = a.id + 1 WHERE a.g = 2",
+    ];
+    let checks = [
+        ("kept", "SELECT id, g, pad FROM t WHERE g <> 3"),
+        (
+            "per_g",
+            "SELECT g, count(*), sum(id), min(pad) FROM t GROUP BY g",
+        ),
+        (
+            "pairs",
+            "SELECT a.id, b.id AS next FROM t a JOIN t b ON b.id = a.id + 1 WHERE a.g = 2",
+        ),
+    ];
+    for parallelism in [1, 2] {
+        let writer = server.connect().await;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writing = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut rng = weir::rng::Rng::new(parallelism);
+                // New keys below and above the table's first ones.
+                let (mut low, mut high) = (
+                    -(parallelism as i64) * 1_000_000,
+                    ROWS * 10 * parallelism as i64,
+                );
+                let mut statements = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Rows all over the key space: behind the parts sent and ahead of them.
+                    let id = rng.below(ROWS as u64) as i64;
+                    let sql = match rng.below(3) {
+                        0 => format!("UPDATE t SET g = g + 1, pad = 'changed' WHERE id = {id}"),
+                        1 => format!("DELETE FROM t WHERE id = {id}"),
+                        _ => {
+                            low -= 1;
+                            high += 1;
+                            format!("INSERT INTO t VALUES ({low}, 2, 'new'), ({high}, 2, 'late')")
+                        }
+                    };
+                    writer.batch_execute(&sql).await.unwrap();
+                    statements += 1;
+                }
+                statements
+            })
+        };
+        let barriers_before = server.db.metrics.barrier_latency.count();
+        c.batch_execute(&format!("SET streaming_parallelism = {parallelism}"))
+            .await
+            .unwrap();
+        for view in views {
+            c.batch_execute(view).await.unwrap();
+        }
+        let barriers = server.db.metrics.barrier_latency.count() - barriers_before;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let statements = writing.await.unwrap();
+        assert!(
+            statements > 10,
+            "only {statements} writes ran during the backfills"
+        );
+        // Each view took several barriers: its table's rows came a part at a time.
+        assert!(barriers >= 2 * views.len() as u64, "{barriers} barriers");
+        c.batch_execute("FLUSH").await.unwrap();
+        // Each view's rows are distinct: the same count and nothing missing is equality.
+        for (view, query) in checks {
+            let count = |q: &str| format!("SELECT count(*) FROM ({q}) AS r");
+            let missing =
+                format!("SELECT count(*) FROM (({query}) EXCEPT (SELECT * FROM {view})) AS d");
+            assert_eq!(
+                rows(&c, &count(&format!("SELECT * FROM {view}"))).await,
+                rows(&c, &count(query)).await,
+                "{view} has other rows than its query"
+            );
+            assert_eq!(rows(&c, &missing).await, ["0"], "{view} misses rows");
+        }
+        c.batch_execute("DROP MATERIALIZED VIEW kept, per_g, pairs")
+            .await
+            .unwrap();
+    }
+}

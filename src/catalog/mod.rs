@@ -382,6 +382,11 @@ impl Catalog {
         self.schemas.insert(id, schema);
     }
 
+    /// Forgets the schema of an object that was not added after all.
+    pub fn forget_schema(&mut self, id: ObjectId) {
+        self.schemas.remove(&id);
+    }
+
     /// Refuses a name already taken by a table or view.
     pub fn check_free(&self, name: &str) -> Result<()> {
         if let Some(o) = self.get(name) {

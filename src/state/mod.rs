@@ -252,6 +252,22 @@ impl StateStore {
         self.db.write_opt(batch, &opts).map_err(storage_error)
     }
 
+    /// Deletes keys of a state table at once (like `delete_tables`, for tables whose keys
+    /// belong to different objects).
+    pub fn delete_keys(&self, table: TableId, keys: &[Vec<u8>]) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.changes().spoil();
+        let mut batch = WriteBatch::default();
+        for key in keys {
+            batch.delete([table.to_be_bytes().as_slice(), key].concat());
+        }
+        let mut opts = WriteOptions::default();
+        opts.disable_wal(true);
+        self.db.write_opt(batch, &opts).map_err(storage_error)
+    }
+
     /// Applies one actor's writes for `epoch`, after waiting for `epoch - 1` to be sealed.
     pub async fn commit(&self, epoch: u64, writes: EpochWrites) -> Result<()> {
         let mut sealed = self.sealed.subscribe();

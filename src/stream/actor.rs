@@ -7,17 +7,19 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use datafusion::arrow::array::BooleanArray;
 use futures::FutureExt;
 use tokio::sync::mpsc;
 
 use super::align::{AlignedInputs, Event};
 use super::chunk::{Op, StreamChunk};
 use super::coordinator::ActorEvent;
-use super::message::{ActorId, Barrier, Message, NewOutput, Watermark};
-use super::operator::Operator;
+use super::expr::ErrorSink;
+use super::message::{ActorId, Backfills, Barrier, Message, NewOutput, Watermark};
+use super::operator::{Emit, Operator};
 use super::operators::materialize::Materialize;
-use crate::error::{Error, Result};
-use crate::state::{EpochWrites, StateStore, TableId};
+use crate::error::{Error, ErrorKind, Result};
+use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 
 pub struct Actor {
     pub id: ActorId,
@@ -32,7 +34,12 @@ pub struct Actor {
     pub events: mpsc::UnboundedSender<ActorEvent>,
     /// Distinct rows per chunk when sending a backfill snapshot downstream.
     pub chunk_rows_max: usize,
+    /// About how many bytes of its rows a relation sends each new view at a barrier while it
+    /// backfills it.
+    pub backfill_bytes_per_barrier: usize,
     pub outputs: Vec<NewOutput>,
+    /// Outputs to new views that still receive the relation's rows, a part per barrier.
+    pub backfilling: Vec<Backfilling>,
     /// The last watermark sent downstream per column, for outputs added later (after their
     /// backfill).
     pub watermarks: Vec<Watermark>,
@@ -40,6 +47,58 @@ pub struct Actor {
     pub sink: Option<Arc<SinkCounter>>,
     /// A source's actor: what it backfills new downstreams from.
     pub source: Option<SourceRows>,
+    /// The errors this actor's rows and groups hold, kept under its id in `ERRORS_TABLE` at
+    /// each barrier where they changed.
+    pub errors: ActorErrors,
+}
+
+/// An output to a new view still receiving the relation's current rows, a part at each
+/// barrier, in the order of their keys in the relation's state. Until it has them all, a live
+/// change goes on to it only for a row up to the last key sent: the part that brings a later
+/// row reads it as it is then, changes included.
+pub struct Backfilling {
+    output: NewOutput,
+    /// The last row key sent; `None` before the first part.
+    after: Option<Vec<u8>>,
+    left: Arc<Backfills>,
+}
+
+/// An actor's count of row errors and where it is kept.
+pub struct ActorErrors {
+    pub sink: ErrorSink,
+    pub table: StateTable,
+    /// The count as the state holds it.
+    pub kept: i64,
+}
+
+impl ActorErrors {
+    /// The key of actor `id`'s count.
+    pub fn key(id: ActorId) -> Vec<u8> {
+        id.to_be_bytes().to_vec()
+    }
+
+    /// The count kept for actor `id`, 0 if none.
+    pub fn read(table: &StateTable, id: ActorId) -> Result<i64> {
+        Ok(match table.get(&Self::key(id))? {
+            Some(v) => i64::from_le_bytes(v.as_slice().try_into().map_err(|_| {
+                Error::new(ErrorKind::DataCorruption, "bad row error count in state")
+            })?),
+            None => 0,
+        })
+    }
+
+    /// Moves the count into this epoch's writes if it changed; with `stopping`, its deletion.
+    fn write(&mut self, id: ActorId, stopping: bool, writes: &mut EpochWrites) {
+        let now = if stopping { 0 } else { self.sink.outstanding() };
+        if now != self.kept {
+            match now {
+                0 => self.table.delete(Self::key(id)),
+                n => self.table.put(Self::key(id), n.to_le_bytes().to_vec()),
+            }
+            self.kept = now;
+        }
+        self.table.take_writes(writes);
+    }
 }
 
 /// A source's rows so far, read again for a view created after they went by: a source keeps
@@ -92,13 +151,14 @@ impl Actor {
                     if let Some(source) = &mut self.source {
                         source.seen += chunk.len() as u64;
                     }
-                    let chunks = self.root.on_chunk(input, chunk)?;
-                    self.emit(chunks).await?;
+                    let (root, mut outlet) = self.parts();
+                    root.on_chunk(input, chunk, &mut outlet)?;
+                    outlet.finish().await;
                 }
                 Event::Watermark { input, watermark } => {
-                    let mut chunks = Vec::new();
-                    let forward = self.root.on_watermark(input, watermark, &mut chunks)?;
-                    self.emit(chunks).await?;
+                    let (root, mut outlet) = self.parts();
+                    let forward = root.on_watermark(input, watermark, &mut outlet)?;
+                    outlet.finish().await;
                     for w in forward {
                         // Watermarks only advance.
                         match self.watermarks.iter_mut().find(|l| l.column == w.column) {
@@ -121,26 +181,6 @@ impl Actor {
         Err(Error::unavailable("the relation this one reads has failed"))
     }
 
-    async fn emit(&mut self, chunks: Vec<StreamChunk>) -> Result<()> {
-        for c in chunks {
-            if c.is_empty() {
-                continue;
-            }
-            if let Some(m) = &mut self.materialize {
-                m.apply(&c)?;
-            }
-            if let Some(counter) = &self.sink {
-                let deletes = c.ops.iter().filter(|o| **o == Op::Delete).count() as u64;
-                counter.deletes.fetch_add(deletes, Ordering::Relaxed);
-                counter
-                    .inserts
-                    .fetch_add(c.len() as u64 - deletes, Ordering::Relaxed);
-            }
-            self.send(Message::Chunk(c)).await;
-        }
-        Ok(())
-    }
-
     /// Handles one aligned barrier; returns true when the actor stops at it.
     async fn on_barrier(&mut self, barrier: Barrier) -> Result<bool> {
         let epoch = barrier.epoch;
@@ -152,8 +192,9 @@ impl Actor {
         }
         let stopping = barrier.stops(self.id);
         let mut writes = EpochWrites::default();
-        let chunks = self.root.on_barrier(epoch, barrier.time_us, &mut writes)?;
-        self.emit(chunks).await?;
+        let (root, mut outlet) = self.parts();
+        root.on_barrier(epoch, barrier.time_us, &mut writes, &mut outlet)?;
+        outlet.finish().await;
         if let Some(m) = &mut self.materialize {
             m.flush(&mut writes)?;
         }
@@ -163,6 +204,7 @@ impl Actor {
                 writes.drop_table(*t);
             }
         }
+        self.errors.write(self.id, stopping, &mut writes);
         self.store.commit(epoch, writes).await?;
         // Acknowledged as soon as committed: the coordinator takes an acknowledgement to mean
         // that this actor's state holds the epoch (where a failed table's state ends).
@@ -172,86 +214,288 @@ impl Actor {
                 epoch,
             })
             .map_err(|_| Error::unavailable("barrier coordinator is gone"))?;
-        // New downstreams get the relation's contents first, chunk by chunk to each in turn,
-        // so that several (a view's parallel workers) backfill at the same time.
-        // Those restored from a checkpoint (`backfill` false) already hold them.
-        let new_outputs = barrier.new_outputs(self.id).to_vec();
-        if !new_outputs.is_empty() {
-            let mut open: Vec<bool> = new_outputs.iter().map(|o| o.backfill).collect();
-            if let Some(m) = self
-                .materialize
-                .as_ref()
-                .filter(|_| open.iter().any(|o| *o))
-            {
-                // A part at a time, so that the relation is never whole in memory; nothing
-                // changes it meanwhile, as this actor takes no input until it is done.
-                let mut after = None;
-                let rows_max = self.chunk_rows_max;
-                // Read off the async workers' queue: RocksDB reads can wait on the disk.
-                while let Some((chunk, last)) =
-                    crate::blocking(|| m.contents_part(after.as_deref(), rows_max))?
-                {
-                    let message = Message::Chunk(chunk);
-                    for (output, open) in new_outputs.iter().zip(open.iter_mut()) {
-                        if *open && deliver(output, &message).await.is_err() {
-                            *open = false;
-                        }
+        // New downstreams get the relation's contents first: a table's or view's a part at
+        // each barrier from this one on, a source's whole now (read again from its start, and
+        // chunk by chunk to each in turn, so that several, a view's parallel workers, backfill
+        // at the same time). Those restored from a checkpoint already hold them.
+        let mut sources: Vec<(NewOutput, Arc<Backfills>)> = Vec::new();
+        for output in barrier.new_outputs(self.id).iter().cloned() {
+            match output.backfill.clone() {
+                Some(left) if self.materialize.is_some() => self.backfilling.push(Backfilling {
+                    output,
+                    after: None,
+                    left,
+                }),
+                Some(left) => sources.push((output, left)),
+                None => {
+                    for w in &self.watermarks {
+                        let _ = deliver(&output, &Message::Watermark(*w)).await;
                     }
-                    after = Some(last);
+                    self.outputs.push(output);
                 }
             }
-            if let Some(source) = self.source.as_ref().filter(|_| open.iter().any(|o| *o)) {
-                // Batch by batch: a long stream is never held whole.
-                let ledger = Some((source.ledgers.as_path(), false));
-                let mut reader = crate::source::open(&source.def, (0, source.seen), ledger)?;
-                let mut read = 0;
-                while read < source.seen {
-                    let rows = (source.seen - read).min(self.chunk_rows_max as u64) as usize;
-                    let Some(batch) = crate::blocking(|| reader.next_batch(rows))? else {
-                        return Err(Error::internal(format!(
-                            "source \"{}\" ended after {read} rows when read again, not {}",
-                            source.def.name, source.seen
-                        )));
-                    };
-                    read += batch.num_rows() as u64;
-                    let message =
-                        Message::Chunk(StreamChunk::new(vec![Op::Insert; batch.num_rows()], batch));
-                    for (output, open) in new_outputs.iter().zip(open.iter_mut()) {
-                        if *open && deliver(output, &message).await.is_err() {
-                            *open = false;
-                        }
-                    }
-                }
-            }
-            for output in &new_outputs {
-                for w in &self.watermarks {
-                    let _ = deliver(output, &Message::Watermark(*w)).await;
-                }
-            }
-            self.outputs.extend(new_outputs);
         }
+        if let Some(source) = self.source.as_ref().filter(|_| !sources.is_empty()) {
+            backfill_from_source(source, self.chunk_rows_max, &sources).await?;
+            for (output, left) in sources {
+                for w in &self.watermarks {
+                    let _ = deliver(&output, &Message::Watermark(*w)).await;
+                }
+                left.done();
+                self.outputs.push(output);
+            }
+        }
+        self.advance_backfills().await?;
         self.send(Message::Barrier(barrier.clone())).await;
-        self.outputs
-            .retain(|o| !o.targets.iter().any(|(a, _)| barrier.stops(*a)));
+        let stopped = |o: &NewOutput| o.targets.iter().any(|(a, _)| barrier.stops(*a));
+        self.outputs.retain(|o| !stopped(o));
+        self.backfilling.retain(|b| !stopped(&b.output));
         Ok(stopping)
     }
 
+    /// The operators, and the output they emit into.
+    fn parts(&mut self) -> (&mut OpNode, Outlet<'_>) {
+        let outlet = Outlet {
+            id: self.id,
+            materialize: &mut self.materialize,
+            sink: self.sink.as_deref(),
+            outputs: &mut self.outputs,
+            backfilling: &mut self.backfilling,
+            waiting: Vec::new(),
+            waiting_rows: 0,
+        };
+        (&mut self.root, outlet)
+    }
+
+    async fn send(&mut self, msg: Message) {
+        let mut outputs = Outputs {
+            id: self.id,
+            live: &mut self.outputs,
+            backfilling: &mut self.backfilling,
+            materialize: self.materialize.as_ref(),
+        };
+        outputs.send(msg).await
+    }
+
+    /// Sends each backfilling output its next part of the relation's rows, as they are at the
+    /// epoch just committed: about `backfill_bytes_per_barrier` bytes. An output that has
+    /// them all is done: it gets the last watermarks and every change from now on.
+    async fn advance_backfills(&mut self) -> Result<()> {
+        let Some(m) = self.materialize.as_ref() else {
+            return Ok(());
+        };
+        let rows_max = self.chunk_rows_max;
+        let mut finished = Vec::new();
+        for (i, b) in self.backfilling.iter_mut().enumerate() {
+            let mut sent = 0;
+            while sent < self.backfill_bytes_per_barrier {
+                // Read off the async workers' queue: RocksDB reads can wait on the disk.
+                let part = crate::blocking(|| m.contents_part(b.after.as_deref(), rows_max))?;
+                let Some((chunk, last)) = part else {
+                    finished.push(i);
+                    break;
+                };
+                sent += chunk.data.get_array_memory_size();
+                if let Err(why) = deliver(&b.output, &Message::Chunk(chunk)).await {
+                    tracing::warn!(actor = self.id, "no longer backfilling a new view: {why}");
+                    finished.push(i);
+                    break;
+                }
+                b.after = Some(last);
+            }
+        }
+        for i in finished.into_iter().rev() {
+            let b = self.backfilling.remove(i);
+            for w in &self.watermarks {
+                let _ = deliver(&b.output, &Message::Watermark(*w)).await;
+            }
+            b.left.done();
+            self.outputs.push(b.output);
+        }
+        Ok(())
+    }
+}
+
+/// Sends new outputs a source's rows so far, read again from the start, batch by batch (a
+/// long stream is never held whole).
+async fn backfill_from_source(
+    source: &SourceRows,
+    rows_max: usize,
+    outputs: &[(NewOutput, Arc<Backfills>)],
+) -> Result<()> {
+    let ledger = Some((source.ledgers.as_path(), false));
+    let mut reader = crate::source::open(&source.def, (0, source.seen), ledger)?;
+    let mut open = vec![true; outputs.len()];
+    let mut read = 0;
+    while read < source.seen {
+        let rows = (source.seen - read).min(rows_max as u64) as usize;
+        let Some(batch) = crate::blocking(|| reader.next_batch(rows))? else {
+            return Err(Error::internal(format!(
+                "source \"{}\" ended after {read} rows when read again, not {}",
+                source.def.name, source.seen
+            )));
+        };
+        read += batch.num_rows() as u64;
+        let message = Message::Chunk(StreamChunk::new(vec![Op::Insert; batch.num_rows()], batch));
+        for ((output, _), open) in outputs.iter().zip(open.iter_mut()) {
+            if *open && deliver(output, &message).await.is_err() {
+                *open = false;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An actor's outputs, as it sends a message.
+struct Outputs<'a> {
+    id: ActorId,
+    live: &'a mut Vec<NewOutput>,
+    backfilling: &'a mut Vec<Backfilling>,
+    /// The relation's rows, whose keys tell which changes a backfilling output takes.
+    materialize: Option<&'a Materialize>,
+}
+
+impl Outputs<'_> {
+    /// Sends a message to every output: chunks to a backfilling one only for rows up to its
+    /// last key sent, watermarks not until it is done. An output whose targets are gone is
+    /// dropped.
     async fn send(&mut self, msg: Message) {
         let mut gone = Vec::new();
-        for (i, o) in self.outputs.iter().enumerate() {
+        for (i, o) in self.live.iter().enumerate() {
             if let Err(why) = deliver(o, &msg).await {
                 gone.push((i, why));
             }
         }
         for (i, why) in gone.into_iter().rev() {
-            let o = self.outputs.remove(i);
-            let downstream: Vec<ActorId> = o.targets.iter().map(|(a, _)| *a).collect();
-            tracing::warn!(
-                actor = self.id,
-                ?downstream,
-                "no longer feeding downstream actors: {why}"
-            );
+            let o = self.live.remove(i);
+            report_gone(self.id, &o, &why);
         }
+        if self.backfilling.is_empty() || matches!(msg, Message::Watermark(_)) {
+            return;
+        }
+        let keys = match (&msg, self.materialize) {
+            (Message::Chunk(c), Some(m)) => match m.row_keys(c) {
+                Ok(keys) => Some(keys),
+                Err(e) => {
+                    tracing::error!(actor = self.id, "cannot read the keys of rows: {e}");
+                    return;
+                }
+            },
+            _ => None,
+        };
+        let mut gone = Vec::new();
+        for (i, b) in self.backfilling.iter().enumerate() {
+            let message = match (&msg, &keys) {
+                (Message::Chunk(chunk), Some(keys)) => {
+                    let Some(after) = &b.after else { continue };
+                    let mask: BooleanArray = keys.iter().map(|k| Some(k <= after)).collect();
+                    match chunk.filter(&mask) {
+                        Ok(c) if c.is_empty() => continue,
+                        Ok(c) => Message::Chunk(c),
+                        Err(e) => {
+                            gone.push((i, e.to_string()));
+                            continue;
+                        }
+                    }
+                }
+                _ => msg.clone(),
+            };
+            if let Err(why) = deliver(&b.output, &message).await {
+                gone.push((i, why));
+            }
+        }
+        for (i, why) in gone.into_iter().rev() {
+            let b = self.backfilling.remove(i);
+            report_gone(self.id, &b.output, &why);
+        }
+    }
+}
+
+fn report_gone(id: ActorId, output: &NewOutput, why: &str) {
+    let downstream: Vec<ActorId> = output.targets.iter().map(|(a, _)| *a).collect();
+    tracing::warn!(
+        actor = id,
+        ?downstream,
+        "no longer feeding downstream actors: {why}"
+    );
+}
+
+/// Past this many rows waiting in an actor's output, they are sent before its operators go
+/// on: an operator's output for one input chunk (a join on a hot key) is then never whole in
+/// memory, whatever its size.
+const WAITING_ROWS_MAX: usize = 65_536;
+
+/// The actor's own output, where its tree of operators emits: each chunk goes into the
+/// relation's Materialize (or a sink's counts) at once, and waits to be sent downstream when
+/// the operators are done with their input (`finish`), or sooner once `WAITING_ROWS_MAX` rows
+/// wait.
+struct Outlet<'a> {
+    id: ActorId,
+    materialize: &'a mut Option<Materialize>,
+    sink: Option<&'a SinkCounter>,
+    outputs: &'a mut Vec<NewOutput>,
+    backfilling: &'a mut Vec<Backfilling>,
+    waiting: Vec<StreamChunk>,
+    waiting_rows: usize,
+}
+
+impl Outlet<'_> {
+    fn outputs(&mut self) -> Outputs<'_> {
+        Outputs {
+            id: self.id,
+            live: self.outputs,
+            backfilling: self.backfilling,
+            materialize: self.materialize.as_ref(),
+        }
+    }
+
+    /// Sends what waits.
+    async fn finish(mut self) {
+        let waiting = std::mem::take(&mut self.waiting);
+        let mut outputs = self.outputs();
+        for c in waiting {
+            outputs.send(Message::Chunk(c)).await;
+        }
+    }
+}
+
+impl Emit for Outlet<'_> {
+    fn emit(&mut self, chunk: StreamChunk) -> Result<()> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        if let Some(m) = self.materialize.as_mut() {
+            m.apply(&chunk)?;
+        }
+        if let Some(counter) = self.sink {
+            let deletes = chunk.ops.iter().filter(|o| **o == Op::Delete).count() as u64;
+            counter.deletes.fetch_add(deletes, Ordering::Relaxed);
+            counter
+                .inserts
+                .fetch_add(chunk.len() as u64 - deletes, Ordering::Relaxed);
+        }
+        self.waiting_rows += chunk.len();
+        self.waiting.push(chunk);
+        if self.waiting_rows > WAITING_ROWS_MAX {
+            // The operators are in the middle of their work, on this thread: send from here,
+            // after handing the worker's other tasks to another thread. (On a current-thread
+            // runtime, in unit tests, the rows wait.)
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+                    let waiting = std::mem::take(&mut self.waiting);
+                    let mut outputs = self.outputs();
+                    tokio::task::block_in_place(|| {
+                        handle.block_on(async {
+                            for c in waiting {
+                                outputs.send(Message::Chunk(c)).await;
+                            }
+                        })
+                    });
+                    self.waiting_rows = 0;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -291,6 +535,20 @@ pub enum OpNode {
     },
 }
 
+/// An operator's input `k` as its child emits into it: each chunk goes through the operator
+/// on to `out` as it comes.
+struct Feeding<'a> {
+    op: &'a mut dyn Operator,
+    k: usize,
+    out: &'a mut dyn Emit,
+}
+
+impl Emit for Feeding<'_> {
+    fn emit(&mut self, chunk: StreamChunk) -> Result<()> {
+        self.op.on_chunk(self.k, chunk, self.out)
+    }
+}
+
 impl OpNode {
     pub fn unary(op: Box<dyn Operator>, input: OpNode) -> OpNode {
         OpNode::Op {
@@ -306,39 +564,41 @@ impl OpNode {
         }
     }
 
-    /// Pushes a chunk from actor input `input` up the path to this node; returns this node's
-    /// output.
-    fn on_chunk(&mut self, input: usize, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+    /// Pushes a chunk from actor input `input` up the path to this node, emitting this node's
+    /// output to `out`.
+    fn on_chunk(&mut self, input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
         match self {
-            OpNode::Input(_) => Ok(vec![chunk]),
+            OpNode::Input(_) => out.emit(chunk),
             OpNode::Op { op, inputs } => {
                 let (k, child) = child_reading(inputs, input);
-                let mut out = Vec::new();
-                for c in child.on_chunk(input, chunk)? {
-                    op.on_chunk(k, c, &mut out)?;
-                }
-                Ok(out)
+                let mut into = Feeding {
+                    op: op.as_mut(),
+                    k,
+                    out,
+                };
+                child.on_chunk(input, chunk, &mut into)
             }
         }
     }
 
     /// Pushes a watermark from actor input `input` up the path to this node; returns the
-    /// watermark this node passes on, appending rows it emits (closed windows) to `out`.
+    /// watermark this node passes on, emitting rows it emits (closed windows) to `out`.
     fn on_watermark(
         &mut self,
         input: usize,
         watermark: Watermark,
-        out: &mut Vec<StreamChunk>,
+        out: &mut dyn Emit,
     ) -> Result<Vec<Watermark>> {
         match self {
             OpNode::Input(_) => Ok(vec![watermark]),
             OpNode::Op { op, inputs } => {
                 let (k, child) = child_reading(inputs, input);
-                let mut below = Vec::new();
-                let forwarded = child.on_watermark(input, watermark, &mut below)?;
-                for c in below {
-                    op.on_chunk(k, c, out)?;
-                }
+                let mut into = Feeding {
+                    op: op.as_mut(),
+                    k,
+                    out: &mut *out,
+                };
+                let forwarded = child.on_watermark(input, watermark, &mut into)?;
                 let mut passed = Vec::new();
                 for w in forwarded {
                     passed.extend(op.on_watermark(k, w, out)?);
@@ -348,26 +608,28 @@ impl OpNode {
         }
     }
 
-    /// Ends the epoch bottom-up: each operator first receives what its inputs emitted at the
+    /// Ends the epoch bottom-up: each operator first receives what its inputs emit at the
     /// barrier, then runs its own barrier hook.
     fn on_barrier(
         &mut self,
         epoch: u64,
         now_us: i64,
         writes: &mut EpochWrites,
-    ) -> Result<Vec<StreamChunk>> {
+        out: &mut dyn Emit,
+    ) -> Result<()> {
         match self {
-            OpNode::Input(_) => Ok(Vec::new()),
+            OpNode::Input(_) => Ok(()),
             OpNode::Op { op, inputs } => {
-                let mut out = Vec::new();
                 for (k, child) in inputs.iter_mut().enumerate() {
-                    for c in child.on_barrier(epoch, now_us, writes)? {
-                        op.on_chunk(k, c, &mut out)?;
-                    }
+                    let mut into = Feeding {
+                        op: op.as_mut(),
+                        k,
+                        out: &mut *out,
+                    };
+                    child.on_barrier(epoch, now_us, writes, &mut into)?;
                 }
                 op.on_tick(now_us);
-                op.on_barrier(epoch, &mut out, writes)?;
-                Ok(out)
+                op.on_barrier(epoch, out, writes)
             }
         }
     }

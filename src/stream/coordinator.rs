@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -329,8 +330,15 @@ impl Coordinator {
                 self.committed.remove(id);
             }
         }
+        self.count_actors();
         self.try_seal();
         epoch
+    }
+
+    fn count_actors(&self) {
+        self.metrics
+            .dataflow_actors
+            .store(self.actors.len() as u64, Ordering::Relaxed);
     }
 
     fn on_event(&mut self, ev: ActorEvent) {
@@ -349,6 +357,7 @@ impl Coordinator {
             }
             ActorEvent::Exited { actor, error } => {
                 self.actors.remove(&actor);
+                self.count_actors();
                 self.sources.remove(&actor);
                 if error.is_none() {
                     self.committed.remove(&actor);

@@ -431,7 +431,7 @@ impl Partitioner {
 
     /// One chunk per actor (`None` for an actor that gets no rows).
     pub fn split(&self, chunk: &StreamChunk) -> Result<Vec<Option<StreamChunk>>> {
-        let mut columns = eval_columns(&self.keys, &chunk.data, &self.unreported)?;
+        let mut columns = eval_columns(&self.keys, &chunk.data, &chunk.ops, &self.unreported)?;
         for (c, t) in columns.iter_mut().zip(&self.key_types) {
             if c.data_type() != t {
                 *c = cast(c, t)?;

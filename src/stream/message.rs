@@ -252,9 +252,33 @@ pub struct NewOutput {
     /// How chunks are split among `targets`; `None`: all to the one target. Barriers and
     /// watermarks go to every target.
     pub partitioner: Option<Arc<Partitioner>>,
-    /// Whether the relation's current contents go first (a new view's backfill); false for a
-    /// view restored from a checkpoint, whose state already holds them.
-    pub backfill: bool,
+    /// When the relation's current contents go first (a new view's backfill), the count of
+    /// the view's backfills still under way, which this one takes off when it is done; `None`
+    /// for a view restored from a checkpoint, whose state already holds them.
+    pub backfill: Option<Arc<Backfills>>,
+}
+
+/// How many of a new view's inputs are still sending it their current contents. A relation
+/// with rows (a table, a view) sends them a part at every barrier, so that the view holds one
+/// part of them per epoch, not all; the view is whole at the epoch whose barrier follows the
+/// last part of the last of them.
+#[derive(Debug)]
+pub struct Backfills(std::sync::atomic::AtomicUsize);
+
+impl Backfills {
+    pub fn new(count: usize) -> Backfills {
+        Backfills(std::sync::atomic::AtomicUsize::new(count))
+    }
+
+    /// One backfill is done.
+    pub fn done(&self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// The backfills still under way.
+    pub fn left(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl NewOutput {
@@ -262,7 +286,7 @@ impl NewOutput {
         NewOutput {
             targets: vec![(downstream, sender)],
             partitioner: None,
-            backfill: true,
+            backfill: Some(Arc::new(Backfills::new(1))),
         }
     }
 

@@ -5,27 +5,38 @@ use super::message::Watermark;
 use crate::error::Result;
 use crate::state::EpochWrites;
 
+/// Where an operator puts its output: the operator above it in the actor, which takes each
+/// chunk as it comes, or the actor's output, which sends chunks downstream once enough wait.
+/// So an operator whose output for one chunk is far larger than the chunk (a join on a hot
+/// key) never holds that output whole: it emits it a part at a time.
+pub trait Emit {
+    fn emit(&mut self, chunk: StreamChunk) -> Result<()>;
+}
+
+/// Output gathered in memory (tests, and the barrier's output of a pipeline).
+impl Emit for Vec<StreamChunk> {
+    fn emit(&mut self, chunk: StreamChunk) -> Result<()> {
+        self.push(chunk);
+        Ok(())
+    }
+}
+
 /// An incremental operator: it turns input changes into output changes and keeps whatever
 /// state it needs. It never sees barriers as messages and never forwards them. Most operators
 /// have one input; a join has two, a union any number.
 pub trait Operator: Send {
-    /// Transforms one chunk of changes arriving on input `input` (numbered from 0), appending
+    /// Transforms one chunk of changes arriving on input `input` (numbered from 0), emitting
     /// output chunks to `out`.
-    fn on_chunk(
-        &mut self,
-        input: usize,
-        chunk: StreamChunk,
-        out: &mut Vec<StreamChunk>,
-    ) -> Result<()>;
+    fn on_chunk(&mut self, input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()>;
 
     /// A watermark arrived on input `input`. Returns the watermarks to pass downstream (on
     /// the operator's own output columns); the default passes none. An operator that closes
-    /// windows appends their final rows to `out`.
+    /// windows emits their final rows to `out`.
     fn on_watermark(
         &mut self,
         _input: usize,
         _watermark: Watermark,
-        _out: &mut Vec<StreamChunk>,
+        _out: &mut dyn Emit,
     ) -> Result<Vec<Watermark>> {
         Ok(Vec::new())
     }
@@ -39,7 +50,7 @@ pub trait Operator: Send {
     fn on_barrier(
         &mut self,
         _epoch: u64,
-        _out: &mut Vec<StreamChunk>,
+        _out: &mut dyn Emit,
         _writes: &mut EpochWrites,
     ) -> Result<()> {
         Ok(())
@@ -86,6 +97,17 @@ pub mod test_util {
             let mut writes = EpochWrites::default();
             op.on_barrier(self.epoch, out, &mut writes).unwrap();
             self.store.commit(self.epoch, writes).await.unwrap();
+            self.store.seal(self.epoch);
+        }
+
+        /// Ends the next epoch of several operators on the store, dropping what they emit.
+        pub async fn end_all(&mut self, ops: &mut [&mut dyn Operator]) {
+            self.epoch += 1;
+            for op in ops.iter_mut() {
+                let mut writes = EpochWrites::default();
+                op.on_barrier(self.epoch, &mut vec![], &mut writes).unwrap();
+                self.store.commit(self.epoch, writes).await.unwrap();
+            }
             self.store.seal(self.epoch);
         }
     }

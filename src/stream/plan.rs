@@ -14,11 +14,11 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 use tokio::sync::mpsc;
 
-use super::actor::{Actor, OpNode};
+use super::actor::{Actor, ActorErrors, OpNode};
 use super::align::AlignedInputs;
 use super::coordinator::ActorEvent;
 use super::dispatch::VnodeOf;
-use super::expr::ErrorSink;
+use super::expr::{ErrorSink, ERRORS_TABLE};
 use super::message::{ActorId, Message};
 use super::operators::filter::Filter;
 use super::operators::hash_agg::{AggCall, AggKind, HashAgg};
@@ -29,7 +29,7 @@ use super::operators::temporal_filter::{TemporalFilter, TemporalSpec};
 use super::operators::top_n::{TopN, TopNSpec};
 use super::operators::union::Union;
 use crate::error::{Error, Result};
-use crate::state::{StateStore, TableId};
+use crate::state::{StateStore, StateTable, TableId};
 
 #[derive(Clone)]
 pub struct StreamPlan {
@@ -768,6 +768,8 @@ pub struct ActorContext {
     pub store: Arc<StateStore>,
     pub events: mpsc::UnboundedSender<ActorEvent>,
     pub chunk_rows_max: usize,
+    /// About how many bytes of its rows a relation sends a new view per barrier.
+    pub backfill_bytes_per_barrier: usize,
 }
 
 /// Builds the actor of a relation: the operators of `root` (just `Input(0)` for a table) in
@@ -786,6 +788,10 @@ pub fn build_actor(
 ) -> Result<Actor> {
     let operators_from = if schema.is_some() { 1 } else { 0 };
     let mut tables = state_tables[operators_from..].iter().copied();
+    // The actor's share of its view's errors starts where its state left it (restored).
+    let errors_table = StateTable::new(ctx.store.clone(), ERRORS_TABLE);
+    let kept = ActorErrors::read(&errors_table, id)?;
+    let errors = errors.for_actor(kept);
     let root = build_node(ctx, root, &mut tables, &errors)?;
     let materialize = match schema {
         Some((schema, order)) => Some(Materialize::new(
@@ -805,10 +811,17 @@ pub fn build_actor(
         store: ctx.store.clone(),
         events: ctx.events.clone(),
         chunk_rows_max: ctx.chunk_rows_max,
+        backfill_bytes_per_barrier: ctx.backfill_bytes_per_barrier,
+        backfilling: Vec::new(),
         outputs: Vec::new(),
         watermarks: Vec::new(),
         sink: None,
         source: None,
+        errors: ActorErrors {
+            sink: errors,
+            table: errors_table,
+            kept,
+        },
     })
 }
 
@@ -860,7 +873,13 @@ fn build_node(
         }
         PlanNode::Join { left, right, spec } => {
             let sides = [next_table(tables), next_table(tables)];
-            let join = HashJoin::new(ctx.store.clone(), sides, spec, errors.clone())?;
+            let join = HashJoin::new(
+                ctx.store.clone(),
+                sides,
+                spec,
+                errors.clone(),
+                ctx.chunk_rows_max,
+            )?;
             let left = build_node(ctx, *left, tables, errors)?;
             let right = build_node(ctx, *right, tables, errors)?;
             OpNode::Op {

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::stream::chunk::StreamChunk;
 use crate::stream::expr::{eval_predicate, ErrorSink};
 use crate::stream::message::Watermark;
-use crate::stream::operator::Operator;
+use crate::stream::operator::{Emit, Operator};
 
 pub struct Filter {
     predicate: Arc<dyn PhysicalExpr>,
@@ -22,16 +22,11 @@ impl Filter {
 }
 
 impl Operator for Filter {
-    fn on_chunk(
-        &mut self,
-        _input: usize,
-        chunk: StreamChunk,
-        out: &mut Vec<StreamChunk>,
-    ) -> Result<()> {
-        let mask = eval_predicate(&self.predicate, &chunk.data, &self.errors)?;
+    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
+        let mask = eval_predicate(&self.predicate, &chunk.data, &chunk.ops, &self.errors)?;
         let kept = chunk.filter(&mask)?;
         if !kept.is_empty() {
-            out.push(kept);
+            out.emit(kept)?;
         }
         Ok(())
     }
@@ -41,7 +36,7 @@ impl Operator for Filter {
         &mut self,
         _input: usize,
         watermark: Watermark,
-        _out: &mut Vec<StreamChunk>,
+        _out: &mut dyn Emit,
     ) -> Result<Vec<Watermark>> {
         Ok(vec![watermark])
     }

@@ -28,7 +28,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, SchemaRef, TimestampMicrosecondType};
+use datafusion::arrow::datatypes::{i256, DataType, SchemaRef, TimestampMicrosecondType};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
@@ -39,7 +39,7 @@ use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
 use crate::stream::message::Watermark;
-use crate::stream::operator::Operator;
+use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
 
 /// Group keys start with a 2-byte virtual node.
@@ -76,6 +76,24 @@ pub struct AggCall {
     pub filter: Option<Arc<dyn PhysicalExpr>>,
 }
 
+/// Output rows of groups: the batch, each row's encoding, and the error of each row that has
+/// an aggregate out of range (NULL there).
+struct OutputRows {
+    batch: RecordBatch,
+    encoded: Vec<Vec<u8>>,
+    failures: Vec<Option<Error>>,
+}
+
+/// Counts a group's output as failed or not from now on, in the view's errors.
+fn set_failed(errors: &ErrorSink, state: &mut GroupState, failure: Option<&Error>) {
+    match (state.failed, failure) {
+        (false, Some(e)) => errors.record(e, 1),
+        (true, None) => errors.cleared(),
+        _ => {}
+    }
+    state.failed = failure.is_some();
+}
+
 /// How an aggregate reads its argument's values.
 enum Values {
     /// Only whether the value is NULL matters.
@@ -104,9 +122,13 @@ enum Acc {
     Count {
         n: i64,
     },
+    /// Exact sums, of integers and of decimals' unscaled integers: 256 bits cannot overflow,
+    /// since at most 2^63 values of at most 2^127 each are summed, so the sum is always right
+    /// even where it does not fit the result's type (then the output is NULL and an error,
+    /// which goes once the sum fits again).
     Exact {
         n: i64,
-        sum: i128,
+        sum: i256,
     },
     Float {
         n: i64,
@@ -130,6 +152,9 @@ struct GroupState {
     accs: Vec<Acc>,
     /// The output row last emitted for this group, so it can be retracted exactly.
     emitted: Option<Vec<u8>>,
+    /// Whether an aggregate of that row failed (out of range) and is NULL there: counted as
+    /// one of the view's errors until the group's output no longer fails.
+    failed: bool,
 }
 
 pub struct HashAgg {
@@ -229,10 +254,14 @@ impl HashAgg {
                     (AggKind::Min | AggKind::Max, _) => Acc::Extreme { n: 0, best: None },
                     (AggKind::BoolAnd | AggKind::BoolOr, _) => Acc::Bools { n: 0, trues: 0 },
                     (_, t) if is_float(t) => Acc::Float { n: 0, sum: 0.0 },
-                    _ => Acc::Exact { n: 0, sum: 0 },
+                    _ => Acc::Exact {
+                        n: 0,
+                        sum: i256::ZERO,
+                    },
                 })
                 .collect(),
             emitted: None,
+            failed: false,
         }
     }
 
@@ -259,18 +288,20 @@ impl HashAgg {
         Ok(columns.into_iter().flatten().collect())
     }
 
-    /// The output rows of the given (cached) groups, and each row's encoding.
-    fn output_rows(&self, keys: &[&[u8]]) -> Result<Option<(RecordBatch, Vec<Vec<u8>>)>> {
+    /// The output rows of the given (cached) groups, each row's encoding, and the error of
+    /// the rows where an aggregate is out of range (NULL there).
+    fn output_rows(&self, keys: &[&[u8]]) -> Result<Option<OutputRows>> {
         if keys.is_empty() {
             return Ok(None);
         }
         let mut agg_values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.calls.len()];
-        for key in keys {
+        let mut failures: Vec<Option<Error>> = vec![None; keys.len()];
+        for (row, key) in keys.iter().enumerate() {
             for (idx, acc) in self.cache[*key].accs.iter().enumerate() {
                 let v = match self.output_value(key, idx, acc) {
                     Ok(v) => v,
                     Err(e) if e.kind == ErrorKind::NumericOutOfRange => {
-                        self.errors.errors.record(&self.errors.view, &e);
+                        failures[row] = Some(e);
                         ScalarValue::try_from(&self.calls[idx].output_type)?
                     }
                     Err(e) => return Err(e),
@@ -294,7 +325,11 @@ impl HashAgg {
         }
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
         let encoded = self.output_codec.encode(batch.columns())?;
-        Ok(Some((batch, encoded)))
+        Ok(Some(OutputRows {
+            batch,
+            encoded,
+            failures,
+        }))
     }
 
     /// Changes the count of one value of a MIN/MAX or DISTINCT call; returns it before and
@@ -390,13 +425,17 @@ impl HashAgg {
             }
             (AggKind::Avg, Acc::Exact { n, sum }) => match (&call.arg_type, &call.output_type) {
                 (DataType::Decimal128(_, s_in), DataType::Decimal128(p, s_out)) => {
-                    let scaled = sum
-                        .checked_mul(10i128.pow((*s_out - *s_in).max(0) as u32))
+                    let scaled = i256::from(10)
+                        .checked_pow((*s_out - *s_in).max(0) as u32)
+                        .and_then(|f| sum.checked_mul(f))
                         .ok_or_else(|| out_of_range("avg"))?;
-                    let v = scaled / *n as i128;
+                    let v = scaled
+                        .checked_div(i256::from(*n))
+                        .and_then(i256::to_i128)
+                        .ok_or_else(|| out_of_range("numeric"))?;
                     decimal_scalar(v, *p, *s_out)
                 }
-                (_, t) => float_scalar(*sum as f64 / *n as f64, t),
+                (_, t) => float_scalar(to_f64(*sum) / *n as f64, t),
             },
             (
                 AggKind::Min | AggKind::Max,
@@ -432,14 +471,9 @@ impl HashAgg {
 }
 
 impl Operator for HashAgg {
-    fn on_chunk(
-        &mut self,
-        _input: usize,
-        chunk: StreamChunk,
-        _out: &mut Vec<StreamChunk>,
-    ) -> Result<()> {
+    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, _out: &mut dyn Emit) -> Result<()> {
         let batch = &chunk.data;
-        let group_columns = eval_columns(&self.group_exprs, batch, &self.errors)?;
+        let group_columns = eval_columns(&self.group_exprs, batch, &chunk.ops, &self.errors)?;
         let keys = if self.global {
             vec![Vec::new(); batch.num_rows()]
         } else {
@@ -478,6 +512,7 @@ impl Operator for HashAgg {
         let args: Vec<ArrayRef> = eval_columns(
             &self.calls.iter().map(|c| c.arg.clone()).collect::<Vec<_>>(),
             batch,
+            &chunk.ops,
             &self.errors,
         )?;
         // Per call: which rows its FILTER keeps, and for DISTINCT calls the values as bytes.
@@ -485,7 +520,7 @@ impl Operator for HashAgg {
         let mut distinct: Vec<Option<Vec<Vec<u8>>>> = Vec::with_capacity(self.calls.len());
         for (call, array) in self.calls.iter().zip(&args) {
             filters.push(match &call.filter {
-                Some(f) => Some(eval_predicate(f, batch, &self.errors)?),
+                Some(f) => Some(eval_predicate(f, batch, &chunk.ops, &self.errors)?),
                 None => None,
             });
             let counted_once = call.distinct && !matches!(call.kind, AggKind::Min | AggKind::Max);
@@ -555,9 +590,8 @@ impl Operator for HashAgg {
                     (Acc::Exact { n, sum }, Values::Exact(v)) => {
                         if let Some(v) = v[row] {
                             *n += w;
-                            *sum = sum
-                                .checked_add(v * w as i128)
-                                .ok_or_else(|| out_of_range("sum"))?;
+                            // Cannot wrap: see `Acc::Exact`.
+                            *sum = sum.wrapping_add(i256::from(v).wrapping_mul(i256::from(w)));
                         }
                     }
                     (Acc::Float { n, sum }, Values::Float(v)) => {
@@ -606,7 +640,7 @@ impl Operator for HashAgg {
         &mut self,
         _input: usize,
         watermark: Watermark,
-        out: &mut Vec<StreamChunk>,
+        out: &mut dyn Emit,
     ) -> Result<Vec<Watermark>> {
         let Some((window, codec)) = &self.close_on else {
             return Ok(Vec::new());
@@ -642,8 +676,12 @@ impl Operator for HashAgg {
             .filter(|k| self.cache[*k].rows > 0)
             .map(Vec::as_slice)
             .collect();
-        if let Some((batch, _)) = self.output_rows(&live)? {
-            out.push(StreamChunk::inserts(batch));
+        if let Some(rows) = self.output_rows(&live)? {
+            // A closed window's row is final: an error in it stays counted.
+            for e in rows.failures.iter().flatten() {
+                self.errors.record(e, 1);
+            }
+            out.emit(StreamChunk::inserts(rows.batch))?;
         }
         for key in closing {
             self.cache.remove(&key);
@@ -668,7 +706,7 @@ impl Operator for HashAgg {
     fn on_barrier(
         &mut self,
         _epoch: u64,
-        out: &mut Vec<StreamChunk>,
+        out: &mut dyn Emit,
         writes: &mut EpochWrites,
     ) -> Result<()> {
         if self.close_on.is_some() {
@@ -705,20 +743,21 @@ impl Operator for HashAgg {
                 live_keys.push(key);
             }
         }
-        let mut new_rows: HashMap<&[u8], Vec<u8>> = HashMap::new();
+        let mut new_rows: HashMap<&[u8], (Vec<u8>, Option<Error>)> = HashMap::new();
         let mut inserted: Option<RecordBatch> = None;
-        if let Some((batch, encoded)) = self.output_rows(&live_keys)? {
-            for (key, row) in live_keys.iter().zip(encoded) {
-                new_rows.insert(key, row);
+        if let Some(rows) = self.output_rows(&live_keys)? {
+            for ((key, row), failure) in live_keys.iter().zip(rows.encoded).zip(rows.failures) {
+                new_rows.insert(key, (row, failure));
             }
-            inserted = Some(batch);
+            inserted = Some(rows.batch);
         }
         // Compare with what was emitted before.
         let mut retract: Vec<Vec<u8>> = Vec::new();
         let mut keep_insert: Vec<u32> = Vec::new();
         for (pos, key) in live_keys.iter().enumerate() {
-            let new = &new_rows[key];
+            let (new, failure) = &new_rows[key];
             let state = self.cache.get_mut(*key).expect("cached");
+            set_failed(&self.errors, state, failure.as_ref());
             if state.emitted.as_ref() == Some(new) {
                 continue;
             }
@@ -734,6 +773,7 @@ impl Operator for HashAgg {
                 if let Some(old) = state.emitted.take() {
                     retract.push(old);
                 }
+                set_failed(&self.errors, state, None);
                 self.groups.delete(key.clone());
                 self.cache.remove(key);
             } else {
@@ -745,12 +785,12 @@ impl Operator for HashAgg {
                 .output_codec
                 .decode(retract.iter().map(Vec::as_slice))?;
             let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
-            out.push(StreamChunk::new(vec![Op::Delete; batch.num_rows()], batch));
+            out.emit(StreamChunk::new(vec![Op::Delete; batch.num_rows()], batch))?;
         }
         if let Some(batch) = inserted {
             if !keep_insert.is_empty() {
                 let chunk = StreamChunk::inserts(batch).take(&keep_insert)?;
-                out.push(chunk);
+                out.emit(chunk)?;
             }
         }
         if self.cache.len() > CACHED_GROUPS_MAX {
@@ -770,7 +810,11 @@ fn out_of_range(what: &str) -> Error {
     Error::new(ErrorKind::NumericOutOfRange, format!("{what} out of range"))
 }
 
-fn exact_scalar(v: i128, t: &DataType) -> Result<ScalarValue> {
+fn exact_scalar(v: i256, t: &DataType) -> Result<ScalarValue> {
+    if let DataType::Float64 = t {
+        return Ok(ScalarValue::Float64(Some(to_f64(v))));
+    }
+    let v = v.to_i128().ok_or_else(|| out_of_range("numeric"))?;
     Ok(match t {
         DataType::Int64 => {
             ScalarValue::Int64(Some(i64::try_from(v).map_err(|_| out_of_range("bigint"))?))
@@ -782,6 +826,11 @@ fn exact_scalar(v: i128, t: &DataType) -> Result<ScalarValue> {
         DataType::Float64 => ScalarValue::Float64(Some(v as f64)),
         other => return Err(Error::internal(format!("exact sum into {other}"))),
     })
+}
+
+fn to_f64(v: i256) -> f64 {
+    let (low, high) = v.to_parts();
+    high as f64 * 2f64.powi(128) + low as f64
 }
 
 fn decimal_scalar(v: i128, precision: u8, scale: i8) -> Result<ScalarValue> {
@@ -818,11 +867,19 @@ fn encode_state(s: &GroupState) -> Vec<u8> {
                 out.push(0);
                 out.extend_from_slice(&n.to_le_bytes());
             }
-            Acc::Exact { n, sum } => {
-                out.push(1);
-                out.extend_from_slice(&n.to_le_bytes());
-                out.extend_from_slice(&sum.to_le_bytes());
-            }
+            Acc::Exact { n, sum } => match sum.to_i128() {
+                Some(small) => {
+                    out.push(1);
+                    out.extend_from_slice(&n.to_le_bytes());
+                    out.extend_from_slice(&small.to_le_bytes());
+                }
+                // Only sums past 128 bits take the room of 256.
+                None => {
+                    out.push(6);
+                    out.extend_from_slice(&n.to_le_bytes());
+                    out.extend_from_slice(&sum.to_le_bytes());
+                }
+            },
             Acc::Float { n, sum } => {
                 out.push(2);
                 out.extend_from_slice(&n.to_le_bytes());
@@ -847,7 +904,7 @@ fn encode_state(s: &GroupState) -> Vec<u8> {
     }
     match &s.emitted {
         Some(row) => {
-            out.push(1);
+            out.push(if s.failed { 2 } else { 1 });
             out.extend_from_slice(row);
         }
         None => out.push(0),
@@ -884,7 +941,13 @@ fn decode_state(bytes: &[u8]) -> Result<GroupState> {
             0 => Acc::Count { n: r.i64()? },
             1 => Acc::Exact {
                 n: r.i64()?,
-                sum: i128::from_le_bytes(r.take(16)?.try_into().map_err(|_| corrupt())?),
+                sum: i256::from(i128::from_le_bytes(
+                    r.take(16)?.try_into().map_err(|_| corrupt())?,
+                )),
+            },
+            6 => Acc::Exact {
+                n: r.i64()?,
+                sum: i256::from_le_bytes(r.take(32)?.try_into().map_err(|_| corrupt())?),
             },
             2 => Acc::Float {
                 n: r.i64()?,
@@ -909,15 +972,17 @@ fn decode_state(bytes: &[u8]) -> Result<GroupState> {
             _ => return Err(corrupt()),
         });
     }
-    let emitted = match r.u8()? {
-        0 => None,
-        1 => Some(r.0.to_vec()),
+    let (emitted, failed) = match r.u8()? {
+        0 => (None, false),
+        1 => (Some(r.0.to_vec()), false),
+        2 => (Some(r.0.to_vec()), true),
         _ => return Err(corrupt()),
     };
     Ok(GroupState {
         rows,
         accs,
         emitted,
+        failed,
     })
 }
 
@@ -1192,20 +1257,35 @@ mod tests {
 
     #[test]
     fn state_round_trips() {
-        let s = GroupState {
-            rows: 3,
-            accs: vec![
-                Acc::Count { n: 3 },
-                Acc::Exact { n: 2, sum: -5 },
-                Acc::Float { n: 1, sum: 1.5 },
-                Acc::Extreme { n: 2, best: None },
-                Acc::Extreme {
-                    n: 1,
-                    best: Some(vec![7, 0, 1]),
-                },
-            ],
-            emitted: Some(vec![1, 2, 3]),
+        let big = i256::from(i128::MAX).wrapping_mul(i256::from(-7));
+        for (sum, failed) in [(i256::from(-5), false), (big, true)] {
+            let s = GroupState {
+                rows: 3,
+                accs: vec![
+                    Acc::Count { n: 3 },
+                    Acc::Exact { n: 2, sum },
+                    Acc::Float { n: 1, sum: 1.5 },
+                    Acc::Extreme { n: 2, best: None },
+                    Acc::Extreme {
+                        n: 1,
+                        best: Some(vec![7, 0, 1]),
+                    },
+                ],
+                emitted: Some(vec![1, 2, 3]),
+                failed,
+            };
+            assert_eq!(decode_state(&encode_state(&s)).unwrap(), s);
+        }
+        // A sum that fits in 128 bits keeps the 16 bytes it always had.
+        let small = GroupState {
+            rows: 1,
+            accs: vec![Acc::Exact {
+                n: 1,
+                sum: i256::from(i128::MIN),
+            }],
+            emitted: None,
+            failed: false,
         };
-        assert_eq!(decode_state(&encode_state(&s)).unwrap(), s);
+        assert_eq!(encode_state(&small).len(), 8 + 1 + 1 + 8 + 16 + 1);
     }
 }

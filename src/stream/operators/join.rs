@@ -25,7 +25,7 @@ use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
-use crate::stream::operator::Operator;
+use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +90,14 @@ pub struct HashJoin {
     pair_schema: SchemaRef,
     schema: SchemaRef,
     errors: ErrorSink,
+    /// Most rows per output chunk.
+    rows_max: usize,
 }
+
+/// Most candidate pairs (a chunk's row and a row of the other side with the same key) taken
+/// at once, as a multiple of `rows_max`: a key with many rows on the other side is read and
+/// joined a part at a time, its output emitted as it is made.
+const CANDIDATES_PER_ROWS_MAX: usize = 4;
 
 /// A row of the other side sharing a key with the chunk's rows, as read from state.
 struct Partner {
@@ -101,12 +108,34 @@ struct Partner {
     changed: bool,
 }
 
-/// Rows to output, as indices into the chunk (`own`) or into the partners (`other`).
+/// Partners read, and the candidate pairs they make with the chunk's rows: (chunk row,
+/// partner), by key, then row, then partner, so that each output row's changes come in the
+/// chunk's order.
 #[derive(Default)]
-struct Output {
-    pairs: Vec<(u32, u32, Op)>,
-    own: Vec<(u32, Op)>,
-    other: Vec<(u32, Op)>,
+struct Batch {
+    partners: Vec<Partner>,
+    candidates: Vec<(u32, u32)>,
+}
+
+/// Output rows waiting to be emitted: indices into the chunk (`own`) and the partners
+/// (`other`), with their change.
+#[derive(Default)]
+struct Pending {
+    own: Vec<u32>,
+    other: Vec<u32>,
+    ops: Vec<Op>,
+}
+
+impl Pending {
+    fn push(&mut self, own: u32, other: u32, op: Op) {
+        self.own.push(own);
+        self.other.push(other);
+        self.ops.push(op);
+    }
+
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
 }
 
 impl HashJoin {
@@ -115,6 +144,7 @@ impl HashJoin {
         tables: [TableId; 2],
         spec: JoinSpec,
         errors: ErrorSink,
+        rows_max: usize,
     ) -> Result<HashJoin> {
         use Alone::*;
         let (left_alone, right_alone, pairs) = match spec.kind {
@@ -160,17 +190,19 @@ impl HashJoin {
             pair_schema: Arc::new(Schema::new(fields)),
             schema: spec.schema,
             errors,
+            rows_max: rows_max.max(1),
         })
     }
 
     /// Each row's join key as the prefix of its state key (see `key_prefix`), or `None` for a
     /// key that matches nothing (a NULL in it).
-    fn keys_of(&self, side: usize, data: &RecordBatch) -> Result<Vec<Option<Vec<u8>>>> {
+    fn keys_of(&self, side: usize, chunk: &StreamChunk) -> Result<Vec<Option<Vec<u8>>>> {
+        let data = &chunk.data;
         let Some(codec) = &self.keys else {
             // A join without equal keys (a cross join with a condition): one key for all rows.
             return Ok(vec![Some(key_prefix(0, &[])); data.num_rows()]);
         };
-        let mut columns = eval_columns(&self.sides[side].keys, data, &self.errors)?;
+        let mut columns = eval_columns(&self.sides[side].keys, data, &chunk.ops, &self.errors)?;
         for (c, t) in columns.iter_mut().zip(&self.key_types) {
             if c.data_type() != t {
                 *c = cast(c, t)?;
@@ -266,137 +298,239 @@ fn decode_entry(v: &[u8]) -> Result<(i64, i64)> {
     Ok((count, matches))
 }
 
-impl Operator for HashJoin {
-    fn on_chunk(
+impl HashJoin {
+    /// Joins a batch of candidates: evaluates the rest of the ON condition over them, counts
+    /// each chunk row's matches into `matched`, emits the pairs and the partners' rows that
+    /// flip between matched and unmatched, and keeps the partners' new match counts.
+    fn join_batch(
         &mut self,
-        input: usize,
-        chunk: StreamChunk,
-        out: &mut Vec<StreamChunk>,
+        own: usize,
+        chunk: &StreamChunk,
+        batch: &mut Batch,
+        matched: &mut [i64],
+        out: &mut dyn Emit,
     ) -> Result<()> {
-        let (own, other) = (input, 1 - input);
-        let keys = self.keys_of(own, &chunk.data)?;
-        let rows = self.sides[own].rows.encode(chunk.data.columns())?;
-
-        // The other side's rows for every key in the chunk, each read once.
-        let mut partners: Vec<Partner> = Vec::new();
-        let mut by_key: HashMap<&[u8], Vec<u32>> = HashMap::new();
-        for key in keys.iter().flatten() {
-            if by_key.contains_key(key.as_slice()) {
-                continue;
-            }
-            let prefix = key.clone();
-            let mut found = Vec::new();
-            self.sides[other]
-                .table
-                .try_scan(&prefix, None, &mut |k, v| {
-                    let (count, matches) = decode_entry(v)?;
-                    found.push(partners.len() as u32);
-                    partners.push(Partner {
-                        state_key: k.to_vec(),
-                        row: k[prefix.len()..].to_vec(),
-                        count,
-                        matches,
-                        changed: false,
-                    });
-                    Ok(true)
-                })?;
-            by_key.insert(key, found);
+        let other = 1 - own;
+        if batch.candidates.is_empty() {
+            batch.partners.clear();
+            return Ok(());
         }
-        let partner_columns = if partners.is_empty() {
-            Vec::new()
-        } else {
-            self.sides[other]
-                .rows
-                .decode(partners.iter().map(|p| p.row.as_slice()))?
-        };
-
-        // Candidate pairs, and which of them satisfy the rest of the ON condition.
-        let mut candidates: Vec<(u32, u32)> = Vec::new();
-        for (row, key) in keys.iter().enumerate() {
-            if let Some(key) = key {
-                for &p in &by_key[key.as_slice()] {
-                    candidates.push((row as u32, p));
-                }
-            }
-        }
+        let partner_columns = self.sides[other]
+            .rows
+            .decode(batch.partners.iter().map(|p| p.row.as_slice()))?;
         let satisfied: Vec<bool> = match &self.condition {
-            Some(condition) if !candidates.is_empty() => {
-                let own_idx: Vec<u32> = candidates.iter().map(|c| c.0).collect();
-                let other_idx: Vec<u32> = candidates.iter().map(|c| c.1).collect();
-                let own_cols = take_all(chunk.data.columns(), &own_idx)?;
-                let other_cols = take_all(&partner_columns, &other_idx)?;
-                let columns = if own == 0 {
-                    own_cols.into_iter().chain(other_cols).collect()
-                } else {
-                    other_cols.into_iter().chain(own_cols).collect()
-                };
-                let pairs = self.batch(&self.pair_schema, columns, candidates.len())?;
-                let mask = eval_predicate(condition, &pairs, &self.errors)?;
+            Some(condition) => {
+                let own_idx: Vec<u32> = batch.candidates.iter().map(|c| c.0).collect();
+                let other_idx: Vec<u32> = batch.candidates.iter().map(|c| c.1).collect();
+                let pairs = self.pair_batch(
+                    &self.pair_schema,
+                    own,
+                    chunk,
+                    &partner_columns,
+                    &own_idx,
+                    &other_idx,
+                )?;
+                let ops: Vec<Op> = own_idx.iter().map(|r| chunk.ops[*r as usize]).collect();
+                let mask = eval_predicate(condition, &pairs, &ops, &self.errors)?;
                 (0..mask.len())
                     .map(|i| mask.is_valid(i) && mask.value(i))
                     .collect()
             }
-            _ => vec![true; candidates.len()],
+            None => vec![true; batch.candidates.len()],
         };
+        let other_alone = self.sides[other].alone;
+        let mut pairs = Pending::default();
+        let mut flips: Vec<(u32, Op)> = Vec::new();
+        for (&(row, p), ok) in batch.candidates.iter().zip(satisfied) {
+            if !ok {
+                continue;
+            }
+            let op = chunk.ops[row as usize];
+            let partner = &mut batch.partners[p as usize];
+            matched[row as usize] += partner.count;
+            if self.pairs {
+                for _ in 0..partner.count {
+                    pairs.push(row, p, op);
+                    if pairs.len() >= self.rows_max {
+                        let data = self.pair_batch(
+                            &self.schema,
+                            own,
+                            chunk,
+                            &partner_columns,
+                            &pairs.own,
+                            &pairs.other,
+                        )?;
+                        out.emit(StreamChunk::new(std::mem::take(&mut pairs.ops), data))?;
+                        pairs = Pending::default();
+                    }
+                }
+            }
+            if other_alone != Alone::Never {
+                let before = partner.matches;
+                partner.matches += op.weight();
+                partner.changed = true;
+                if (before == 0) != (partner.matches == 0) {
+                    // Unmatched output appears when the last partner goes, matched output
+                    // when the first one comes.
+                    let now_matched = partner.matches != 0;
+                    let emit = match other_alone {
+                        Alone::WhileMatched => now_matched,
+                        _ => !now_matched,
+                    };
+                    let op = if emit { Op::Insert } else { Op::Delete };
+                    for _ in 0..partner.count {
+                        flips.push((p, op));
+                        if flips.len() >= self.rows_max {
+                            let rows = std::mem::take(&mut flips);
+                            self.emit_alone(other, &partner_columns, &rows, out)?;
+                        }
+                    }
+                }
+            }
+        }
+        if pairs.len() > 0 {
+            let data = self.pair_batch(
+                &self.schema,
+                own,
+                chunk,
+                &partner_columns,
+                &pairs.own,
+                &pairs.other,
+            )?;
+            out.emit(StreamChunk::new(pairs.ops, data))?;
+        }
+        self.emit_alone(other, &partner_columns, &flips, out)?;
+        for p in batch.partners.iter().filter(|p| p.changed) {
+            let entry = encode_entry(p.count, p.matches);
+            self.sides[other].table.put(p.state_key.clone(), entry);
+        }
+        batch.partners.clear();
+        batch.candidates.clear();
+        Ok(())
+    }
 
-        // Each row in order: its pairs, the partners it flips between matched and unmatched,
-        // its own output alone, and its entry in state.
-        let mut output = Output::default();
-        let mut next = 0;
+    /// Pairs of the chunk's rows `own_idx` and the partners' `other_idx`, left columns first.
+    fn pair_batch(
+        &self,
+        schema: &SchemaRef,
+        own: usize,
+        chunk: &StreamChunk,
+        partner_columns: &[ArrayRef],
+        own_idx: &[u32],
+        other_idx: &[u32],
+    ) -> Result<RecordBatch> {
+        let own_cols = take_all(chunk.data.columns(), own_idx)?;
+        let other_cols = take_all(partner_columns, other_idx)?;
+        let columns = if own == 0 {
+            own_cols.into_iter().chain(other_cols).collect()
+        } else {
+            other_cols.into_iter().chain(own_cols).collect()
+        };
+        self.batch(schema, columns, own_idx.len())
+    }
+
+    /// Emits rows of `side` alone (`rows`: indices into `source`, its columns).
+    fn emit_alone(
+        &self,
+        side: usize,
+        source: &[ArrayRef],
+        rows: &[(u32, Op)],
+        out: &mut dyn Emit,
+    ) -> Result<()> {
+        for rows in rows.chunks(self.rows_max) {
+            let idx: Vec<u32> = rows.iter().map(|r| r.0).collect();
+            let columns = self.alone_columns(side, take_all(source, &idx)?, idx.len());
+            let data = self.batch(&self.schema, columns, idx.len())?;
+            out.emit(StreamChunk::new(rows.iter().map(|r| r.1).collect(), data))?;
+        }
+        Ok(())
+    }
+}
+
+impl Operator for HashJoin {
+    fn on_chunk(&mut self, input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
+        let (own, other) = (input, 1 - input);
+        let keys = self.keys_of(own, &chunk)?;
+        let rows = self.sides[own].rows.encode(chunk.data.columns())?;
+
+        // The chunk's rows by key, keys in the order they first come.
+        let mut groups: Vec<(&[u8], Vec<u32>)> = Vec::new();
+        let mut group_of: HashMap<&[u8], usize> = HashMap::new();
+        for (row, key) in keys.iter().enumerate() {
+            if let Some(key) = key {
+                let g = *group_of.entry(key.as_slice()).or_insert_with(|| {
+                    groups.push((key.as_slice(), Vec::new()));
+                    groups.len() - 1
+                });
+                groups[g].1.push(row as u32);
+            }
+        }
+
+        // Each key's partners on the other side, read and joined a batch at a time; each
+        // row's matches counted over all of them.
+        let candidates_max = self.rows_max * CANDIDATES_PER_ROWS_MAX;
+        let mut matched = vec![0i64; chunk.len()];
+        let mut batch = Batch::default();
+        for (key, group) in &groups {
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                if !batch.candidates.is_empty()
+                    && batch.candidates.len() + group.len() > candidates_max
+                {
+                    self.join_batch(own, &chunk, &mut batch, &mut matched, out)?;
+                }
+                let room =
+                    (candidates_max.saturating_sub(batch.candidates.len()) / group.len()).max(1);
+                let first = batch.partners.len();
+                let start = after.as_ref().map(|k| [k.as_slice(), &[0]].concat());
+                let partners = &mut batch.partners;
+                self.sides[other]
+                    .table
+                    .try_scan(key, start.as_deref(), &mut |k, v| {
+                        let (count, matches) = decode_entry(v)?;
+                        partners.push(Partner {
+                            state_key: k.to_vec(),
+                            row: k[key.len()..].to_vec(),
+                            count,
+                            matches,
+                            changed: false,
+                        });
+                        Ok(partners.len() - first < room)
+                    })?;
+                let read = batch.partners.len() - first;
+                for &row in group {
+                    for p in first..batch.partners.len() {
+                        batch.candidates.push((row, p as u32));
+                    }
+                }
+                if read < room {
+                    break;
+                }
+                after = batch.partners.last().map(|p| p.state_key.clone());
+            }
+        }
+        self.join_batch(own, &chunk, &mut batch, &mut matched, out)?;
+
+        // Each row in order: its own output alone, and its entry in state.
+        let own_alone = self.sides[own].alone;
+        let mut alone: Vec<(u32, Op)> = Vec::new();
         for (row, op) in chunk.ops.iter().enumerate() {
-            let w = op.weight();
-            let own_alone = self.sides[own].alone;
             let Some(key) = &keys[row] else {
                 if matches!(
                     own_alone,
                     Alone::PaddedWhileUnmatched | Alone::WhileUnmatched
                 ) {
-                    output.own.push((row as u32, *op));
+                    alone.push((row as u32, *op));
                 }
                 continue;
             };
-            let mut matched = 0i64;
-            while next < candidates.len() && candidates[next].0 == row as u32 {
-                let (p, ok) = (candidates[next].1, satisfied[next]);
-                next += 1;
-                if !ok {
-                    continue;
-                }
-                let partner = &mut partners[p as usize];
-                matched += partner.count;
-                if self.pairs {
-                    for _ in 0..partner.count {
-                        output.pairs.push((row as u32, p, *op));
-                    }
-                }
-                let other_alone = self.sides[other].alone;
-                if other_alone != Alone::Never {
-                    let before = partner.matches;
-                    partner.matches += w;
-                    partner.changed = true;
-                    let flipped = (before == 0) != (partner.matches == 0);
-                    if flipped {
-                        // Unmatched output appears when the last partner goes, matched output
-                        // when the first one comes.
-                        let now_matched = partner.matches != 0;
-                        let emit = match other_alone {
-                            Alone::WhileMatched => now_matched,
-                            _ => !now_matched,
-                        };
-                        let op = if emit { Op::Insert } else { Op::Delete };
-                        for _ in 0..partner.count {
-                            output.other.push((p, op));
-                        }
-                    }
-                }
-            }
-            let alone = match own_alone {
+            let shown = match own_alone {
                 Alone::Never => false,
-                Alone::WhileMatched => matched != 0,
-                Alone::PaddedWhileUnmatched | Alone::WhileUnmatched => matched == 0,
+                Alone::WhileMatched => matched[row] != 0,
+                Alone::PaddedWhileUnmatched | Alone::WhileUnmatched => matched[row] == 0,
             };
-            if alone {
-                output.own.push((row as u32, *op));
+            if shown {
+                alone.push((row as u32, *op));
             }
             let mut state_key = key.clone();
             state_key.extend_from_slice(&rows[row]);
@@ -404,7 +538,7 @@ impl Operator for HashJoin {
             let count = match table.get(&state_key)? {
                 Some(v) => decode_entry(&v)?.0,
                 None => 0,
-            } + w;
+            } + op.weight();
             assert!(
                 count >= 0,
                 "join input row deleted more often than inserted"
@@ -412,50 +546,16 @@ impl Operator for HashJoin {
             if count == 0 {
                 table.delete(state_key);
             } else {
-                table.put(state_key, encode_entry(count, matched));
+                table.put(state_key, encode_entry(count, matched[row]));
             }
         }
-        for p in partners.iter().filter(|p| p.changed) {
-            let entry = encode_entry(p.count, p.matches);
-            self.sides[other].table.put(p.state_key.clone(), entry);
-        }
-
-        // Build the output chunks with Arrow's take.
-        if !output.pairs.is_empty() {
-            let own_idx: Vec<u32> = output.pairs.iter().map(|p| p.0).collect();
-            let other_idx: Vec<u32> = output.pairs.iter().map(|p| p.1).collect();
-            let own_cols = take_all(chunk.data.columns(), &own_idx)?;
-            let other_cols = take_all(&partner_columns, &other_idx)?;
-            let columns = if own == 0 {
-                own_cols.into_iter().chain(other_cols).collect()
-            } else {
-                other_cols.into_iter().chain(own_cols).collect()
-            };
-            let data = self.batch(&self.schema, columns, own_idx.len())?;
-            out.push(StreamChunk::new(
-                output.pairs.iter().map(|p| p.2).collect(),
-                data,
-            ));
-        }
-        for (side, source, list) in [
-            (own, chunk.data.columns(), &output.own),
-            (other, partner_columns.as_slice(), &output.other),
-        ] {
-            if list.is_empty() {
-                continue;
-            }
-            let idx: Vec<u32> = list.iter().map(|r| r.0).collect();
-            let columns = self.alone_columns(side, take_all(source, &idx)?, idx.len());
-            let data = self.batch(&self.schema, columns, idx.len())?;
-            out.push(StreamChunk::new(list.iter().map(|r| r.1).collect(), data));
-        }
-        Ok(())
+        self.emit_alone(own, chunk.data.columns(), &alone, out)
     }
 
     fn on_barrier(
         &mut self,
         _epoch: u64,
-        _out: &mut Vec<StreamChunk>,
+        _out: &mut dyn Emit,
         writes: &mut EpochWrites,
     ) -> Result<()> {
         for side in &mut self.sides {
@@ -483,9 +583,38 @@ mod tests {
     /// `t1(k bigint, a text) <kind> JOIN t2(k bigint, b text) ON t1.k = t2.k`, with an extra
     /// condition `a <> b` when asked.
     fn harness(kind: JoinKind, condition: bool) -> Harness {
+        harness_with(kind, condition, 4)
+    }
+
+    /// The same, with output chunks of at most `rows_max` rows.
+    fn harness_with(kind: JoinKind, condition: bool, rows_max: usize) -> Harness {
         let epochs = Epochs::new();
-        let left = schema(&[("k", DataType::Int64), ("a", DataType::Utf8)]);
-        let right = schema(&[("k", DataType::Int64), ("b", DataType::Utf8)]);
+        let join = join(&epochs.store, [1, 2], kind, condition, rows_max);
+        Harness {
+            epochs,
+            join,
+            left: sides().0,
+            right: sides().1,
+        }
+    }
+
+    /// The inputs: `t1(k bigint, a text)` and `t2(k bigint, b text)`.
+    fn sides() -> (SchemaRef, SchemaRef) {
+        (
+            schema(&[("k", DataType::Int64), ("a", DataType::Utf8)]),
+            schema(&[("k", DataType::Int64), ("b", DataType::Utf8)]),
+        )
+    }
+
+    /// The join of the harness, on state tables `tables` of `store`.
+    fn join(
+        store: &Arc<StateStore>,
+        tables: [TableId; 2],
+        kind: JoinKind,
+        condition: bool,
+        rows_max: usize,
+    ) -> HashJoin {
+        let (left, right) = sides();
         let output = match kind {
             JoinKind::LeftSemi | JoinKind::LeftAnti => left.clone(),
             JoinKind::RightSemi | JoinKind::RightAnti => right.clone(),
@@ -514,28 +643,25 @@ mod tests {
             right_schema: right.clone(),
             schema: output,
         };
-        let join = HashJoin::new(epochs.store.clone(), [1, 2], spec, ErrorSink::new("v")).unwrap();
-        Harness {
-            epochs,
-            join,
-            left,
-            right,
-        }
+        HashJoin::new(store.clone(), tables, spec, ErrorSink::new("v"), rows_max).unwrap()
     }
 
     impl Harness {
         fn left(&mut self, changes: &str) -> String {
-            let mut out = vec![];
-            let c = chunk(&self.left, changes);
-            self.join.on_chunk(0, c, &mut out).unwrap();
-            render_sorted(&out)
+            render_sorted(&self.chunks(0, changes))
         }
 
         fn right(&mut self, changes: &str) -> String {
+            render_sorted(&self.chunks(1, changes))
+        }
+
+        /// The output chunks of `changes` arriving on `input`.
+        fn chunks(&mut self, input: usize, changes: &str) -> Vec<StreamChunk> {
             let mut out = vec![];
-            let c = chunk(&self.right, changes);
-            self.join.on_chunk(1, c, &mut out).unwrap();
-            render_sorted(&out)
+            let schema = if input == 0 { &self.left } else { &self.right };
+            let c = chunk(schema, changes);
+            self.join.on_chunk(input, c, &mut out).unwrap();
+            out
         }
 
         /// Ends the epoch: state goes to RocksDB, and later reads come from there.
@@ -617,6 +743,104 @@ mod tests {
             assert_eq!(h.right("- 1 p"), expect[3]);
             assert_eq!(h.right("- 1 q"), expect[4]);
             assert_eq!(h.right("+ NULL r"), expect[5]);
+        }
+    }
+
+    /// A key with many rows on the other side is joined a part at a time: no output chunk is
+    /// larger than the limit, and the output is what one pass gives.
+    #[tokio::test]
+    async fn a_hot_key_is_joined_a_part_at_a_time() {
+        let mut h = harness_with(JoinKind::Full, false, 4);
+        let partners: String = (0..30).map(|i| format!("+ 1 r{i:02}\n")).collect();
+        h.right(&partners);
+        h.barrier().await;
+        // Five more that are not committed yet.
+        h.right("+ 1 s1\n+ 1 s2\n+ 1 s3\n+ 1 s4\n+ 1 s5");
+        let out = h.chunks(0, "+ 1 x\n+ 1 y\n- 1 x");
+        assert!(out.iter().all(|c| c.len() <= 4), "a chunk over the limit");
+        let names: Vec<String> = (0..30)
+            .map(|i| format!("r{i:02}"))
+            .chain((1..=5).map(|i| format!("s{i}")))
+            .collect();
+        let mut expected: Vec<String> = Vec::new();
+        for n in &names {
+            expected.push(format!("+ 1 x 1 {n}"));
+            expected.push(format!("+ 1 y 1 {n}"));
+            expected.push(format!("- 1 x 1 {n}"));
+            expected.push(format!("- NULL NULL 1 {n}"));
+        }
+        expected.sort();
+        assert_eq!(render_sorted(&out), expected.join("\n"));
+    }
+
+    /// Random changes on both sides, for every kind of join, with and without a condition:
+    /// joined a few rows at a time, the output is the same as joined all at once.
+    #[tokio::test]
+    async fn parts_of_any_size_give_the_same_output() {
+        use crate::rng::Rng;
+        let kinds = [
+            JoinKind::Inner,
+            JoinKind::Left,
+            JoinKind::Right,
+            JoinKind::Full,
+            JoinKind::LeftSemi,
+            JoinKind::LeftAnti,
+            JoinKind::RightSemi,
+            JoinKind::RightAnti,
+        ];
+        // One store for all: closing a store takes about a second.
+        let mut epochs = Epochs::new();
+        let (left, right) = sides();
+        let mut tables = 0;
+        for (seed, kind) in kinds.iter().enumerate() {
+            for condition in [false, true] {
+                let mut rng = Rng::new(seed as u64 * 2 + condition as u64);
+                let mut next = || {
+                    tables += 2;
+                    [tables - 1, tables]
+                };
+                let mut small = join(&epochs.store, next(), *kind, condition, 2);
+                let mut large = join(&epochs.store, next(), *kind, condition, 10_000);
+                // The rows each side holds, to delete only what is there.
+                let mut held: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+                for step in 0..40 {
+                    let input = rng.below(2) as usize;
+                    let mut changes = String::new();
+                    for _ in 0..rng.below(12) + 1 {
+                        if !held[input].is_empty() && rng.chance(30) {
+                            let i = rng.below(held[input].len() as u64) as usize;
+                            let row = held[input].swap_remove(i);
+                            changes.push_str(&format!("- {row}\n"));
+                        } else {
+                            let key = if rng.chance(10) {
+                                "NULL".to_string()
+                            } else {
+                                rng.below(3).to_string()
+                            };
+                            let row = format!("{key} {}", rng.pick(&["a", "b", "c"]));
+                            changes.push_str(&format!("+ {row}\n"));
+                            held[input].push(row);
+                        }
+                    }
+                    let schema = if input == 0 { &left } else { &right };
+                    let (mut a, mut b) = (vec![], vec![]);
+                    small
+                        .on_chunk(input, chunk(schema, &changes), &mut a)
+                        .unwrap();
+                    large
+                        .on_chunk(input, chunk(schema, &changes), &mut b)
+                        .unwrap();
+                    assert!(a.iter().all(|c| c.len() <= 2));
+                    assert_eq!(
+                        render_sorted(&a),
+                        render_sorted(&b),
+                        "{kind:?} condition {condition} step {step}: {changes}"
+                    );
+                    if rng.chance(30) {
+                        epochs.end_all(&mut [&mut small, &mut large]).await;
+                    }
+                }
+            }
         }
     }
 }

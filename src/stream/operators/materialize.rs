@@ -42,6 +42,12 @@ impl Materialize {
         })
     }
 
+    /// The key each row of `chunk` has in the relation's state, which orders the parts of
+    /// `contents_part`.
+    pub fn row_keys(&self, chunk: &StreamChunk) -> Result<Vec<Vec<u8>>> {
+        self.codec.encode(chunk.data.columns())
+    }
+
     pub fn apply(&mut self, chunk: &StreamChunk) -> Result<()> {
         let keys = self.codec.encode(chunk.data.columns())?;
         for (key, op) in keys.into_iter().zip(&chunk.ops) {

@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::stream::chunk::StreamChunk;
 use crate::stream::expr::{eval_columns, ErrorSink};
 use crate::stream::message::Watermark;
-use crate::stream::operator::Operator;
+use crate::stream::operator::{Emit, Operator};
 
 pub struct Project {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
@@ -85,17 +85,12 @@ pub fn monotonic_in(e: &Arc<dyn PhysicalExpr>) -> Option<usize> {
 }
 
 impl Operator for Project {
-    fn on_chunk(
-        &mut self,
-        _input: usize,
-        chunk: StreamChunk,
-        out: &mut Vec<StreamChunk>,
-    ) -> Result<()> {
-        let columns = eval_columns(&self.exprs, &chunk.data, &self.errors)?;
+    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
+        let columns = eval_columns(&self.exprs, &chunk.data, &chunk.ops, &self.errors)?;
         // A projection may keep no columns at all (COUNT(*) reads none), so give the row count.
         let options = RecordBatchOptions::new().with_row_count(Some(chunk.data.num_rows()));
         let data = RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?;
-        out.push(StreamChunk::new(chunk.ops, data));
+        out.emit(StreamChunk::new(chunk.ops, data))?;
         Ok(())
     }
 
@@ -103,7 +98,7 @@ impl Operator for Project {
         &mut self,
         _input: usize,
         watermark: Watermark,
-        _out: &mut Vec<StreamChunk>,
+        _out: &mut dyn Emit,
     ) -> Result<Vec<Watermark>> {
         let mut passed = Vec::new();
         if !self.monotonic.contains(&Some(watermark.column)) {
@@ -177,7 +172,7 @@ mod tests {
         p.on_chunk(0, chunk(&input, "+ 6 3\n+ 1 0\n- 8 2"), &mut out)
             .unwrap();
         assert_eq!(out[0].to_string(), "+ 6 2\n+ 1 NULL\n- 8 4\n");
-        assert_eq!(sink.errors.count(), 1);
+        assert_eq!(sink.errors.outstanding(), 1);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::expr::{eval_column, ErrorSink};
-use crate::stream::operator::Operator;
+use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
 
 /// How `now` compares with a row's bound `b` while the row is visible.
@@ -127,13 +127,8 @@ impl TemporalFilter {
 }
 
 impl Operator for TemporalFilter {
-    fn on_chunk(
-        &mut self,
-        _input: usize,
-        chunk: StreamChunk,
-        _out: &mut Vec<StreamChunk>,
-    ) -> Result<()> {
-        let times = eval_column(&self.spec.row_time, &chunk.data, &self.errors)?;
+    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, _out: &mut dyn Emit) -> Result<()> {
+        let times = eval_column(&self.spec.row_time, &chunk.data, &chunk.ops, &self.errors)?;
         let times = cast(&times, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
         let times = times.as_primitive::<TimestampMicrosecondType>();
         let rows = self.rows.encode(chunk.data.columns())?;
@@ -155,7 +150,7 @@ impl Operator for TemporalFilter {
     fn on_barrier(
         &mut self,
         _epoch: u64,
-        out: &mut Vec<StreamChunk>,
+        out: &mut dyn Emit,
         writes: &mut EpochWrites,
     ) -> Result<()> {
         let now = self.next_now.max(self.now.unwrap_or(i64::MIN));
@@ -223,10 +218,10 @@ impl Operator for TemporalFilter {
         if !emit.is_empty() {
             let columns = self.rows.decode(emit.iter().map(|(r, _)| r.as_slice()))?;
             let data = RecordBatch::try_new(self.spec.schema.clone(), columns)?;
-            out.push(StreamChunk::new(
+            out.emit(StreamChunk::new(
                 emit.iter().map(|(_, op)| *op).collect(),
                 data,
-            ));
+            ))?;
         }
         self.table.take_writes(writes);
         Ok(())

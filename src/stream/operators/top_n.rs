@@ -22,7 +22,7 @@ use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, ErrorSink};
-use crate::stream::operator::Operator;
+use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
 
 /// The window function whose value a per-partition Top-N outputs as its last column.
@@ -169,17 +169,13 @@ impl TopN {
 }
 
 impl Operator for TopN {
-    fn on_chunk(
-        &mut self,
-        _input: usize,
-        chunk: StreamChunk,
-        _out: &mut Vec<StreamChunk>,
-    ) -> Result<()> {
+    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, _out: &mut dyn Emit) -> Result<()> {
         let n = chunk.len();
         // A partition's rows start with its virtual node, then the partition key.
         let partitions: Vec<Vec<u8>> = match &self.partitions {
             Some(codec) => {
-                let mut columns = eval_columns(&self.spec.partition, &chunk.data, &self.errors)?;
+                let mut columns =
+                    eval_columns(&self.spec.partition, &chunk.data, &chunk.ops, &self.errors)?;
                 for (c, t) in columns.iter_mut().zip(&self.spec.partition_types) {
                     if c.data_type() != t {
                         *c = cast(c, t)?;
@@ -196,7 +192,8 @@ impl Operator for TopN {
         };
         let orders: Vec<Vec<u8>> = match &self.order {
             Some(converter) => {
-                let columns = eval_columns(&self.spec.order, &chunk.data, &self.errors)?;
+                let columns =
+                    eval_columns(&self.spec.order, &chunk.data, &chunk.ops, &self.errors)?;
                 let rows = converter.convert_columns(&columns)?;
                 rows.iter().map(|r| r.as_ref().to_vec()).collect()
             }
@@ -228,7 +225,7 @@ impl Operator for TopN {
     fn on_barrier(
         &mut self,
         _epoch: u64,
-        out: &mut Vec<StreamChunk>,
+        out: &mut dyn Emit,
         writes: &mut EpochWrites,
     ) -> Result<()> {
         let mut deleted: Vec<Vec<u8>> = Vec::new();
@@ -288,7 +285,7 @@ impl Operator for TopN {
             }
             let columns = self.output_rows.decode(rows.iter().map(Vec::as_slice))?;
             let data = RecordBatch::try_new(self.spec.schema.clone(), columns)?;
-            out.push(StreamChunk::new(vec![op; rows.len()], data));
+            out.emit(StreamChunk::new(vec![op; rows.len()], data))?;
         }
         self.rows.take_writes(writes);
         self.emitted.take_writes(writes);

@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use crate::error::Result;
 use crate::stream::chunk::StreamChunk;
 use crate::stream::message::Watermark;
-use crate::stream::operator::Operator;
+use crate::stream::operator::{Emit, Operator};
 
 pub struct Union {
     schema: SchemaRef,
@@ -30,19 +30,14 @@ impl Union {
 }
 
 impl Operator for Union {
-    fn on_chunk(
-        &mut self,
-        _input: usize,
-        chunk: StreamChunk,
-        out: &mut Vec<StreamChunk>,
-    ) -> Result<()> {
+    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
         let options = RecordBatchOptions::new().with_row_count(Some(chunk.data.num_rows()));
         let data = RecordBatch::try_new_with_options(
             self.schema.clone(),
             chunk.data.columns().to_vec(),
             &options,
         )?;
-        out.push(StreamChunk::new(chunk.ops, data));
+        out.emit(StreamChunk::new(chunk.ops, data))?;
         Ok(())
     }
 
@@ -50,7 +45,7 @@ impl Operator for Union {
         &mut self,
         input: usize,
         watermark: Watermark,
-        _out: &mut Vec<StreamChunk>,
+        _out: &mut dyn Emit,
     ) -> Result<Vec<Watermark>> {
         let Some(seen) = self.watermarks.get_mut(input) else {
             return Ok(Vec::new());
