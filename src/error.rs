@@ -65,6 +65,17 @@ pub enum ErrorKind {
     Internal,
 }
 
+impl ErrorKind {
+    /// A full disk, no descriptor left or a device error: the machine's fault, not the
+    /// statement's, and over once it is fixed.
+    pub fn is_io(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::DiskFull | ErrorKind::InsufficientResources | ErrorKind::IoError
+        )
+    }
+}
+
 /// A client-visible error in PostgreSQL's style: lower-case message without a final period;
 /// detail and hint are sentences.
 #[derive(Debug, Clone, PartialEq)]

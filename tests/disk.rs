@@ -213,6 +213,12 @@ async fn a_full_disk_under_the_state_store_refuses_writes_and_a_restart_recovers
     assert_eq!(code(&e), "53100", "{e}");
     let message = e.as_db_error().unwrap().message().to_string();
     assert!(message.contains("No space left on device"), "{message}");
+    // Reads are refused the same way: the table and the view stopped at the failed epoch,
+    // without the writes acknowledged after it.
+    for read in ["SELECT count(*) FROM t", "SELECT * FROM s"] {
+        let e = client.batch_execute(read).await.unwrap_err();
+        assert_eq!(code(&e), "53100", "{read}: {e}");
+    }
     drop(client);
     server.stop(SIGKILL).await;
 

@@ -310,6 +310,7 @@ impl Storage {
     /// Writes an object whole (atomically: it is never seen half written).
     pub async fn put(&self, name: &str, bytes: Bytes) -> Result<()> {
         self.check_owner().await?;
+        crate::failpoint::io("checkpoint.put")?;
         self.store
             .put(&ObjectPath::from(name), PutPayload::from(bytes))
             .await
@@ -341,6 +342,7 @@ impl Storage {
             return Ok((size, crc.finalize()));
         }
         self.check_owner().await?;
+        crate::failpoint::io("checkpoint.put")?;
         let cannot = |e| store_error(&format!("cannot write {name}"), e);
         let upload = self
             .store

@@ -27,6 +27,7 @@ use crate::catalog::{Catalog, Object, ObjectId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::Snapshot;
 use crate::stream::coordinator::FailedActors;
+use crate::stream::message::ActorId;
 
 use super::provider::{RelationTable, Rows};
 
@@ -168,10 +169,7 @@ pub fn query_context(
                         Object::Table(t) => t.storage_order(),
                         Object::View(_) | Object::Source(_) => Vec::new(),
                     },
-                    failure: match object {
-                        Object::View(_) => failed.get(&id).map(|e| e.to_string()),
-                        Object::Table(_) | Object::Source(_) => None,
-                    },
+                    failure: failure(&failed, id),
                 },
             }),
         };
@@ -179,6 +177,23 @@ pub fn query_context(
     }
     register_functions(&ctx, settings);
     Ok(ctx)
+}
+
+/// Why relation `id` cannot be read, if its actor failed. An actor that failed because a
+/// relation it reads had failed reports no cause of its own: a full disk or another I/O error
+/// that stopped an actor is then the likely one (it stops every actor that writes state).
+fn failure(failed: &HashMap<ActorId, Error>, id: ObjectId) -> Option<Error> {
+    let own = failed.get(&id)?;
+    if own.kind != ErrorKind::Unavailable {
+        return Some(own.clone());
+    }
+    Some(
+        failed
+            .values()
+            .find(|e| e.kind.is_io())
+            .unwrap_or(own)
+            .clone(),
+    )
 }
 
 /// The schema of Weir's own system tables (`weir_catalog.checkpoints`, ...).

@@ -45,7 +45,7 @@ pub enum Rows {
         /// The order in which its rows store their columns (`RowCodec::ordered`).
         order: Vec<usize>,
         /// Set when the relation's actor failed: its contents are no longer maintained.
-        failure: Option<String>,
+        failure: Option<Error>,
     },
     /// A table's latest rows, for DML: its rows at the snapshot's epoch with the changes of
     /// the statements the snapshot does not hold yet.
@@ -103,15 +103,7 @@ impl TableProvider for RelationTable {
                 failure: Some(reason),
                 name,
                 ..
-            } => {
-                return Err(external(
-                    Error::new(
-                        ErrorKind::Internal,
-                        format!("materialized view \"{name}\" is broken: {reason}"),
-                    )
-                    .with_hint("Drop and recreate the view."),
-                ))
-            }
+            } => return Err(external(broken(name, reason))),
             Rows::Snapshot {
                 table,
                 snapshot,
@@ -404,6 +396,27 @@ impl ExecutionPlan for SnapshotScan {
 
 fn external(e: Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
+}
+
+/// Why a relation whose actor failed cannot be read (its rows would stop at the epoch it
+/// failed in): a full disk, no descriptor left or a device error keeps its kind, and a restart
+/// once it is fixed restores the relation; anything else is a bug.
+fn broken(name: &str, reason: &Error) -> Error {
+    if reason.kind.is_io() {
+        return Error::new(
+            reason.kind,
+            format!("relation \"{name}\" cannot be read: its actor stopped: {reason}"),
+        )
+        .with_hint(
+            "Restart the server once the cause is fixed: the relation is restored from the \
+             last checkpoint and its tables' change logs.",
+        );
+    }
+    Error::new(
+        ErrorKind::Internal,
+        format!("relation \"{name}\" is broken: {reason}"),
+    )
+    .with_hint("Drop and recreate it.")
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ pub struct StateStore {
     db: Arc<Db>,
     /// Set when a write failed: no further write is accepted, since the store may no longer
     /// reflect a whole epoch.
-    poisoned: AtomicBool,
+    poisoned: Mutex<Option<Error>>,
     /// The last sealed epoch, and the snapshot readers use for it.
     sealed: watch::Sender<Arc<Snapshot>>,
     /// Serialises sealing against the commit check, so that no batch of e+1 slips in between
@@ -226,7 +226,7 @@ impl StateStore {
         let (sealed, _) = watch::channel(snapshot);
         Ok(Arc::new(StateStore {
             db,
-            poisoned: AtomicBool::new(false),
+            poisoned: Mutex::new(None),
             sealed,
             seal_lock: Mutex::new(Changes::new(true)),
             keep_changes: AtomicBool::new(true),
@@ -279,9 +279,11 @@ impl StateStore {
             return Ok(());
         }
         let mut changes = self.changes();
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::unavailable(
-                "state store is poisoned after a failed write",
+        if let Some(first) = self.poison().as_ref() {
+            // Its cause's kind: a full disk stops every actor as a full disk.
+            return Err(Error::new(
+                first.kind,
+                format!("state store is poisoned after a failed write: {first}"),
             ));
         }
         let mut batch = WriteBatch::default();
@@ -298,13 +300,13 @@ impl StateStore {
         let mut opts = WriteOptions::default();
         opts.disable_wal(true);
         // A write can stall while RocksDB flushes or compacts.
-        if let Err(e) = crate::failpoint::io("state.write") {
-            self.poisoned.store(true, Ordering::Release);
-            return Err(Error::io(&e, format!("storage error: {e}")));
-        }
-        if let Err(e) = crate::blocking(|| self.db.write_opt(batch, &opts)) {
-            self.poisoned.store(true, Ordering::Release);
-            return Err(storage_error(e));
+        let written = match crate::failpoint::io("state.write") {
+            Err(e) => Err(Error::io(&e, format!("storage error: {e}"))),
+            Ok(()) => crate::blocking(|| self.db.write_opt(batch, &opts)).map_err(storage_error),
+        };
+        if let Err(e) = written {
+            *self.poison() = Some(e.clone());
+            return Err(e);
         }
         // A delta carries no range deletions: a dropped table's state makes the next
         // checkpoint a base one.
@@ -324,6 +326,10 @@ impl StateStore {
         if !keep {
             changes.spoil();
         }
+    }
+
+    fn poison(&self) -> std::sync::MutexGuard<'_, Option<Error>> {
+        self.poisoned.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn changes(&self) -> std::sync::MutexGuard<'_, Changes> {

@@ -281,9 +281,7 @@ impl TableWriter {
             .get(&self.def.id)
             .cloned();
         let kind = match why.as_ref().map(|e| e.kind) {
-            Some(
-                k @ (ErrorKind::DiskFull | ErrorKind::InsufficientResources | ErrorKind::IoError),
-            ) => k,
+            Some(k) if k.is_io() => k,
             _ => ErrorKind::Unavailable,
         };
         let message = match &why {

@@ -45,6 +45,13 @@ const FAILPOINTS: &[&str] = &[
     "changelog.sync:eio",
     "changelog.sync:emfile",
     "changelog.write:enospc+cut_back",
+    // The state store's writes (a RocksDB flush or write on a full disk): every actor stops,
+    // tables refuse writes (53100) until the restart.
+    "state.write:enospc",
+    // Checkpoint uploads: the checkpoint fails, nothing else does.
+    "checkpoint.put:eio",
+    // Catalog saves: the round's DDL is refused (53100) and leaves nothing behind.
+    "catalog.save:enospc",
 ];
 
 /// The `WEIR_FAILPOINTS` value that injects the I/O error named `fault` (an entry of
@@ -437,6 +444,7 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     let mut views: Vec<String> = VIEWS.iter().map(|(n, _)| n.to_string()).collect();
     let mut later: Vec<String> = Vec::new();
     let mut in_doubt: Vec<Statement> = Vec::new();
+    let mut refused: Vec<String> = Vec::new();
     let mut kills = 0;
     let mut round: u64 = 0;
     while kills < args.kills {
@@ -445,6 +453,8 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         let io_fault = armed.filter(|name| name.contains(':'));
         let armed = armed.filter(|name| !name.contains(':'));
         let spec = match (armed, io_fault) {
+            // A catalog is saved only by DDL: from its first save on.
+            (_, Some(fault)) if fault.starts_with("catalog.") => Some(io_fault_spec(fault, 1)),
             (_, Some(fault)) => Some(io_fault_spec(fault, 1 + rng.below(20))),
             (Some(name), None) => {
                 let at = if name.starts_with("recovery.") {
@@ -512,6 +522,17 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
             if armed_later.is_none() && io_fault.is_none() && round % 4 == 2 {
                 change_views(&weir, &pg, round, &mut views, &mut later).await?;
             }
+            if io_fault.is_some_and(|f| f.starts_with("catalog.")) {
+                refuse_view(&weir, round, &mut refused).await?;
+            }
+            // A refused view never came to be, in this run or any later one.
+            for name in &refused {
+                let sql = format!("SELECT count(*) FROM weir_catalog.views WHERE name = '{name}'");
+                let found = rows(&weir, &sql).await?;
+                if found != [vec![Some("0".to_string())]] {
+                    return Err(format!("view {name}, refused, exists"));
+                }
+            }
             Ok::<(), String>(())
         }
         .await;
@@ -519,6 +540,18 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
             match (server.exited().await?, armed_later) {
                 (Some(Death::Aborted), Some(name)) => {
                     *tally.fired.entry(name).or_default() += 1;
+                    kills += 1;
+                    round += 1;
+                    continue;
+                }
+                // The state store's fault came during the check: its views refuse reads as a
+                // full disk (53100) until the restart, after which the next round checks them.
+                (None, None)
+                    if io_fault.is_some_and(|f| f.starts_with("state."))
+                        && e.contains(": 53100: ") =>
+                {
+                    server.wait_or_kill(Duration::ZERO).await?;
+                    tally.kills_random += 1;
                     kills += 1;
                     round += 1;
                     continue;
@@ -590,6 +623,23 @@ async fn exec_both(weir: &Client, pg: &Client, weir_sql: &str, pg_sql: &str) -> 
     exec(pg, pg_sql)
         .await
         .map_err(|e| format!("postgres: {pg_sql}: {e}"))
+}
+
+/// Creates a view while catalog saves fail: the statement must be refused with an I/O error's
+/// code, and the view must not exist.
+async fn refuse_view(weir: &Client, round: u64, refused: &mut Vec<String>) -> Result<(), String> {
+    let name = format!("refused_{round}");
+    let sql = format!("CREATE MATERIALIZED VIEW {name} AS {}", LATER_VIEWS[0]);
+    match weir.batch_execute(&sql).await {
+        Ok(()) => Err(format!("{sql}: accepted while catalog saves fail")),
+        Err(e) => match e.code().map(|c| c.code()) {
+            Some(code) if io_refusal(code) => {
+                refused.push(name);
+                Ok(())
+            }
+            _ => Err(format!("{sql}: {e}")),
+        },
+    }
 }
 
 /// Creates the next of the later views, and drops the oldest once more than two exist.
