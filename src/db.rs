@@ -447,7 +447,12 @@ impl Database {
     /// Starts a view of the catalog (at start), planning its query again.
     async fn start_view_from_catalog(&self, v: &ViewDef, backfill: bool) -> Result<()> {
         let (plan, _) = self
-            .plan_view(&v.query, &HashMap::new(), v.emit_on_window_close)
+            .plan_view(
+                &v.query,
+                &HashMap::new(),
+                v.emit_on_window_close,
+                v.int4_literals,
+            )
             .await?;
         self.start_view(v, plan, backfill).await
     }
@@ -1199,6 +1204,7 @@ impl Database {
         query: &str,
         settings: &HashMap<String, String>,
         emit_on_window_close: bool,
+        int4_literals: bool,
     ) -> Result<(StreamPlan, Vec<ObjectId>)> {
         let ctx = self.context(settings, vec![])?;
         let state = ctx.state();
@@ -1211,9 +1217,12 @@ impl Database {
         };
         let mut stmt = stmt.clone();
         crate::sql::stream_plan::mark_view_now(&mut stmt);
-        let plan = state
+        let mut plan = state
             .statement_to_plan(DFStatement::Statement(stmt))
             .await?;
+        if int4_literals {
+            plan = crate::sql::rules::type_integer_constants(plan)?;
+        }
         check_deterministic(&plan)?;
         let optimized = state.optimize(&plan)?;
         let catalog = self.catalog();
@@ -1416,7 +1425,7 @@ impl Database {
     ) -> Result<Output> {
         let query = cv.query.to_string();
         let (plan, _) = self
-            .plan_view(&query, settings, view_options(&cv.options)?)
+            .plan_view(&query, settings, view_options(&cv.options)?, true)
             .await?;
         let fragments = cut(plan.clone(), self.parallelism_for(settings)?)?;
         let names: Vec<String> = {
@@ -1510,7 +1519,7 @@ impl Database {
         let query = cv.query.to_string();
         let emit_on_window_close = view_options(&cv.options)?;
         let (mut plan, deps) = self
-            .plan_view(&query, settings, emit_on_window_close)
+            .plan_view(&query, settings, emit_on_window_close, true)
             .await?;
         if !cv.columns.is_empty() {
             plan.schema = rename_columns(&plan.schema, &cv.columns)?;
@@ -1541,6 +1550,7 @@ impl Database {
             workers: ids[1 + needed..].to_vec(),
             parallelism,
             sink,
+            int4_literals: true,
         };
         self.start_view(&def, plan, true).await?;
         self.add_started(Object::View(def)).await?;
@@ -1929,9 +1939,10 @@ impl Database {
     ) -> Result<DmlRows> {
         let ctx = self.context(settings, latest)?;
         let state = ctx.state();
-        let mut plan = state
+        let plan = state
             .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
             .await?;
+        let mut plan = crate::sql::rules::type_integer_constants(plan)?;
         if let Some(p) = params {
             plan = plan.with_param_values(p.clone())?;
         }
@@ -2014,6 +2025,7 @@ impl Database {
             .state()
             .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
             .await?;
+        let plan = crate::sql::rules::type_integer_constants(plan)?;
         Ok((ctx, plan))
     }
 
@@ -2033,10 +2045,25 @@ impl Database {
             .await?
             .execute_stream()
             .await?;
+        // The rows go out as the plan's schema says (what a prepared statement's description
+        // told the client), whatever types execution gave them.
+        let same = rows.schema().fields().len() == schema.fields().len()
+            && rows
+                .schema()
+                .fields()
+                .iter()
+                .zip(schema.fields())
+                .all(|(a, b)| a.data_type() == b.data_type());
+        let declared = schema.clone();
         Ok(Output::Stream {
             schema,
-            rows: Box::pin(futures::StreamExt::map(rows, |batch| {
-                batch.map_err(Error::from)
+            rows: Box::pin(futures::StreamExt::map(rows, move |batch| {
+                let batch = batch.map_err(Error::from)?;
+                if same {
+                    Ok(batch)
+                } else {
+                    conform(&declared, &batch, 0)
+                }
             })),
         })
     }
@@ -2048,12 +2075,12 @@ impl Database {
 /// being gathered whole first.
 async fn run(ctx: &SessionContext, plan: LogicalPlan) -> Result<RecordBatch> {
     use futures::StreamExt;
-    let schema = Arc::new(plan.schema().as_arrow().clone());
     let mut rows = ctx
         .execute_logical_plan(plan)
         .await?
         .execute_stream()
         .await?;
+    let schema = rows.schema();
     let limit = 2 * crate::changelog::RECORD_BYTES_MAX as usize;
     let (mut batches, mut bytes) = (Vec::new(), 0usize);
     while let Some(batch) = rows.next().await {

@@ -73,7 +73,7 @@ async fn long_statements_run_and_deep_ones_get_54001() {
     assert_eq!(text_rows(&c, &sum_of_ones(10_000)).await, ["10000"]);
     // Through the extended protocol too (Parse, Bind, Execute).
     let row = c.query_one(&sum_of_ones(1_000), &[]).await.unwrap();
-    assert_eq!(row.get::<_, i64>(0), 1_000);
+    assert_eq!(row.get::<_, i32>(0), 1_000);
     let chained = format!("SELECT max(x {}) FROM t", "+ 1 ".repeat(1_000));
     assert_eq!(text_rows(&c, &chained).await, ["21000"]);
 

@@ -119,6 +119,26 @@ async fn tokio_postgres_parameters_and_binary_results() {
     assert_eq!(count.columns()[0].name(), "count");
     let n: i64 = client.query_one(&count, &[&10i32]).await.unwrap().get(0);
     assert_eq!(n, 5);
+    // Integer constants are described and sent as PostgreSQL types them.
+    let constants = client
+        .prepare("SELECT 1, 3000000000, id + 1 FROM t WHERE id = 10")
+        .await
+        .unwrap();
+    let types: Vec<Type> = constants
+        .columns()
+        .iter()
+        .map(|c| c.type_().clone())
+        .collect();
+    assert_eq!(types, [Type::INT4, Type::INT8, Type::INT4]);
+    let row = client.query_one(&constants, &[]).await.unwrap();
+    assert_eq!(
+        (
+            row.get::<_, i32>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, i32>(2)
+        ),
+        (1, 3_000_000_000, 11)
+    );
 
     // Errors keep their SQLSTATE on the extended protocol too.
     let err = client

@@ -109,6 +109,11 @@ pub struct ViewDef {
     /// `blackhole` connector), not kept, so it is not a relation others read.
     #[serde(default)]
     pub sink: bool,
+    /// Its query's integer constants are typed as PostgreSQL types them (`integer` when they
+    /// fit); views created before were planned with every one `bigint`, and are planned so
+    /// again, since their state holds what that typing gave (`sql::rules::IntegerLiterals`).
+    #[serde(default)]
+    pub int4_literals: bool,
 }
 
 impl ViewDef {
@@ -465,6 +470,7 @@ mod tests {
             workers: vec![],
             parallelism: 1,
             sink: false,
+            int4_literals: true,
         })
     }
 

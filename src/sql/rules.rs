@@ -185,6 +185,44 @@ fn operator_levels(e: &Expr, max: usize) -> usize {
     }
 }
 
+/// Types integer constants as PostgreSQL types them: `integer` when the value fits in 32
+/// bits, else `bigint` (DataFusion reads every integer constant as `bigint`). So `int_col + 1`
+/// is `integer` arithmetic and overflows (22003) where PostgreSQL's does, `SELECT 100000 *
+/// 100000` is refused as it is there, and `SELECT 1` answers an `integer`. Applied to a plan
+/// as DataFusion's SQL planner made it, before any analyzer rule (type coercion then casts
+/// such constants wherever a wider type is needed), so that the plan's schema is the result's
+/// from the start: a prepared statement's description needs no analysis. LIMIT and OFFSET
+/// (which DataFusion reads as `bigint`) and VALUES lists (typed when planned; an INSERT casts
+/// them to its columns) keep their constants.
+pub fn type_integer_constants(plan: LogicalPlan) -> datafusion::error::Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        if matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Values(_)) {
+            return Ok(Transformed::no(node));
+        }
+        let names = NamePreserver::new(&node);
+        node.map_expressions(|e| {
+            let saved = names.save(&e);
+            let narrowed = e.transform_up(|e| match e {
+                Expr::Literal(ScalarValue::Int64(Some(v)), meta) => match i32::try_from(v) {
+                    Ok(v) => Ok(Transformed::yes(Expr::Literal(
+                        ScalarValue::Int32(Some(v)),
+                        meta,
+                    ))),
+                    Err(_) => Ok(Transformed::no(Expr::Literal(
+                        ScalarValue::Int64(Some(v)),
+                        meta,
+                    ))),
+                },
+                e => Ok(Transformed::no(e)),
+            })?;
+            Ok(narrowed.update_data(|e| saved.restore(e)))
+        })?
+        // Types below may have changed too: every node's schema follows its inputs'.
+        .map_data(|node| node.recompute_schema())
+    })
+    .map(|t| t.data)
+}
+
 /// The rules every Weir context runs before DataFusion's own analyzer rules.
 pub fn early_analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
     vec![Arc::new(TypedChains)]
