@@ -539,6 +539,65 @@ async fn a_views_row_errors_are_restored_with_its_state() {
     );
 }
 
+/// A view from a catalog written before integer constants were typed as PostgreSQL types
+/// them (its entry has no `int4_literals`) is planned with bigint constants again on every
+/// start, as its state was built: a checkpoint of its state restores and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_from_an_older_catalog_keeps_the_types_its_state_was_built_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = common::barriers_on_request_config(dir.path());
+    let args = ["--config", config.to_str().unwrap()];
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (a int, b bigint);
+         INSERT INTO t VALUES (1, 10), (2, 20);
+         CREATE MATERIALIZED VIEW v AS SELECT a + 1 AS x, 5 AS five, b * 2 AS b2 FROM t;
+         FLUSH",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    server.stop(SIGKILL).await;
+    // The catalog as an older server wrote it; without a checkpoint, the view is built again
+    // from the table's log, as that server built it.
+    let path = data.join("catalog.json");
+    let catalog = std::fs::read_to_string(&path).unwrap();
+    let older: String = catalog
+        .lines()
+        .filter(|l| !l.contains("\"int4_literals\""))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace(",\n    }", "\n    }")
+        .replace(",\n      }", "\n      }");
+    assert_ne!(older, catalog);
+    std::fs::write(&path, &older).unwrap();
+    let types = "SELECT arrow_typeof(x), arrow_typeof(five) FROM v LIMIT 1";
+    let expected = ["Int64 Int64"];
+    for round in 0..2 {
+        let server = ChildServer::start_with(&data, &args).await;
+        let c = server.connect().await;
+        c.batch_execute(&format!(
+            "INSERT INTO t VALUES ({0}, {0}0); FLUSH",
+            round + 3
+        ))
+        .await
+        .unwrap();
+        assert_eq!(text_rows(&c, types).await, expected, "round {round}");
+        let mut rows = text_rows(&c, "SELECT * FROM v").await;
+        rows.sort();
+        let want: Vec<String> = (1..=round + 3)
+            .map(|a| format!("{} 5 {}", a + 1, a * 20))
+            .collect();
+        assert_eq!(rows, want, "round {round}");
+        // The next start restores this checkpoint of the view's state.
+        c.batch_execute("CHECKPOINT").await.unwrap();
+        drop(c);
+        server.stop(SIGKILL).await;
+    }
+}
+
 /// A table ten times the server's memory limit loads, takes a full-scan UPDATE, a point
 /// UPDATE and key checks, restarts from a checkpoint, and backfills a new aggregate view, with
 /// the server's peak RSS within the limit plus 256 MiB each time: a table's latest rows are
