@@ -32,7 +32,7 @@ use crate::sql::provider::{RelationTable, Rows};
 use crate::sql::stream_plan::{check_deterministic, Planner};
 use crate::state::StateStore;
 use crate::state::TableId;
-use crate::stream::actor::{ActorErrors, SinkCounter, SourceRows};
+use crate::stream::actor::{ActorErrors, Dataflow, SinkCounter, SourceRows};
 use crate::stream::coordinator::{BarrierClient, Coordinator};
 use crate::stream::dispatch::Partitioner;
 use crate::stream::expr::{ErrorSink, ERRORS_TABLE};
@@ -103,6 +103,9 @@ pub struct Database {
     pub metrics: Arc<Metrics>,
     /// The memory pool and spill directory of batch queries.
     query_runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    /// The threads the dataflow's actors run on (`actors` hands them out), owned here so that
+    /// they run as long as the database is open.
+    _dataflow: Dataflow,
     /// Held while the database is open: one server per data directory.
     lock: crate::datadir::DataDirLock,
 }
@@ -320,9 +323,11 @@ impl Database {
         std::fs::create_dir_all(&spill_dir)?;
         let query_runtime =
             crate::sql::context::query_runtime(config.memory_limit_bytes() / 2, spill_dir)?;
+        let dataflow = Dataflow::start()?;
         let db = Arc::new(Database {
             query_runtime,
             actors: ActorContext {
+                runtime: dataflow.handle(),
                 store: store.clone(),
                 events,
                 chunk_rows_max: config.chunk_rows_max,
@@ -343,6 +348,7 @@ impl Database {
             checkpoints: std::sync::OnceLock::new(),
             recoveries: Mutex::new(Vec::new()),
             metrics,
+            _dataflow: dataflow,
             lock,
         });
         // Restored objects first: tables started, views connected to them without backfill,

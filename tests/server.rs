@@ -282,6 +282,51 @@ async fn a_slow_disk_holds_up_only_the_writes_that_wait_for_it() {
     }
 }
 
+/// Actors whose reads of their state wait on a slow disk hold up the dataflow only: clients,
+/// new connections and queries of sealed rows are served meanwhile, on threads of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actors_waiting_on_the_disk_hold_up_no_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // From the 50th read of the state store on (past the setup's few), every read takes
+    // seconds: the tables' actors stall at the barrier that keeps the rows below.
+    let server =
+        ChildServer::start_with_env(&data, &[], &[("WEIR_FAILPOINTS", "state.read@50:stall")])
+            .await;
+    let setup = server.connect().await;
+    setup
+        .batch_execute(
+            "CREATE TABLE s0 (a int); CREATE TABLE s1 (a int);
+             INSERT INTO s0 VALUES (-1); INSERT INTO s1 VALUES (-1); FLUSH",
+        )
+        .await
+        .unwrap();
+    for t in ["s0", "s1"] {
+        setup
+            .batch_execute(&format!(
+                "INSERT INTO {t} SELECT value FROM generate_series(1, 1000)"
+            ))
+            .await
+            .unwrap();
+    }
+    // More stalled actors than the server has cores; the barrier waits for them.
+    let waiting = server.connect().await;
+    let flush = tokio::spawn(async move { waiting.batch_execute("FLUSH").await });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let served = async {
+        assert_eq!(rows(&setup, "SELECT 1").await, ["1".to_string()]);
+        let other = server.connect().await;
+        assert_eq!(
+            rows(&other, "SELECT count(*) FROM s0").await,
+            ["1".to_string()]
+        );
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), served)
+        .await
+        .expect("clients waited for the stalled actors");
+    assert!(!flush.is_finished(), "the actors never stalled");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_hangs_up_stops_its_running_query() {
     // One connection at a time: the next is admitted only once the query of the one before

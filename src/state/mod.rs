@@ -448,6 +448,8 @@ impl StateStore {
 
     /// Reads the latest committed value of a key (an actor reading its own state).
     fn get_latest(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        // A read can wait on the disk (a block not cached).
+        crate::failpoint::stall("state.read");
         self.db.get(key).map_err(storage_error)
     }
 
@@ -460,6 +462,7 @@ impl StateStore {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
+        crate::failpoint::stall("state.read");
         scan_db(&self.db, None, prefix, start, reverse, visit)
     }
 }

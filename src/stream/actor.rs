@@ -50,6 +50,49 @@ pub struct Actor {
     /// The errors this actor's rows and groups hold, kept under its id in `ERRORS_TABLE` at
     /// each barrier where they changed.
     pub errors: ActorErrors,
+    /// Where the actor runs (`Dataflow`).
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// The threads the dataflow's actors run on, apart from the server's runtime, which serves
+/// clients, the accept loop, the admin port and the barrier coordinator: an actor whose read
+/// of its state waits on the disk holds up only other actors, never those. As many threads as
+/// cores, each with the statement threads' stack (`STACK_BYTES`: a view evaluates expressions
+/// as deep as a statement may be). Dropped, it stops without waiting: its actors' tasks are
+/// dropped as its threads go.
+pub struct Dataflow {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Dataflow {
+    pub fn start() -> std::io::Result<Dataflow> {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("weir-dataflow")
+            .thread_stack_size(crate::STACK_BYTES)
+            .enable_all()
+            .build()?;
+        Ok(Dataflow {
+            runtime: Some(runtime),
+        })
+    }
+
+    pub fn handle(&self) -> tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("the dataflow runtime runs until dropped")
+            .handle()
+            .clone()
+    }
+}
+
+impl Drop for Dataflow {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// An output to a new view still receiving the relation's current rows, a part at each
@@ -124,7 +167,8 @@ impl Actor {
     pub fn spawn(self) {
         let id = self.id;
         let events = self.events.clone();
-        tokio::spawn(async move {
+        let runtime = self.runtime.clone();
+        runtime.spawn(async move {
             let result = AssertUnwindSafe(self.run()).catch_unwind().await;
             let error = match result {
                 Ok(Ok(())) => None,

@@ -770,6 +770,8 @@ pub struct ActorContext {
     pub chunk_rows_max: usize,
     /// About how many bytes of its rows a relation sends a new view per barrier.
     pub backfill_bytes_per_barrier: usize,
+    /// Where actors run (`actor::Dataflow`).
+    pub runtime: tokio::runtime::Handle,
 }
 
 /// Builds the actor of a relation: the operators of `root` (just `Input(0)` for a table) in
@@ -822,6 +824,7 @@ pub fn build_actor(
             table: errors_table,
             kept,
         },
+        runtime: ctx.runtime.clone(),
     })
 }
 
