@@ -58,8 +58,7 @@ pub struct Actor {
 /// clients, the accept loop, the admin port and the barrier coordinator: an actor whose read
 /// of its state waits on the disk holds up only other actors, never those. As many threads as
 /// cores, each with the statement threads' stack (`STACK_BYTES`: a view evaluates expressions
-/// as deep as a statement may be). Dropped, it stops without waiting: its actors' tasks are
-/// dropped as its threads go.
+/// as deep as a statement may be).
 pub struct Dataflow {
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -88,12 +87,23 @@ impl Dataflow {
 }
 
 impl Drop for Dataflow {
+    /// Stops the threads and waits (up to `STOP_WAIT`) until they have dropped their actors'
+    /// tasks, so that the state store closes before the database is gone: a process that
+    /// exits while a thread still closes RocksDB crashes in RocksDB's static destructors. The
+    /// wait runs on a thread of its own, outside any runtime (tokio refuses to wait for a
+    /// runtime from within one).
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
+            let stopping = std::thread::spawn(move || runtime.shutdown_timeout(STOP_WAIT));
+            if stopping.join().is_err() {
+                tracing::warn!("the dataflow's threads did not stop cleanly");
+            }
         }
     }
 }
+
+/// How long a dropped `Dataflow` waits for its threads (an actor in a stalled disk read).
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// An output to a new view still receiving the relation's current rows, a part at each
 /// barrier, in the order of their keys in the relation's state. Until it has them all, a live

@@ -352,16 +352,8 @@ impl HashJoin {
                 for _ in 0..partner.count {
                     pairs.push(row, p, op);
                     if pairs.len() >= self.rows_max {
-                        let data = self.pair_batch(
-                            &self.schema,
-                            own,
-                            chunk,
-                            &partner_columns,
-                            &pairs.own,
-                            &pairs.other,
-                        )?;
-                        out.emit(StreamChunk::new(std::mem::take(&mut pairs.ops), data))?;
-                        pairs = Pending::default();
+                        let full = std::mem::take(&mut pairs);
+                        self.emit_pairs(own, chunk, &partner_columns, full, out)?;
                     }
                 }
             }
@@ -389,15 +381,7 @@ impl HashJoin {
             }
         }
         if pairs.len() > 0 {
-            let data = self.pair_batch(
-                &self.schema,
-                own,
-                chunk,
-                &partner_columns,
-                &pairs.own,
-                &pairs.other,
-            )?;
-            out.emit(StreamChunk::new(pairs.ops, data))?;
+            self.emit_pairs(own, chunk, &partner_columns, pairs, out)?;
         }
         self.emit_alone(other, &partner_columns, &flips, out)?;
         for p in batch.partners.iter().filter(|p| p.changed) {
@@ -427,6 +411,26 @@ impl HashJoin {
             other_cols.into_iter().chain(own_cols).collect()
         };
         self.batch(schema, columns, own_idx.len())
+    }
+
+    /// Emits pairs of the chunk's rows and partners.
+    fn emit_pairs(
+        &self,
+        own: usize,
+        chunk: &StreamChunk,
+        partner_columns: &[ArrayRef],
+        pairs: Pending,
+        out: &mut dyn Emit,
+    ) -> Result<()> {
+        let data = self.pair_batch(
+            &self.schema,
+            own,
+            chunk,
+            partner_columns,
+            &pairs.own,
+            &pairs.other,
+        )?;
+        out.emit(StreamChunk::new(pairs.ops, data))
     }
 
     /// Emits rows of `side` alone (`rows`: indices into `source`, its columns).
