@@ -137,6 +137,17 @@ impl ChildServer {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> ChildServer {
+        ChildServer::start_in(None, data_dir, args, env).await
+    }
+
+    /// Starts the server in working directory `cwd` (relative paths in statements are
+    /// relative to it), or in the test's.
+    pub async fn start_in(
+        cwd: Option<&std::path::Path>,
+        data_dir: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ChildServer {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -148,7 +159,11 @@ impl ChildServer {
             .append(true)
             .open(&log)
             .expect("log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+        if let Some(cwd) = cwd {
+            command.current_dir(cwd);
+        }
+        let child = command
             .args(["serve", "--listen", &addr.to_string(), "--data-dir"])
             .arg(data_dir)
             .args(args)
