@@ -1,5 +1,9 @@
-//! The dataflow's clock: the time each barrier carries, which temporal filters compare rows
-//! with. Injectable, so tests move time by hand instead of sleeping.
+//! The server's clocks. The dataflow's clock ([`Clock`]) is the time each barrier carries,
+//! which temporal filters compare rows with: injectable, so tests move time by hand instead of
+//! sleeping. Durations and schedules (checkpoint intervals, timings, pacing) read
+//! [`monotonic`], tokio's clock, which a test that pauses time controls; the times people read
+//! in records (when a checkpoint or a recovery started) read [`wall_ms`]. Nothing else reads
+//! a clock.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -20,6 +24,21 @@ impl Clock for SystemClock {
             .map(|d| d.as_micros() as i64)
             .unwrap_or(0)
     }
+}
+
+/// Now on the monotonic clock.
+pub fn monotonic() -> tokio::time::Instant {
+    tokio::time::Instant::now()
+}
+
+/// Now on the wall clock, in milliseconds since the Unix epoch.
+pub fn wall_ms() -> i64 {
+    wall().timestamp_millis()
+}
+
+/// Now on the wall clock.
+pub fn wall() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
 }
 
 /// A clock that moves only when told to.

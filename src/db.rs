@@ -165,9 +165,9 @@ impl Database {
                 &config.listen.to_string(),
             ))
             .await?;
-        let started = std::time::Instant::now();
+        let started = crate::clock::monotonic();
         let mut recovery = restore::Recovery {
-            started_at_ms: chrono::Utc::now().timestamp_millis(),
+            started_at_ms: crate::clock::wall_ms(),
             ..Default::default()
         };
         let (store, restored) = restore_state(&config, &storage, &mut recovery).await?;

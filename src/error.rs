@@ -44,6 +44,10 @@ pub enum ErrorKind {
     /// A statement's expressions or subqueries nest deeper than Weir's documented limit.
     StatementTooComplex,
     TooManyConnections,
+    /// A client may not connect as it asked (no authentication admits it).
+    InvalidAuthorization,
+    /// A connection asked for a database other than Weir's one.
+    UndefinedDatabase,
     /// A query needs more working memory than the server's limit leaves it.
     OutOfMemory,
     /// The disk (or a quota) is full: nothing of the statement was kept.

@@ -32,24 +32,44 @@ fn sources() -> Vec<(String, String)> {
         .collect()
 }
 
-/// `crate` may only be named in files under `owner`.
-fn only_owner_uses(crate_name: &str, owner: &str) {
-    let offenders: Vec<String> = sources()
+/// The files outside `owners` with a line of code (not a comment) that `names` matches.
+fn named_outside(owners: &[&str], names: impl Fn(&str) -> bool) -> Vec<String> {
+    sources()
         .into_iter()
         .filter(|(path, text)| {
-            !path.starts_with(owner)
+            !owners.iter().any(|o| path.starts_with(o))
                 && text.lines().any(|l| {
                     let l = l.trim_start();
-                    !l.starts_with("//")
-                        && (l.contains(&format!("{crate_name}::"))
-                            || l.starts_with(&format!("use {crate_name}")))
+                    !l.starts_with("//") && names(l)
                 })
         })
         .map(|(path, _)| path)
-        .collect();
+        .collect()
+}
+
+/// `crate` may only be named in files under `owner`.
+fn only_owner_uses(crate_name: &str, owner: &str) {
+    let offenders = named_outside(&[owner], |l| {
+        l.contains(&format!("{crate_name}::")) || l.starts_with(&format!("use {crate_name}"))
+    });
     assert!(
         offenders.is_empty(),
         "only {owner} may use {crate_name}, but these do: {offenders:?}"
+    );
+}
+
+/// The server reads the time through `clock.rs` alone, so that tests can control it (the
+/// testers under `src/bin/` are programs of their own).
+#[test]
+fn only_clock_reads_the_time() {
+    let offenders = named_outside(&["src/clock.rs", "src/bin/"], |l| {
+        ["Instant::now", "SystemTime::now", "Utc::now", "Local::now"]
+            .iter()
+            .any(|n| l.contains(n))
+    });
+    assert!(
+        offenders.is_empty(),
+        "only src/clock.rs may read the time, but these do: {offenders:?}"
     );
 }
 

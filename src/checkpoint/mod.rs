@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
@@ -259,30 +259,30 @@ impl Checkpointer {
     async fn run(mut self) {
         let interval = Duration::from_millis(self.config.interval_ms);
         let min_pause = Duration::from_millis(self.config.min_pause_ms);
-        let mut last_start = Instant::now();
-        let mut last_end = Instant::now();
+        let mut last_start = crate::clock::monotonic();
+        let mut last_end = crate::clock::monotonic();
         loop {
             let due = (last_start + interval).max(last_end + min_pause);
             let periodic = async {
                 if interval.is_zero() {
                     std::future::pending::<()>().await;
                 }
-                tokio::time::sleep_until(due.into()).await;
+                tokio::time::sleep_until(due).await;
             };
             tokio::select! {
                 trigger = self.triggers.recv() => {
                     let Some(t) = trigger else { return };
-                    last_start = Instant::now();
+                    last_start = crate::clock::monotonic();
                     let result = self.checkpoint(t.kind, t.label, t.base).await;
-                    last_end = Instant::now();
+                    last_end = crate::clock::monotonic();
                     let _ = t.reply.send(result);
                 }
                 _ = periodic => {
-                    last_start = Instant::now();
+                    last_start = crate::clock::monotonic();
                     if let Err(e) = self.checkpoint(Kind::Periodic, None, false).await {
                         tracing::warn!("periodic checkpoint failed: {e}");
                     }
-                    last_end = Instant::now();
+                    last_end = crate::clock::monotonic();
                 }
             }
         }
@@ -297,8 +297,8 @@ impl Checkpointer {
     ) -> Result<(u64, u64)> {
         let id = self.next_id;
         self.next_id += 1;
-        let started_at_ms = chrono::Utc::now().timestamp_millis();
-        let started = Instant::now();
+        let started_at_ms = crate::clock::wall_ms();
+        let started = crate::clock::monotonic();
         let mut record = Record {
             id,
             epoch: None,
@@ -424,7 +424,7 @@ impl Checkpointer {
             Image::Files(_) => Mode::Base,
         });
         self.set_record(record);
-        let upload_started = Instant::now();
+        let upload_started = crate::clock::monotonic();
         failpoint::reach("checkpoint.before_upload").await;
         let (mode, files, deltas) = match (taken.image, chain) {
             (Image::Delta(delta), Some(chain)) => {
@@ -769,9 +769,8 @@ pub(crate) fn random_id() -> String {
     let random = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
     if random.is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
+        let nanos = crate::clock::wall()
+            .timestamp_nanos_opt()
             .unwrap_or_default();
         bytes = ((nanos as u64) ^ ((std::process::id() as u64) << 32)).to_le_bytes();
     }

@@ -79,7 +79,7 @@ impl Holder {
             host,
             data_dir: data_dir.display().to_string(),
             listen: listen.to_string(),
-            started_at: chrono::Utc::now().to_rfc3339(),
+            started_at: crate::clock::wall().to_rfc3339(),
         }
     }
 }

@@ -122,7 +122,7 @@ struct Setup {
     table: StateTable,
     rows: u64,
     /// The coordinator runs while someone can report to it.
-    _events: tokio::sync::mpsc::UnboundedSender<crate::stream::coordinator::ActorEvent>,
+    _events: tokio::sync::mpsc::Sender<crate::stream::coordinator::ActorEvent>,
 }
 
 async fn setup() -> Setup {

@@ -222,7 +222,7 @@ impl StartupHandler for Startup {
         save_startup_parameters_to_metadata(client, startup);
         if !client.socket_addr().ip().is_loopback() && !self.db.config.trust_remote_clients {
             return Err(fatal(
-                "28000",
+                sqlstate(ErrorKind::InvalidAuthorization),
                 format!(
                     "no authentication is configured: connections from {} are refused",
                     client.socket_addr().ip()
@@ -242,7 +242,7 @@ impl StartupHandler for Startup {
             .unwrap_or_default();
         if database != crate::DATABASE_NAME {
             return Err(fatal(
-                "3D000",
+                sqlstate(ErrorKind::UndefinedDatabase),
                 format!("database \"{database}\" does not exist"),
             ));
         }

@@ -126,7 +126,7 @@ async fn serve_socket(
     let extended = handlers.extended_query_handler();
     let copy = handlers.copy_handler();
     let cancel = handlers.cancel_handler();
-    let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
+    let deadline = crate::clock::monotonic() + STARTUP_TIMEOUT;
     loop {
         let awaiting_startup = matches!(
             socket.state(),

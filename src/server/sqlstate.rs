@@ -27,6 +27,8 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::ProgramLimitExceeded => "54000",
         ErrorKind::StatementTooComplex => "54001",
         ErrorKind::TooManyConnections => "53300",
+        ErrorKind::InvalidAuthorization => "28000",
+        ErrorKind::UndefinedDatabase => "3D000",
         ErrorKind::OutOfMemory => "53200",
         ErrorKind::DiskFull => "53100",
         ErrorKind::InsufficientResources => "53000",

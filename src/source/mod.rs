@@ -159,7 +159,8 @@ async fn feed_rows(
             continue;
         }
         if let Some(rate) = rate.filter(|r| *r > 0) {
-            let (start, base) = *paced.get_or_insert((Instant::now(), reader.position()));
+            let (start, base) =
+                *paced.get_or_insert((crate::clock::monotonic(), reader.position()));
             let ahead = reader.position().saturating_sub(base);
             tokio::time::sleep_until(start + Duration::from_secs_f64(ahead as f64 / rate as f64))
                 .await;

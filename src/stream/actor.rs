@@ -31,7 +31,7 @@ pub struct Actor {
     /// Every state table this actor writes, dropped when the actor is stopped.
     pub state_tables: Vec<TableId>,
     pub store: Arc<StateStore>,
-    pub events: mpsc::UnboundedSender<ActorEvent>,
+    pub events: mpsc::Sender<ActorEvent>,
     /// Distinct rows per chunk when sending a backfill snapshot downstream.
     pub chunk_rows_max: usize,
     /// About how many bytes of its rows a relation sends each new view at a barrier while it
@@ -194,7 +194,7 @@ impl Actor {
             if let Some(e) = &error {
                 tracing::error!(actor = id, "dataflow actor failed: {e}");
             }
-            let _ = events.send(ActorEvent::Exited { actor: id, error });
+            let _ = events.send(ActorEvent::Exited { actor: id, error }).await;
         });
     }
 
@@ -267,6 +267,7 @@ impl Actor {
                 actor: self.id,
                 epoch,
             })
+            .await
             .map_err(|_| Error::unavailable("barrier coordinator is gone"))?;
         // New downstreams get the relation's contents first: a table's or view's a part at
         // each barrier from this one on, a source's whole now (read again from its start, and

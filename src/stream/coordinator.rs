@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -15,6 +17,15 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::state::{Image, StateStore};
+
+/// Epochs injected and not yet sealed, at most. A periodic barrier is not injected past it
+/// (the epochs in flight already end soon enough), and barriers asked for wait: so actors that
+/// fall behind (a stalled disk) do not pile up barriers in every source's queue.
+pub const EPOCHS_IN_FLIGHT_MAX: usize = 32;
+
+/// Actor events waiting for the coordinator, at most; an actor reporting past it waits.
+/// Each actor has at most one acknowledgement per epoch in flight and one exit to report.
+const EVENTS_MAX: usize = 4096;
 
 /// What actors report to the coordinator.
 #[derive(Debug)]
@@ -168,10 +179,11 @@ impl BarrierClient {
 pub struct Coordinator {
     store: Arc<StateStore>,
     requests: mpsc::Receiver<InjectRequest>,
-    events: mpsc::UnboundedReceiver<ActorEvent>,
+    events: mpsc::Receiver<ActorEvent>,
     /// Per source, the queue its injector task forwards into the source's feed channel, so
-    /// the coordinator never waits on a full channel.
-    sources: HashMap<ActorId, mpsc::UnboundedSender<Barrier>>,
+    /// the coordinator never waits on a full channel. Each barrier queued is of an epoch in
+    /// flight, so `EPOCHS_IN_FLIGHT_MAX` of them fit.
+    sources: HashMap<ActorId, mpsc::Sender<Barrier>>,
     actors: HashSet<ActorId>,
     /// Actors yet to acknowledge each epoch in flight.
     in_flight: BTreeMap<u64, HashSet<ActorId>>,
@@ -184,10 +196,8 @@ pub struct Coordinator {
     snapshots: HashMap<u64, (SnapshotRequest, Instant)>,
     /// The epoch whose snapshot is being taken: no epoch seals until it is done.
     snapshotting: Option<u64>,
-    snapshot_done: (
-        mpsc::UnboundedSender<SnapshotDone>,
-        mpsc::UnboundedReceiver<SnapshotDone>,
-    ),
+    /// One snapshot is taken at a time.
+    snapshot_done: (mpsc::Sender<SnapshotDone>, mpsc::Receiver<SnapshotDone>),
     /// When each epoch in flight was injected, for the barrier latency metric.
     injected_at: BTreeMap<u64, Instant>,
     /// Sources' positions at each barrier not yet sealed, recorded by their injectors as they
@@ -206,9 +216,9 @@ impl Coordinator {
         barrier_interval: Duration,
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
-    ) -> (BarrierClient, mpsc::UnboundedSender<ActorEvent>) {
+    ) -> (BarrierClient, mpsc::Sender<ActorEvent>) {
         let (req_tx, req_rx) = mpsc::channel(64);
-        let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+        let (ev_tx, ev_rx) = mpsc::channel(EVENTS_MAX);
         let failed: FailedActors = Arc::default();
         let last_epoch = store.sealed_epoch();
         let coordinator = Coordinator {
@@ -225,7 +235,7 @@ impl Coordinator {
             failed: failed.clone(),
             snapshots: HashMap::new(),
             snapshotting: None,
-            snapshot_done: mpsc::unbounded_channel(),
+            snapshot_done: mpsc::channel(1),
             injected_at: BTreeMap::new(),
             positions: Arc::default(),
             committed: HashMap::new(),
@@ -248,9 +258,11 @@ impl Coordinator {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
-                    self.inject(None, vec![], vec![], None);
+                    if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX {
+                        self.inject(None, vec![], vec![], None);
+                    }
                 }
-                req = self.requests.recv() => {
+                req = self.requests.recv(), if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX => {
                     let Some(req) = req else { return };
                     let epoch =
                         self.inject(req.mutation, req.add_actors, req.add_sources, req.snapshot);
@@ -278,7 +290,7 @@ impl Coordinator {
         self.last_epoch += 1;
         let epoch = self.last_epoch;
         for (id, feed) in add_sources {
-            let (tx, mut rx) = mpsc::unbounded_channel::<Barrier>();
+            let (tx, mut rx) = mpsc::channel::<Barrier>(EPOCHS_IN_FLIGHT_MAX);
             let positions = self.positions.clone();
             self.committed.insert(id, feed.start);
             tokio::spawn(async move {
@@ -315,13 +327,22 @@ impl Coordinator {
             mutation: mutation.clone(),
         };
         if let Some(request) = snapshot {
-            self.snapshots.insert(epoch, (request, Instant::now()));
+            self.snapshots
+                .insert(epoch, (request, crate::clock::monotonic()));
         }
         for tx in self.sources.values() {
-            let _ = tx.send(barrier.clone());
+            // A closed queue is a source whose actor is gone (its exit is on the way).
+            let full = matches!(
+                tx.try_send(barrier.clone()),
+                Err(mpsc::error::TrySendError::Full(_))
+            );
+            assert!(
+                !full,
+                "a source's barrier queue outgrew the epochs in flight"
+            );
         }
         self.in_flight.insert(epoch, self.actors.clone());
-        self.injected_at.insert(epoch, Instant::now());
+        self.injected_at.insert(epoch, crate::clock::monotonic());
         if let Some(m) = &mutation {
             // Stopped actors still acknowledge this barrier, but no later one.
             for id in &m.stop {
@@ -391,9 +412,10 @@ impl Coordinator {
                 let done = self.snapshot_done.0.clone();
                 let align = injected.elapsed();
                 tokio::task::spawn_blocking(move || {
-                    let started = Instant::now();
+                    let started = crate::clock::monotonic();
                     let result = store.checkpoint(&request.dir, request.delta);
-                    let _ = done.send(SnapshotDone {
+                    // The only snapshot taken: the channel has room for it.
+                    let _ = done.blocking_send(SnapshotDone {
                         epoch,
                         result,
                         align,
@@ -463,7 +485,7 @@ mod tests {
         tempfile::TempDir,
         Arc<StateStore>,
         BarrierClient,
-        mpsc::UnboundedSender<ActorEvent>,
+        mpsc::Sender<ActorEvent>,
     ) {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open_fresh(dir.path()).unwrap();
@@ -482,7 +504,10 @@ mod tests {
         // The first tick of the interval injects epoch 1 at once, with no actors.
         client.wait_sealed(1).await.unwrap();
         let e = client.inject(None, vec![7, 8], vec![]).await.unwrap();
-        events.send(ActorEvent::Ack { actor: 7, epoch: e }).unwrap();
+        events
+            .send(ActorEvent::Ack { actor: 7, epoch: e })
+            .await
+            .unwrap();
         let waiting = client.wait_sealed(e);
         tokio::pin!(waiting);
         tokio::task::yield_now().await;
@@ -490,7 +515,10 @@ mod tests {
             (&mut waiting).now_or_never().is_none(),
             "actor 8 has not acknowledged"
         );
-        events.send(ActorEvent::Ack { actor: 8, epoch: e }).unwrap();
+        events
+            .send(ActorEvent::Ack { actor: 8, epoch: e })
+            .await
+            .unwrap();
         waiting.await.unwrap();
         assert_eq!(store.sealed_epoch(), e);
     }
@@ -505,6 +533,7 @@ mod tests {
                 actor: 7,
                 error: Some(Error::internal("boom")),
             })
+            .await
             .unwrap();
         client.wait_sealed(e).await.unwrap();
         assert_eq!(store.sealed_epoch(), e);
@@ -520,5 +549,40 @@ mod tests {
         // Later epochs no longer wait for it.
         let next = client.flush().await.unwrap();
         assert!(next > e);
+    }
+
+    #[tokio::test]
+    async fn an_actor_that_falls_behind_holds_back_at_most_the_epochs_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let (client, events) = Coordinator::start(
+            store.clone(),
+            Duration::from_millis(1),
+            Arc::new(crate::clock::ManualClock::new(0)),
+            Arc::default(),
+        );
+        let first = client.inject(None, vec![7], vec![]).await.unwrap();
+        // Far more ticks than it takes to fill the epochs in flight.
+        tokio::time::sleep(Duration::from_millis(60 * EPOCHS_IN_FLIGHT_MAX as u64)).await;
+        let asked = client.inject(None, vec![], vec![]);
+        tokio::pin!(asked);
+        tokio::task::yield_now().await;
+        assert!(
+            (&mut asked).now_or_never().is_none(),
+            "a barrier asked for waits while the epochs in flight are at their limit"
+        );
+        // The periodic barriers stopped at the limit: acknowledging that many epochs seals
+        // them all, and the barrier asked for comes next (the epochs before `first` had no
+        // actor to wait for and sealed at once).
+        let last = first + EPOCHS_IN_FLIGHT_MAX as u64 - 1;
+        for epoch in first..=last {
+            events
+                .send(ActorEvent::Ack { actor: 7, epoch })
+                .await
+                .unwrap();
+        }
+        client.wait_sealed(last).await.unwrap();
+        assert_eq!(store.sealed_epoch(), last);
+        assert_eq!(asked.await.unwrap(), last + 1);
     }
 }

@@ -766,7 +766,7 @@ impl PlanNode {
 /// Everything an actor needs from the server to run.
 pub struct ActorContext {
     pub store: Arc<StateStore>,
-    pub events: mpsc::UnboundedSender<ActorEvent>,
+    pub events: mpsc::Sender<ActorEvent>,
     pub chunk_rows_max: usize,
     /// About how many bytes of its rows a relation sends a new view per barrier.
     pub backfill_bytes_per_barrier: usize,
