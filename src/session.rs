@@ -136,7 +136,7 @@ impl Session {
             Statement::Flush => self.db.flush().await,
             Statement::Checkpoint { base } => self.db.checkpoint(*base).await,
             Statement::ShowCheckpoints => self.db.show_checkpoints(),
-            Statement::ShowTables => self.db.show_tables(),
+            Statement::ShowTables => self.db.show_names(Kind::Table),
             Statement::ShowMaterializedViews => self.db.show_views(),
             Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name),
             Statement::ShowSources => self.db.show_names(Kind::Source),
@@ -432,7 +432,9 @@ impl Session {
                 return Ok(none(rows_schema(self.db.show_checkpoints()?)))
             }
             // These answer rows; run them to learn their shape (they are cheap and read-only).
-            Statement::ShowTables => return Ok(none(rows_schema(self.db.show_tables()?))),
+            Statement::ShowTables => {
+                return Ok(none(rows_schema(self.db.show_names(Kind::Table)?)))
+            }
             Statement::ShowMaterializedViews => {
                 return Ok(none(rows_schema(self.db.show_views()?)))
             }

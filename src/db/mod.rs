@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::ParamValues;
@@ -41,6 +41,10 @@ use crate::stream::plan::{
     build_actor, ActorContext, Fragment, Keys, PlanNode, Source, StreamPlan,
 };
 use crate::table::TableWriter;
+
+mod system_tables;
+
+pub use system_tables::text_rows;
 
 /// A query's rows, batch by batch as its execution produces them.
 pub type RowStream =
@@ -523,16 +527,6 @@ impl Database {
             batches: vec![batch],
         })
     }
-
-    /// SHOW CHECKPOINTS: this run's checkpoints (and those it found in the store), newest
-    /// first.
-    pub fn show_checkpoints(&self) -> Result<Output> {
-        let batch = checkpoints_batch(&self.checkpoints()?.records())?;
-        Ok(Output::Rows {
-            schema: batch.schema(),
-            batches: vec![batch],
-        })
-    }
 }
 
 /// Truncates each table's change log below the records every retained checkpoint holds, as
@@ -723,276 +717,7 @@ async fn restore_state(
     Ok((StateStore::open_fresh(&state_dir)?, None))
 }
 
-/// The `started_at` column of the checkpoint and recovery system tables (`timestamptz`).
-fn started_at_field() -> Field {
-    Field::new(
-        "started_at",
-        DataType::Timestamp(
-            datafusion::arrow::datatypes::TimeUnit::Microsecond,
-            Some(crate::types::TIMESTAMPTZ_ZONE.into()),
-        ),
-        false,
-    )
-}
-
-/// `started_at` values from milliseconds since the Unix epoch.
-fn started_at(
-    ms: impl Iterator<Item = i64>,
-) -> datafusion::arrow::array::TimestampMicrosecondArray {
-    datafusion::arrow::array::TimestampMicrosecondArray::from_iter_values(ms.map(|m| m * 1000))
-        .with_timezone(crate::types::TIMESTAMPTZ_ZONE)
-}
-
-/// The rows of `SHOW CHECKPOINTS` and `weir_catalog.checkpoints`.
-fn checkpoints_batch(records: &[crate::checkpoint::Record]) -> Result<RecordBatch> {
-    {
-        let int = |f: &dyn Fn(&crate::checkpoint::Record) -> i64| -> ArrayRef {
-            Arc::new(Int64Array::from_iter_values(records.iter().map(f)))
-        };
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("epoch", DataType::Int64, true),
-            Field::new("kind", DataType::Utf8, true),
-            Field::new("mode", DataType::Utf8, true),
-            Field::new("status", DataType::Utf8, false),
-            started_at_field(),
-            Field::new("duration_ms", DataType::Int64, false),
-            Field::new("align_ms", DataType::Int64, false),
-            Field::new("snapshot_ms", DataType::Int64, false),
-            Field::new("upload_ms", DataType::Int64, false),
-            Field::new("files_uploaded", DataType::Int64, false),
-            Field::new("files_reused", DataType::Int64, false),
-            Field::new("bytes_uploaded", DataType::Int64, false),
-            Field::new("bytes_referenced", DataType::Int64, false),
-        ]));
-        let started = started_at(records.iter().map(|r| r.started_at_ms));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                int(&|r| r.id as i64),
-                Arc::new(Int64Array::from_iter(
-                    records.iter().map(|r| r.epoch.map(|e| e as i64)),
-                )),
-                Arc::new(StringArray::from_iter(
-                    records.iter().map(|r| r.kind.map(|k| k.as_str())),
-                )),
-                Arc::new(StringArray::from_iter(
-                    records.iter().map(|r| r.mode.map(|m| m.as_str())),
-                )),
-                Arc::new(StringArray::from_iter_values(
-                    records.iter().map(|r| r.status.as_str()),
-                )),
-                Arc::new(started),
-                int(&|r| r.duration_ms as i64),
-                int(&|r| r.timings.align_ms as i64),
-                int(&|r| r.timings.snapshot_ms as i64),
-                int(&|r| r.timings.upload_ms as i64),
-                int(&|r| r.files_uploaded as i64),
-                int(&|r| r.files_reused as i64),
-                int(&|r| r.bytes_uploaded as i64),
-                int(&|r| r.bytes_referenced as i64),
-            ],
-        )?;
-        Ok(batch)
-    }
-}
-
-/// The rows of `weir_catalog.recoveries`: the starts recorded in the data directory, newest
-/// first.
-fn recoveries_batch(recoveries: &[restore::Recovery]) -> Result<RecordBatch> {
-    let schema = Arc::new(Schema::new(vec![
-        started_at_field(),
-        Field::new("checkpoint_id", DataType::Int64, true),
-        Field::new("epoch", DataType::Int64, true),
-        Field::new("damaged", DataType::Utf8, true),
-        Field::new("from_store_alone", DataType::Boolean, false),
-        Field::new("files_reused", DataType::Int64, false),
-        Field::new("files_downloaded", DataType::Int64, false),
-        Field::new("bytes_downloaded", DataType::Int64, false),
-        Field::new("records_replayed", DataType::Int64, false),
-        Field::new("restore_ms", DataType::Int64, false),
-        Field::new("replay_ms", DataType::Int64, false),
-        Field::new("total_ms", DataType::Int64, false),
-    ]));
-    let rows: Vec<&restore::Recovery> = recoveries.iter().rev().collect();
-    let int = |f: &dyn Fn(&restore::Recovery) -> u64| -> ArrayRef {
-        Arc::new(Int64Array::from_iter_values(
-            rows.iter().map(|r| f(r) as i64),
-        ))
-    };
-    let opt = |f: &dyn Fn(&restore::Recovery) -> Option<u64>| -> ArrayRef {
-        Arc::new(Int64Array::from_iter(
-            rows.iter().map(|r| f(r).map(|v| v as i64)),
-        ))
-    };
-    let started = started_at(rows.iter().map(|r| r.started_at_ms));
-    let damaged = StringArray::from_iter(rows.iter().map(|r| {
-        let all: Vec<String> = r
-            .damaged
-            .iter()
-            .map(|d| format!("{}: {}", d.manifest, d.reason))
-            .collect();
-        (!all.is_empty()).then(|| all.join("; "))
-    }));
-    Ok(RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(started),
-            opt(&|r| r.checkpoint_id),
-            opt(&|r| r.epoch),
-            Arc::new(damaged),
-            Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
-                rows.iter().map(|r| Some(r.from_store_alone)),
-            )),
-            int(&|r| r.files_reused),
-            int(&|r| r.files_downloaded),
-            int(&|r| r.bytes_downloaded),
-            int(&|r| r.records_replayed),
-            int(&|r| r.restore_ms),
-            int(&|r| r.replay_ms),
-            int(&|r| r.total_ms),
-        ],
-    )?)
-}
-
-/// The rows of `weir_catalog.checkpoint_files`: every object a retained checkpoint names.
-fn checkpoint_files_batch(files: &crate::checkpoint::RetainedFiles) -> Result<RecordBatch> {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("object_name", DataType::Utf8, false),
-        Field::new("size_bytes", DataType::Int64, false),
-        Field::new("ref_count", DataType::Int64, false),
-        Field::new("checkpoint_ids", DataType::Utf8, false),
-    ]));
-    let ids = |v: &[u64]| {
-        let ids: Vec<String> = v.iter().map(u64::to_string).collect();
-        format!("{{{}}}", ids.join(","))
-    };
-    Ok(RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(StringArray::from_iter_values(files.keys())),
-            Arc::new(Int64Array::from_iter_values(
-                files.values().map(|(size, _)| *size as i64),
-            )),
-            Arc::new(Int64Array::from_iter_values(
-                files.values().map(|(_, by)| by.len() as i64),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                files.values().map(|(_, by)| ids(by)),
-            )),
-        ],
-    )?)
-}
-
 impl Database {
-    /// The `weir_catalog` system tables, as of now.
-    fn system_tables(&self) -> Result<Vec<(&'static str, RecordBatch)>> {
-        let Some(checkpoints) = self.checkpoints.get() else {
-            return Ok(Vec::new());
-        };
-        Ok(vec![
-            ("checkpoints", checkpoints_batch(&checkpoints.records())?),
-            (
-                "checkpoint_files",
-                checkpoint_files_batch(&checkpoints.files())?,
-            ),
-            (
-                "recoveries",
-                recoveries_batch(&self.recoveries.lock().unwrap_or_else(|p| p.into_inner()))?,
-            ),
-            ("sources", self.sources_batch()?),
-            ("sinks", self.sinks_batch()?),
-            ("views", self.views_batch()?),
-        ])
-    }
-
-    /// `weir_catalog.sources`: each source's connector, rows fed, whether it has ended, why it
-    /// stopped early, and whether something reads it (it produces only then).
-    fn sources_batch(&self) -> Result<RecordBatch> {
-        use std::sync::atomic::Ordering;
-        let catalog = self.catalog();
-        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
-        let mut rows = Vec::new();
-        for o in catalog.objects() {
-            let (Object::Source(def), Some(h)) = (o, sources.get(&o.id())) else {
-                continue;
-            };
-            let error = h
-                .progress
-                .error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            rows.push((
-                def.name.clone(),
-                def.connector_name(),
-                h.progress.offset.load(Ordering::Acquire) as i64,
-                h.progress.done.load(Ordering::Acquire),
-                error,
-                h.running(),
-            ));
-        }
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("name", DataType::Utf8, false),
-            Field::new("connector", DataType::Utf8, false),
-            Field::new("rows", DataType::Int64, false),
-            Field::new("done", DataType::Boolean, false),
-            Field::new("error", DataType::Utf8, true),
-            Field::new("read", DataType::Boolean, false),
-        ]));
-        Ok(RecordBatch::try_new(
-            schema,
-            vec![
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| r.0.as_str()),
-                )),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
-                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
-                Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
-                    rows.iter().map(|r| Some(r.3)),
-                )),
-                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.4.as_deref()))),
-                Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
-                    rows.iter().map(|r| Some(r.5)),
-                )),
-            ],
-        )?)
-    }
-
-    /// `weir_catalog.sinks`: the rows each sink has received since the server started.
-    fn sinks_batch(&self) -> Result<RecordBatch> {
-        use std::sync::atomic::Ordering;
-        let catalog = self.catalog();
-        let sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
-        let rows: Vec<(String, i64, i64)> = catalog
-            .objects()
-            .iter()
-            .filter_map(|o| {
-                let c = sinks.get(&o.id())?;
-                Some((
-                    o.name().to_string(),
-                    c.inserts.load(Ordering::Relaxed) as i64,
-                    c.deletes.load(Ordering::Relaxed) as i64,
-                ))
-            })
-            .collect();
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("name", DataType::Utf8, false),
-            Field::new("inserts", DataType::Int64, false),
-            Field::new("deletes", DataType::Int64, false),
-        ]));
-        Ok(RecordBatch::try_new(
-            schema,
-            vec![
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| r.0.as_str()),
-                )),
-                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
-                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
-            ],
-        )?)
-    }
-
     fn catalog(&self) -> std::sync::RwLockReadGuard<'_, Catalog> {
         self.catalog.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -1736,127 +1461,6 @@ impl Database {
 
     // ---- SHOW ----
 
-    pub fn show_tables(&self) -> Result<Output> {
-        let mut names: Vec<String> = self
-            .catalog()
-            .objects()
-            .iter()
-            .filter_map(|o| match o {
-                Object::Table(t) => Some(t.name.clone()),
-                _ => None,
-            })
-            .collect();
-        names.sort();
-        text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
-    }
-
-    /// SHOW SOURCES, SHOW SINKS: the names of the objects of `kind`.
-    pub fn show_names(&self, kind: Kind) -> Result<Output> {
-        let mut names: Vec<String> = self
-            .catalog()
-            .objects()
-            .iter()
-            .filter(|o| o.kind() == kind)
-            .map(|o| o.name().to_string())
-            .collect();
-        names.sort();
-        text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
-    }
-
-    /// SHOW MATERIALIZED VIEWS: the rows of `weir_catalog.views`.
-    pub fn show_views(&self) -> Result<Output> {
-        let batch = self.views_batch()?;
-        Ok(Output::Rows {
-            schema: batch.schema(),
-            batches: vec![batch],
-        })
-    }
-
-    /// `weir_catalog.views`: each view's status (`running`; `degraded` while some of its rows
-    /// hold an error: `row_errors` of them, the last `last_error`; or why its actors failed)
-    /// and parallelism.
-    fn views_batch(&self) -> Result<RecordBatch> {
-        let catalog = self.catalog();
-        let failed = self
-            .barriers
-            .failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
-        let mut rows: Vec<(String, String, i64, i64, Option<String>)> = catalog
-            .objects()
-            .iter()
-            .filter_map(|o| match o {
-                Object::View(v) if !v.sink => {
-                    let sink = errors.get(&v.id);
-                    let outstanding = sink.map_or(0, |s| s.errors.outstanding());
-                    let failure = std::iter::once(&v.id)
-                        .chain(&v.workers)
-                        .find_map(|id| failed.get(id));
-                    let status = match failure {
-                        Some(e) => format!("failed: {e}"),
-                        None if outstanding != 0 => "degraded".to_string(),
-                        None => "running".to_string(),
-                    };
-                    Some((
-                        v.name.clone(),
-                        status,
-                        v.parallelism() as i64,
-                        outstanding,
-                        sink.and_then(|s| s.errors.last()),
-                    ))
-                }
-                _ => None,
-            })
-            .collect();
-        rows.sort();
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("name", DataType::Utf8, false),
-            Field::new("status", DataType::Utf8, false),
-            Field::new("parallelism", DataType::Int64, false),
-            Field::new("row_errors", DataType::Int64, false),
-            Field::new("last_error", DataType::Utf8, true),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| r.0.as_str()),
-                )),
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| r.1.as_str()),
-                )),
-                Arc::new(datafusion::arrow::array::Int64Array::from_iter_values(
-                    rows.iter().map(|r| r.2),
-                )),
-                Arc::new(datafusion::arrow::array::Int64Array::from_iter_values(
-                    rows.iter().map(|r| r.3),
-                )),
-                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.4.as_deref()))),
-            ],
-        )?;
-        Ok(batch)
-    }
-
-    pub fn show_create_view(&self, name: &str) -> Result<Output> {
-        let catalog = self.catalog();
-        match catalog.get(name) {
-            Some(Object::View(v)) if !v.sink => text_rows(
-                &["name", "create_sql"],
-                vec![vec![v.name.clone(), v.create_sql()]],
-            ),
-            Some(_) => Err(Error::new(
-                ErrorKind::WrongObjectType,
-                format!("\"{name}\" is not a materialized view"),
-            )),
-            None => Err(Error::new(
-                ErrorKind::UndefinedTable,
-                format!("materialized view \"{name}\" does not exist"),
-            )),
-        }
-    }
-
     // ---- DML ----
 
     fn writer(&self, table: &str) -> Result<(TableDef, Arc<tokio::sync::Mutex<TableWriter>>)> {
@@ -2374,23 +1978,6 @@ fn view_options(options: &ast::CreateTableOptions) -> Result<bool> {
         }
     }
     Ok(emit_on_window_close)
-}
-
-pub fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> Result<Output> {
-    let schema = Arc::new(Schema::new(
-        columns
-            .iter()
-            .map(|c| Field::new(*c, DataType::Utf8, false))
-            .collect::<Vec<_>>(),
-    ));
-    let arrays = (0..columns.len())
-        .map(|i| Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r[i]))) as ArrayRef)
-        .collect();
-    let batch = RecordBatch::try_new(schema.clone(), arrays)?;
-    Ok(Output::Rows {
-        schema,
-        batches: vec![batch],
-    })
 }
 
 /// A started table and the log records still to feed it.

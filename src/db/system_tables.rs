@@ -1,0 +1,466 @@
+//! The `weir_catalog` system tables and the `SHOW` statements' rows: each a list of columns
+//! and rows of cells, turned into one Arrow batch by [`Rows`].
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+
+use super::{Database, Output};
+use crate::catalog::{Kind, Object};
+use crate::checkpoint::restore::Recovery;
+use crate::checkpoint::{Record, RetainedFiles};
+use crate::error::{Error, ErrorKind, Result};
+
+/// The type of a system table's column.
+#[derive(Clone, Copy)]
+enum Type {
+    Int,
+    Text,
+    Bool,
+    /// A `timestamptz`, from milliseconds since the Unix epoch.
+    Time,
+}
+
+/// One value of a row.
+enum Cell {
+    Int(Option<i64>),
+    Text(Option<String>),
+    Bool(bool),
+    Time(i64),
+}
+
+impl From<i64> for Cell {
+    fn from(v: i64) -> Cell {
+        Cell::Int(Some(v))
+    }
+}
+
+impl From<u64> for Cell {
+    fn from(v: u64) -> Cell {
+        Cell::Int(Some(v as i64))
+    }
+}
+
+impl From<Option<u64>> for Cell {
+    fn from(v: Option<u64>) -> Cell {
+        Cell::Int(v.map(|v| v as i64))
+    }
+}
+
+impl From<String> for Cell {
+    fn from(v: String) -> Cell {
+        Cell::Text(Some(v))
+    }
+}
+
+impl From<&str> for Cell {
+    fn from(v: &str) -> Cell {
+        Cell::Text(Some(v.to_string()))
+    }
+}
+
+impl From<Option<String>> for Cell {
+    fn from(v: Option<String>) -> Cell {
+        Cell::Text(v)
+    }
+}
+
+impl From<Option<&str>> for Cell {
+    fn from(v: Option<&str>) -> Cell {
+        Cell::Text(v.map(str::to_string))
+    }
+}
+
+impl From<bool> for Cell {
+    fn from(v: bool) -> Cell {
+        Cell::Bool(v)
+    }
+}
+
+/// A system table's rows, built a row at a time. Columns are nullable where `?` ends their
+/// name (`"epoch?"`).
+struct Rows {
+    columns: Vec<(&'static str, Type, bool)>,
+    rows: Vec<Vec<Cell>>,
+}
+
+impl Rows {
+    fn new(columns: &[(&'static str, Type)]) -> Rows {
+        let columns = columns
+            .iter()
+            .map(|(name, ty)| match name.strip_suffix('?') {
+                Some(name) => (name, *ty, true),
+                None => (*name, *ty, false),
+            })
+            .collect();
+        Rows {
+            columns,
+            rows: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, row: Vec<Cell>) {
+        debug_assert_eq!(row.len(), self.columns.len());
+        self.rows.push(row);
+    }
+
+    fn batch(self) -> Result<RecordBatch> {
+        let fields: Vec<Field> = self
+            .columns
+            .iter()
+            .map(|(name, ty, nullable)| {
+                let ty = match ty {
+                    Type::Int => DataType::Int64,
+                    Type::Text => DataType::Utf8,
+                    Type::Bool => DataType::Boolean,
+                    Type::Time => DataType::Timestamp(
+                        TimeUnit::Microsecond,
+                        Some(crate::types::TIMESTAMPTZ_ZONE.into()),
+                    ),
+                };
+                Field::new(*name, ty, *nullable)
+            })
+            .collect();
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(fields.len());
+        for (i, (name, ty, _)) in self.columns.iter().enumerate() {
+            let cells = self.rows.iter().map(|r| &r[i]);
+            let mismatch = || Error::internal(format!("system table column {name}: wrong cell"));
+            let array: ArrayRef = match ty {
+                Type::Int => Arc::new(
+                    cells
+                        .map(|c| match c {
+                            Cell::Int(v) => Ok(*v),
+                            _ => Err(mismatch()),
+                        })
+                        .collect::<Result<Int64Array>>()?,
+                ),
+                Type::Text => Arc::new(
+                    cells
+                        .map(|c| match c {
+                            Cell::Text(v) => Ok(v.as_deref()),
+                            _ => Err(mismatch()),
+                        })
+                        .collect::<Result<StringArray>>()?,
+                ),
+                Type::Bool => Arc::new(
+                    cells
+                        .map(|c| match c {
+                            Cell::Bool(v) => Ok(Some(*v)),
+                            _ => Err(mismatch()),
+                        })
+                        .collect::<Result<BooleanArray>>()?,
+                ),
+                Type::Time => Arc::new(
+                    cells
+                        .map(|c| match c {
+                            Cell::Time(ms) => Ok(Some(ms * 1000)),
+                            _ => Err(mismatch()),
+                        })
+                        .collect::<Result<TimestampMicrosecondArray>>()?
+                        .with_timezone(crate::types::TIMESTAMPTZ_ZONE),
+                ),
+            };
+            arrays.push(array);
+        }
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+    }
+
+    fn output(self) -> Result<Output> {
+        let batch = self.batch()?;
+        Ok(Output::Rows {
+            schema: batch.schema(),
+            batches: vec![batch],
+        })
+    }
+}
+
+/// The rows of `SHOW CHECKPOINTS` and `weir_catalog.checkpoints`.
+fn checkpoints(records: &[Record]) -> Result<RecordBatch> {
+    use Type::*;
+    let mut rows = Rows::new(&[
+        ("id", Int),
+        ("epoch?", Int),
+        ("kind?", Text),
+        ("mode?", Text),
+        ("status", Text),
+        ("started_at", Time),
+        ("duration_ms", Int),
+        ("align_ms", Int),
+        ("snapshot_ms", Int),
+        ("upload_ms", Int),
+        ("files_uploaded", Int),
+        ("files_reused", Int),
+        ("bytes_uploaded", Int),
+        ("bytes_referenced", Int),
+    ]);
+    for r in records {
+        rows.push(vec![
+            r.id.into(),
+            r.epoch.into(),
+            r.kind.map(|k| k.as_str()).into(),
+            r.mode.map(|m| m.as_str()).into(),
+            r.status.as_str().into(),
+            Cell::Time(r.started_at_ms),
+            r.duration_ms.into(),
+            r.timings.align_ms.into(),
+            r.timings.snapshot_ms.into(),
+            r.timings.upload_ms.into(),
+            r.files_uploaded.into(),
+            r.files_reused.into(),
+            r.bytes_uploaded.into(),
+            r.bytes_referenced.into(),
+        ]);
+    }
+    rows.batch()
+}
+
+/// The rows of `weir_catalog.recoveries`: the starts recorded in the data directory, newest
+/// first.
+fn recoveries(recoveries: &[Recovery]) -> Result<RecordBatch> {
+    use Type::*;
+    let mut rows = Rows::new(&[
+        ("started_at", Time),
+        ("checkpoint_id?", Int),
+        ("epoch?", Int),
+        ("damaged?", Text),
+        ("from_store_alone", Bool),
+        ("files_reused", Int),
+        ("files_downloaded", Int),
+        ("bytes_downloaded", Int),
+        ("records_replayed", Int),
+        ("restore_ms", Int),
+        ("replay_ms", Int),
+        ("total_ms", Int),
+    ]);
+    for r in recoveries.iter().rev() {
+        let damaged: Vec<String> = r
+            .damaged
+            .iter()
+            .map(|d| format!("{}: {}", d.manifest, d.reason))
+            .collect();
+        rows.push(vec![
+            Cell::Time(r.started_at_ms),
+            r.checkpoint_id.into(),
+            r.epoch.into(),
+            (!damaged.is_empty()).then(|| damaged.join("; ")).into(),
+            r.from_store_alone.into(),
+            r.files_reused.into(),
+            r.files_downloaded.into(),
+            r.bytes_downloaded.into(),
+            r.records_replayed.into(),
+            r.restore_ms.into(),
+            r.replay_ms.into(),
+            r.total_ms.into(),
+        ]);
+    }
+    rows.batch()
+}
+
+/// The rows of `weir_catalog.checkpoint_files`: every object a retained checkpoint names.
+fn checkpoint_files(files: &RetainedFiles) -> Result<RecordBatch> {
+    use Type::*;
+    let mut rows = Rows::new(&[
+        ("object_name", Text),
+        ("size_bytes", Int),
+        ("ref_count", Int),
+        ("checkpoint_ids", Text),
+    ]);
+    for (name, (size, by)) in files {
+        let ids: Vec<String> = by.iter().map(u64::to_string).collect();
+        rows.push(vec![
+            name.as_str().into(),
+            (*size).into(),
+            (by.len() as u64).into(),
+            format!("{{{}}}", ids.join(",")).into(),
+        ]);
+    }
+    rows.batch()
+}
+
+/// One text column per name, one row per list: what the `SHOW` statements that list names
+/// return.
+pub fn text_rows(columns: &[&'static str], values: Vec<Vec<String>>) -> Result<Output> {
+    let types: Vec<(&'static str, Type)> = columns.iter().map(|c| (*c, Type::Text)).collect();
+    let mut rows = Rows::new(&types);
+    for row in values {
+        rows.push(row.into_iter().map(Cell::from).collect());
+    }
+    rows.output()
+}
+
+impl Database {
+    /// The `weir_catalog` system tables, as of now.
+    pub(super) fn system_tables(&self) -> Result<Vec<(&'static str, RecordBatch)>> {
+        let Some(checkpoints) = self.checkpoints.get() else {
+            return Ok(Vec::new());
+        };
+        let recoveries_now = self.recoveries.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(vec![
+            ("checkpoints", self::checkpoints(&checkpoints.records())?),
+            ("checkpoint_files", checkpoint_files(&checkpoints.files())?),
+            ("recoveries", recoveries(&recoveries_now)?),
+            ("sources", self.sources_batch()?),
+            ("sinks", self.sinks_batch()?),
+            ("views", self.views_batch()?),
+        ])
+    }
+
+    /// `SHOW CHECKPOINTS`: the rows of `weir_catalog.checkpoints`.
+    pub fn show_checkpoints(&self) -> Result<Output> {
+        let batch = checkpoints(&self.checkpoint_records()?)?;
+        Ok(Output::Rows {
+            schema: batch.schema(),
+            batches: vec![batch],
+        })
+    }
+
+    /// `weir_catalog.sources`: each source's connector, rows fed, whether it has ended, why it
+    /// stopped early, and whether something reads it (it produces only then).
+    fn sources_batch(&self) -> Result<RecordBatch> {
+        use Type::*;
+        let mut rows = Rows::new(&[
+            ("name", Text),
+            ("connector", Text),
+            ("rows", Int),
+            ("done", Bool),
+            ("error?", Text),
+            ("read", Bool),
+        ]);
+        let catalog = self.catalog();
+        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        for o in catalog.objects() {
+            let (Object::Source(def), Some(h)) = (o, sources.get(&o.id())) else {
+                continue;
+            };
+            let error = h
+                .progress
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            rows.push(vec![
+                def.name.as_str().into(),
+                def.connector_name().into(),
+                h.progress.offset.load(Ordering::Acquire).into(),
+                h.progress.done.load(Ordering::Acquire).into(),
+                error.into(),
+                h.running().into(),
+            ]);
+        }
+        rows.batch()
+    }
+
+    /// `weir_catalog.sinks`: the rows each sink has received since the server started.
+    fn sinks_batch(&self) -> Result<RecordBatch> {
+        use Type::*;
+        let mut rows = Rows::new(&[("name", Text), ("inserts", Int), ("deletes", Int)]);
+        let catalog = self.catalog();
+        let sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        for o in catalog.objects() {
+            if let Some(c) = sinks.get(&o.id()) {
+                rows.push(vec![
+                    o.name().into(),
+                    c.inserts.load(Ordering::Relaxed).into(),
+                    c.deletes.load(Ordering::Relaxed).into(),
+                ]);
+            }
+        }
+        rows.batch()
+    }
+
+    /// `weir_catalog.views`: each view's status (`running`; `degraded` while some of its rows
+    /// hold an error: `row_errors` of them, the last `last_error`; or why its actors failed)
+    /// and parallelism, by name.
+    fn views_batch(&self) -> Result<RecordBatch> {
+        use Type::*;
+        let mut rows = Rows::new(&[
+            ("name", Text),
+            ("status", Text),
+            ("parallelism", Int),
+            ("row_errors", Int),
+            ("last_error?", Text),
+        ]);
+        let catalog = self.catalog();
+        let failed = self
+            .barriers
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
+        let mut views: Vec<_> = catalog
+            .objects()
+            .iter()
+            .filter_map(|o| match o {
+                Object::View(v) if !v.sink => Some(v),
+                _ => None,
+            })
+            .collect();
+        views.sort_by(|a, b| a.name.cmp(&b.name));
+        for v in views {
+            let sink = errors.get(&v.id);
+            let outstanding = sink.map_or(0, |s| s.errors.outstanding());
+            let failure = std::iter::once(&v.id)
+                .chain(&v.workers)
+                .find_map(|id| failed.get(id));
+            let status = match failure {
+                Some(e) => format!("failed: {e}"),
+                None if outstanding != 0 => "degraded".to_string(),
+                None => "running".to_string(),
+            };
+            rows.push(vec![
+                v.name.as_str().into(),
+                status.into(),
+                (v.parallelism() as u64).into(),
+                outstanding.into(),
+                sink.and_then(|s| s.errors.last()).into(),
+            ]);
+        }
+        rows.batch()
+    }
+
+    /// SHOW MATERIALIZED VIEWS: the rows of `weir_catalog.views`.
+    pub fn show_views(&self) -> Result<Output> {
+        let batch = self.views_batch()?;
+        Ok(Output::Rows {
+            schema: batch.schema(),
+            batches: vec![batch],
+        })
+    }
+
+    /// SHOW TABLES, SHOW SOURCES, SHOW SINKS: the names of the objects of `kind`.
+    pub fn show_names(&self, kind: Kind) -> Result<Output> {
+        let mut names: Vec<String> = self
+            .catalog()
+            .objects()
+            .iter()
+            .filter(|o| o.kind() == kind)
+            .map(|o| o.name().to_string())
+            .collect();
+        names.sort();
+        text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
+    }
+
+    /// SHOW CREATE MATERIALIZED VIEW: the view's name and its statement.
+    pub fn show_create_view(&self, name: &str) -> Result<Output> {
+        let catalog = self.catalog();
+        match catalog.get(name) {
+            Some(Object::View(v)) if !v.sink => text_rows(
+                &["name", "create_sql"],
+                vec![vec![v.name.clone(), v.create_sql()]],
+            ),
+            Some(_) => Err(Error::new(
+                ErrorKind::WrongObjectType,
+                format!("\"{name}\" is not a materialized view"),
+            )),
+            None => Err(Error::new(
+                ErrorKind::UndefinedTable,
+                format!("materialized view \"{name}\" does not exist"),
+            )),
+        }
+    }
+}
