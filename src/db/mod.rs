@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, Kind, Object, ObjectId, SourceDef, TableDef, ViewDef};
 use crate::checkpoint::manifest::Kind as CheckpointKind;
+use crate::checkpoint::restore;
 use crate::checkpoint::storage::{Holder, Storage};
-use crate::checkpoint::{logs, restore};
 use crate::checkpoint::{CheckpointClient, Checkpointer};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
@@ -32,16 +32,17 @@ use crate::sql::provider::{RelationTable, Rows};
 use crate::sql::stream_plan::{check_deterministic, Planner};
 use crate::state::StateStore;
 use crate::state::TableId;
-use crate::stream::actor::{ActorErrors, Dataflow, SinkCounter, SourceRows};
+use crate::stream::actor::{Dataflow, SinkCounter, SourceRows};
 use crate::stream::coordinator::{BarrierClient, Coordinator};
 use crate::stream::dispatch::Partitioner;
-use crate::stream::expr::{ErrorSink, ERRORS_TABLE};
+use crate::stream::expr::ErrorSink;
 use crate::stream::message::{ActorId, Backfills, Feed, Message, Mutation, NewOutput, Target};
 use crate::stream::plan::{
     build_actor, ActorContext, Fragment, Keys, PlanNode, Source, StreamPlan,
 };
 use crate::table::TableWriter;
 
+mod recovery;
 mod system_tables;
 
 pub use system_tables::text_rows;
@@ -174,144 +175,16 @@ impl Database {
             started_at_ms: crate::clock::wall_ms(),
             ..Default::default()
         };
-        let (store, restored) = restore_state(&config, &storage, &mut recovery).await?;
+        let (store, restored) = recovery::restore_state(&config, &storage, &mut recovery).await?;
         store.limit_memory(config.memory_limit_bytes())?;
         recovery.restore_ms = started.elapsed().as_millis() as u64;
-        // Without a local catalog (a new machine, a lost disk), the checkpoint's catalog
-        // becomes it, and each table's log starts empty at the checkpoint's offset: what was
-        // acknowledged after the checkpoint lived only on the lost disk.
-        let local_catalog = config.data_dir.join("catalog.json").exists();
-        if let (Some(m), false) = (&restored, local_catalog) {
-            // Empty logs are what a crash during this step leaves; anything else is local
-            // data that must not be overwritten.
-            for entry in std::fs::read_dir(&tables_dir)? {
-                if entry?.metadata()?.len() > 0 {
-                    return Err(Error::new(
-                        ErrorKind::DataCorruption,
-                        format!(
-                            "{} holds change logs but no catalog.json: restore the catalog, \
-                             or move the data directory aside to restore from the checkpoint \
-                             store alone",
-                            config.data_dir.display()
-                        ),
-                    ));
-                }
-            }
-            for object in Catalog::objects_in(&m.catalog)? {
-                if let Object::Table(t) = object {
-                    let offset = m.offsets.get(&t.id).copied().unwrap_or(0);
-                    let mut log =
-                        crate::changelog::ChangeLog::create_at(&tables_dir, t.id, offset)?;
-                    // Shipped records after the offset, as far as they continue.
-                    let shipped = logs::segments(&storage, t.id).await?;
-                    for segment in logs::chain(&shipped, offset) {
-                        let bytes = storage.get(&segment.name).await?;
-                        let chunks =
-                            crate::changelog::ChangeLog::decode_segment(&bytes, &segment.name)?;
-                        if chunks.len() as u64 != segment.end - segment.first {
-                            return Err(Error::new(
-                                ErrorKind::DataCorruption,
-                                format!(
-                                    "log segment {} holds {} records",
-                                    segment.name,
-                                    chunks.len()
-                                ),
-                            ));
-                        }
-                        let skip = (log.next_record() - segment.first) as usize;
-                        log.append_all(&chunks[skip..])?;
-                    }
-                }
-            }
-            // Last: the catalog's presence says the logs are in place.
-            Catalog::install(&config.data_dir, &m.catalog)?;
+        if let (Some(m), false) = (&restored, config.data_dir.join("catalog.json").exists()) {
+            recovery::install_from_store(&config, &storage, m, &tables_dir).await?;
             recovery.from_store_alone = true;
-            tracing::warn!(
-                "no local catalog: restored from checkpoint {} in the store alone; changes \
-                 acknowledged after its epoch {} are lost",
-                m.id,
-                m.epoch
-            );
         }
         let catalog = Catalog::load(&config.data_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
-        // What the checkpoint holds usable state for: not objects dropped since, nor views
-        // whose actors had failed (their state stopped short of the epoch; they are rebuilt
-        // as new ones). The state of both goes. A failed table's state ends at its offset,
-        // and its log is replayed from there (older formats recorded the barrier's offset:
-        // such a table is rebuilt).
-        let failed: HashSet<u32> = restored
-            .iter()
-            .flat_map(|m| m.failed_actors.iter().copied())
-            .collect();
-        let tables_resume = restored
-            .as_ref()
-            .is_none_or(|m| m.format >= crate::checkpoint::manifest::FORMAT_FAILED_TABLES_RESUME);
-        let mut in_checkpoint: HashMap<ObjectId, Object> = match &restored {
-            Some(m) => Catalog::objects_in(&m.catalog)?
-                .into_iter()
-                .map(|o| (o.id(), o))
-                .collect(),
-            None => HashMap::new(),
-        };
-        let live: HashSet<ObjectId> = objects.iter().map(Object::id).collect();
-        let unusable: Vec<ObjectId> = in_checkpoint
-            .values()
-            .filter(|o| {
-                let broken = match o {
-                    Object::Table(t) => failed.contains(&t.id) && !tables_resume,
-                    // A source keeps no state: its offset at the barrier is right even if
-                    // its actor had failed, and its views were restored with that offset.
-                    Object::Source(_) => false,
-                    Object::View(v) => std::iter::once(&v.id)
-                        .chain(&v.workers)
-                        .any(|a| failed.contains(a)),
-                };
-                if broken && live.contains(&o.id()) {
-                    tracing::warn!(
-                        "\"{}\" had failed when checkpoint was taken: it is rebuilt",
-                        o.name()
-                    );
-                } else if matches!(o, Object::Table(_))
-                    && failed.contains(&o.id())
-                    && live.contains(&o.id())
-                {
-                    tracing::warn!(
-                        "table \"{}\" had failed when checkpoint was taken: its change log is \
-                         replayed from where its state ends",
-                        o.name()
-                    );
-                }
-                broken || !live.contains(&o.id())
-            })
-            .map(Object::id)
-            .collect();
-        let gone: Vec<Object> = unusable
-            .iter()
-            .filter_map(|id| in_checkpoint.remove(id))
-            .collect();
-        let dropped: Vec<TableId> = gone
-            .iter()
-            .flat_map(|o| match o {
-                Object::Table(t) => vec![t.id],
-                Object::Source(_) => vec![],
-                Object::View(v) => std::iter::once(v.id)
-                    .chain(v.state_tables.iter().copied())
-                    .collect(),
-            })
-            .collect();
-        store.delete_tables(&dropped)?;
-        // And the row errors their actors counted.
-        let counts: Vec<Vec<u8>> = gone
-            .iter()
-            .filter_map(|o| match o {
-                Object::View(v) => Some(std::iter::once(v.id).chain(v.workers.iter().copied())),
-                _ => None,
-            })
-            .flatten()
-            .map(ActorErrors::key)
-            .collect();
-        store.delete_keys(ERRORS_TABLE, &counts)?;
+        let in_checkpoint = recovery::usable_objects(&store, restored.as_ref(), &objects)?;
         let metrics = Arc::new(Metrics::default());
         let (barriers, events) = Coordinator::start(
             store.clone(),
@@ -423,13 +296,13 @@ impl Database {
         let (truncate, requests) = mpsc::channel(1);
         let shipping = db.config.checkpoint.ship_logs_ms;
         let shipped = (shipping > 0).then(|| storage.clone());
-        tokio::spawn(truncate_logs(
+        tokio::spawn(recovery::truncate_logs(
             Arc::downgrade(&db),
             requests,
             shipped.clone(),
         ));
         if let Some(storage) = shipped {
-            tokio::spawn(ship_logs(
+            tokio::spawn(recovery::ship_logs(
                 Arc::downgrade(&db),
                 storage,
                 Duration::from_millis(shipping),
@@ -527,194 +400,6 @@ impl Database {
             batches: vec![batch],
         })
     }
-}
-
-/// Truncates each table's change log below the records every retained checkpoint holds, as
-/// each checkpoint completes, until the database is gone.
-async fn truncate_logs(
-    db: std::sync::Weak<Database>,
-    mut requests: mpsc::Receiver<crate::checkpoint::Truncate>,
-    shipped: Option<Storage>,
-) {
-    while let Some((floors, done)) = requests.recv().await {
-        let Some(db) = db.upgrade() else { return };
-        for (table, floor) in floors {
-            let writer = db
-                .tables
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&table)
-                .cloned();
-            if let Some(writer) = writer {
-                if let Err(e) = writer.lock().await.truncate_log_below(floor) {
-                    tracing::warn!("cannot truncate the change log of table {table}: {e}");
-                }
-            }
-            if let Some(storage) = &shipped {
-                if let Err(e) = logs::collect(storage, table, floor).await {
-                    tracing::warn!("cannot delete shipped log segments of table {table}: {e}");
-                }
-            }
-        }
-        let _ = done.send(());
-    }
-}
-
-/// Ships every table's new change-log records to the store every `interval`, until the
-/// database is gone (`checkpoint.ship_logs_ms`).
-async fn ship_logs(db: std::sync::Weak<Database>, storage: Storage, interval: Duration) {
-    // The next record to ship, per table; from the segments already in the store at first.
-    let mut next: HashMap<ObjectId, u64> = HashMap::new();
-    loop {
-        tokio::time::sleep(interval).await;
-        let Some(db) = db.upgrade() else { return };
-        let writers: Vec<(ObjectId, Arc<tokio::sync::Mutex<TableWriter>>)> = db
-            .tables
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(id, w)| (*id, w.clone()))
-            .collect();
-        drop(db);
-        for (table, writer) in writers {
-            let from = match next.get(&table) {
-                Some(n) => *n,
-                None => match logs::segments(&storage, table).await {
-                    Ok(s) => s.iter().map(|s| s.end).max().unwrap_or(0),
-                    Err(e) => {
-                        tracing::warn!("cannot list shipped log segments of table {table}: {e}");
-                        continue;
-                    }
-                },
-            };
-            let read = writer.lock().await.log_from(from);
-            let (first, end, bytes) = match read {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!("cannot read the change log of table {table}: {e}");
-                    continue;
-                }
-            };
-            if end > first {
-                if let Err(e) = logs::ship(&storage, table, first, end, bytes).await {
-                    tracing::warn!("cannot ship the change log of table {table}: {e}");
-                    continue;
-                }
-            }
-            next.insert(table, end);
-        }
-    }
-}
-
-/// Opens the state store: restored from the newest whole checkpoint in `storage` whose files
-/// check, or empty (every view rebuilt from the logs) when the store holds no checkpoint, or
-/// none can be restored and every log still starts at record 0. Fills in `recovery`.
-async fn restore_state(
-    config: &Config,
-    storage: &Storage,
-    recovery: &mut restore::Recovery,
-) -> Result<(
-    Arc<StateStore>,
-    Option<crate::checkpoint::manifest::Manifest>,
-)> {
-    let state_dir = config.data_dir.join("state");
-    let found = restore::find(storage).await?;
-    recovery.damaged = found.damaged;
-    let rebuilding = config.data_dir.join("state.restoring");
-    for m in found.whole {
-        if rebuilding.exists() {
-            std::fs::remove_dir_all(&rebuilding)?;
-        }
-        let fetched = config.data_dir.join("deltas.restoring");
-        if fetched.exists() {
-            std::fs::remove_dir_all(&fetched)?;
-        }
-        let kept = crate::checkpoint::deltas_dir(&config.data_dir);
-        let fetch = async {
-            let mut rebuilt = restore::rebuild(storage, &m, &state_dir, &rebuilding).await?;
-            let deltas = restore::fetch_deltas(storage, &m, &kept, &fetched, &mut rebuilt).await?;
-            Ok::<_, Error>((rebuilt, deltas))
-        };
-        let (rebuilt, deltas) = match fetch.await {
-            Ok(fetched) => fetched,
-            // A file whose bytes do not match the manifest: the next older checkpoint.
-            Err(e) if e.kind == ErrorKind::DataCorruption => {
-                std::fs::remove_dir_all(&rebuilding)?;
-                if fetched.exists() {
-                    std::fs::remove_dir_all(&fetched)?;
-                }
-                recovery.damaged.push(restore::Damaged {
-                    manifest: crate::checkpoint::ledger::manifest_object(m.id),
-                    reason: e.message,
-                });
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        crate::failpoint::hit("recovery.before_swap");
-        restore::install(&rebuilding, &state_dir)?;
-        crate::failpoint::hit("recovery.after_swap");
-        for d in &recovery.damaged {
-            tracing::error!(
-                "checkpoint {} cannot be restored: {}; checkpoint {} is restored instead",
-                d.manifest,
-                d.reason,
-                m.id
-            );
-        }
-        let store = StateStore::open_restored(&state_dir, m.epoch, &deltas)?;
-        if fetched.exists() {
-            std::fs::remove_dir_all(&fetched)?;
-        }
-        tracing::info!(
-            "restored checkpoint {} (epoch {}, {} deltas): {} files reused, {} downloaded \
-             ({} bytes)",
-            m.id,
-            m.epoch,
-            deltas.len(),
-            rebuilt.files_reused,
-            rebuilt.files_downloaded,
-            rebuilt.bytes_downloaded
-        );
-        recovery.checkpoint_id = Some(m.id);
-        recovery.epoch = Some(m.epoch);
-        recovery.files_reused = rebuilt.files_reused;
-        recovery.files_downloaded = rebuilt.files_downloaded;
-        recovery.bytes_downloaded = rebuilt.bytes_downloaded;
-        return Ok((store, Some(m)));
-    }
-    // Without a checkpoint, every view is rebuilt from the tables' logs: exact only while
-    // every log starts at record 0.
-    let truncated = crate::changelog::ChangeLog::truncated(&config.data_dir.join("tables"))?;
-    let reasons: Vec<String> = recovery
-        .damaged
-        .iter()
-        .map(|d| format!("{}: {}", d.manifest, d.reason))
-        .collect();
-    if let Some((table, base)) = truncated.first() {
-        let found = match reasons.is_empty() {
-            true => "the checkpoint store holds no checkpoint".to_string(),
-            false => format!(
-                "no checkpoint in the store can be restored ({})",
-                reasons.join("; ")
-            ),
-        };
-        return Err(Error::new(
-            ErrorKind::DataCorruption,
-            format!(
-                "{found}, and the change logs were truncated after checkpoints (table {table}'s \
-                 starts at record {base}), so the views cannot be rebuilt from them; restore \
-                 the checkpoint store from a backup"
-            ),
-        ));
-    }
-    if !reasons.is_empty() {
-        tracing::error!(
-            "no checkpoint can be restored ({}); every view is rebuilt from the change logs",
-            reasons.join("; ")
-        );
-    }
-    Ok((StateStore::open_fresh(&state_dir)?, None))
 }
 
 impl Database {
