@@ -97,3 +97,187 @@ fn every_file_opens_with_a_doc_line() {
         .collect();
     assert!(missing.is_empty(), "files without a //! line: {missing:?}");
 }
+
+/// A production function is at most this many lines long.
+const FUNCTION_LINES_MAX: usize = 120;
+
+/// A file holds at most this many lines of production code (before its `#[cfg(test)]` module).
+const FILE_LINES_MAX: usize = 800;
+
+/// The files over `FILE_LINES_MAX` and functions over `FUNCTION_LINES_MAX`, as long as they
+/// are now: to be split, none may grow, and each leaves its list once it is within the limit.
+const FILES_OVER: &[(&str, usize)] = &[
+    ("src/bin/weir-oracle/crash.rs", 1054),
+    ("src/db/ddl.rs", 894),
+    ("src/server/handler.rs", 912),
+    ("src/sql/parser.rs", 914),
+    ("src/sql/stream_plan.rs", 832),
+    ("src/stream/operators/hash_agg.rs", 988),
+    ("src/stream/plan.rs", 918),
+];
+const FUNCTIONS_OVER: &[(&str, &str, usize)] = &[
+    ("src/bin/weir-oracle/crash.rs", "run", 205),
+    ("src/db/ddl.rs", "start_view", 171),
+    ("src/db/mod.rs", "open", 173),
+    ("src/server/encode.rs", "binary_value", 122),
+    ("src/sql/ddl.rs", "create_source", 150),
+    ("src/sql/ddl.rs", "create_table", 128),
+    ("src/sql/parser.rs", "of", 138),
+    ("src/sql/stream_plan.rs", "node", 179),
+    ("src/stream/dispatch.rs", "feed", 155),
+    ("src/stream/operators/hash_agg.rs", "on_chunk", 164),
+];
+
+/// The crate's modules `src/db/` may import, at most.
+const DB_IMPORTS_MAX: usize = 15;
+
+/// A file's production lines: those before a `#[cfg(test)]` module.
+fn production(text: &str) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = (0..lines.len())
+        .find(|&i| {
+            lines[i].trim() == "#[cfg(test)]"
+                && lines
+                    .get(i + 1)
+                    .is_some_and(|l| l.trim_start().starts_with("mod "))
+        })
+        .unwrap_or(lines.len());
+    lines[..end].to_vec()
+}
+
+/// Each function with a body in `lines` (formatted by rustfmt: its body ends at the first
+/// `}` at the indentation of its `fn`), as its name and length in lines.
+fn functions(lines: &[&str]) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let code = line.trim_start();
+        let indent = &line[..line.len() - code.len()];
+        let after_fn = code
+            .split_once("fn ")
+            .filter(|(before, _)| {
+                before.split_whitespace().all(|w| {
+                    w.starts_with("pub")
+                        || ["async", "const", "unsafe", "extern", "\"C\""].contains(&w)
+                })
+            })
+            .map(|(_, rest)| rest);
+        let Some(rest) = after_fn else {
+            i += 1;
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // The signature runs on to its body's `{`, or ends with `;` (a declaration).
+        let mut open = i;
+        while open < lines.len() && !lines[open].contains('{') && !lines[open].ends_with(';') {
+            open += 1;
+        }
+        if open == lines.len() || !lines[open].contains('{') {
+            i = open + 1;
+            continue;
+        }
+        let closing = format!("{indent}}}");
+        match (open..lines.len())
+            .find(|&k| lines[k] == closing || (k == open && lines[k].trim_end().ends_with('}')))
+        {
+            Some(end) => {
+                found.push((name, end - i + 1));
+                i = end + 1;
+            }
+            None => i += 1,
+        }
+    }
+    found
+}
+
+#[test]
+fn functions_and_files_stay_within_their_size_limits() {
+    let mut problems = Vec::new();
+    let mut seen_files = Vec::new();
+    let mut seen_functions = Vec::new();
+    for (path, text) in sources() {
+        if path.ends_with("/tests.rs") {
+            continue;
+        }
+        let lines = production(&text);
+        let allowed = FILES_OVER.iter().find(|(p, _)| *p == path).map(|(_, n)| *n);
+        match allowed {
+            Some(n) if lines.len() > n => problems.push(format!(
+                "{path} grew to {} production lines (at most {n} until it is split)",
+                lines.len()
+            )),
+            Some(_) if lines.len() <= FILE_LINES_MAX => problems.push(format!(
+                "{path} is within {FILE_LINES_MAX} lines now: take it off FILES_OVER"
+            )),
+            None if lines.len() > FILE_LINES_MAX => problems.push(format!(
+                "{path} has {} production lines, over {FILE_LINES_MAX}: split it",
+                lines.len()
+            )),
+            _ => {}
+        }
+        if allowed.is_some() {
+            seen_files.push(path.clone());
+        }
+        for (name, length) in functions(&lines) {
+            let allowed = FUNCTIONS_OVER
+                .iter()
+                .find(|(p, f, _)| *p == path && *f == name)
+                .map(|(_, _, n)| *n);
+            match allowed {
+                Some(n) if length > n => problems.push(format!(
+                    "{path}: fn {name} grew to {length} lines (at most {n} until it is split)"
+                )),
+                None if length > FUNCTION_LINES_MAX => problems.push(format!(
+                    "{path}: fn {name} has {length} lines, over {FUNCTION_LINES_MAX}: split it"
+                )),
+                _ => {}
+            }
+            if allowed.is_some() && length > FUNCTION_LINES_MAX {
+                seen_functions.push((path.clone(), name));
+            }
+        }
+    }
+    for (path, _) in FILES_OVER {
+        if !seen_files.iter().any(|p| p == path) {
+            problems.push(format!("FILES_OVER names {path}, which is gone"));
+        }
+    }
+    for (path, name, _) in FUNCTIONS_OVER {
+        if !seen_functions.iter().any(|(p, f)| p == path && f == name) {
+            problems.push(format!(
+                "{path}: fn {name} is within {FUNCTION_LINES_MAX} lines or gone: take it off FUNCTIONS_OVER"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn the_database_imports_few_of_the_crates_modules() {
+    let mut modules: Vec<String> = sources()
+        .into_iter()
+        .filter(|(path, _)| path.starts_with("src/db/"))
+        .flat_map(|(_, text)| {
+            text.split("crate::")
+                .skip(1)
+                .map(|rest| {
+                    rest.chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect::<String>()
+                })
+                .filter(|m| !m.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    modules.sort();
+    modules.dedup();
+    assert!(
+        modules.len() <= DB_IMPORTS_MAX,
+        "src/db/ imports {} of the crate's modules, more than {DB_IMPORTS_MAX}: {modules:?}",
+        modules.len()
+    );
+}
