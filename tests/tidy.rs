@@ -108,7 +108,6 @@ const FILE_LINES_MAX: usize = 800;
 /// are now: to be split, none may grow, and each leaves its list once it is within the limit.
 const FILES_OVER: &[(&str, usize)] = &[
     ("src/bin/weir-oracle/crash.rs", 1054),
-    ("src/db/ddl.rs", 894),
     ("src/server/handler.rs", 912),
     ("src/sql/parser.rs", 914),
     ("src/sql/stream_plan.rs", 832),
@@ -117,7 +116,6 @@ const FILES_OVER: &[(&str, usize)] = &[
 ];
 const FUNCTIONS_OVER: &[(&str, &str, usize)] = &[
     ("src/bin/weir-oracle/crash.rs", "run", 205),
-    ("src/db/ddl.rs", "start_view", 171),
     ("src/db/mod.rs", "open", 173),
     ("src/server/encode.rs", "binary_value", 122),
     ("src/sql/ddl.rs", "create_source", 150),

@@ -16,12 +16,11 @@ use crate::catalog::{Kind, Object, ObjectId, SourceDef, TableDef, ViewDef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::ddl::{self, relation_name};
 use crate::sql::stream_plan::{check_deterministic, Planner};
-use crate::state::TableId;
 use crate::stream::actor::{SinkCounter, SourceRows};
-use crate::stream::dispatch::Partitioner;
 use crate::stream::expr::ErrorSink;
-use crate::stream::message::{ActorId, Backfills, Feed, Message, Mutation, NewOutput, Target};
-use crate::stream::plan::{build_actor, Fragment, Keys, PlanNode, Source, StreamPlan};
+use crate::stream::graph;
+use crate::stream::message::{ActorId, Feed, Mutation};
+use crate::stream::plan::{build_actor, Fragment, PlanNode, StreamPlan};
 use crate::table::TableWriter;
 
 use super::query::{identity_exprs, pg_names};
@@ -267,129 +266,27 @@ impl Database {
         let schema = plan.schema.clone();
         let relations = plan.inputs.clone();
         let fragments = cut(plan, def.parallelism())?;
-        let sink = ErrorSink::new(&def.name);
+        let errors = ErrorSink::new(&def.name);
         self.view_errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(def.id, sink.clone());
-        let mismatch = || {
-            Error::internal(format!(
-                "view \"{}\": its catalog entry does not fit its plan",
-                def.name
-            ))
-        };
-        // Actor ids and state tables, fragment by fragment and actor by actor: fragment 0 is
-        // the view's own actor, whose first table holds the view's rows.
-        let mut ids = def.workers.iter().copied();
-        let mut tables = def.state_tables.iter().copied();
-        let mut actors: Vec<Vec<(ActorId, Vec<TableId>)>> = Vec::new();
-        for (f, fragment) in fragments.iter().enumerate() {
-            let needed = fragment.root.state_tables_needed();
-            let mut these = Vec::new();
-            for _ in 0..fragment.actors {
-                let (id, mut own) = match f {
-                    // A sink keeps no rows of its own.
-                    0 if def.sink => (def.id, Vec::new()),
-                    0 => (def.id, vec![def.id]),
-                    _ => (ids.next().ok_or_else(mismatch)?, Vec::new()),
-                };
-                for _ in 0..needed {
-                    own.push(tables.next().ok_or_else(mismatch)?);
-                }
-                these.push((id, own));
-            }
-            actors.push(these);
-        }
-        if ids.next().is_some() || tables.next().is_some() {
-            return Err(mismatch());
-        }
-        // One channel per actor and source. A relation feeds each of its sources in a fragment
-        // through one output, split among the fragment's actors; each actor of a producing
-        // fragment has one output to the fragment that reads it.
-        let mut mutation = Mutation::default();
-        let backfills = Arc::new(Backfills::new(if backfill {
-            fragments
-                .iter()
-                .map(|f| {
-                    f.sources
-                        .iter()
-                        .filter(|s| matches!(s, Source::Relation { .. }))
-                        .count()
-                })
-                .sum()
-        } else {
-            0
-        }));
-        let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Message>>>> = Vec::new();
-        let mut outputs: Vec<Vec<Vec<Target>>> = fragments
-            .iter()
-            .map(|f| vec![Vec::new(); f.actors])
-            .collect();
-        for (f, fragment) in fragments.iter().enumerate() {
-            let mut per_actor: Vec<Vec<mpsc::Receiver<Message>>> =
-                (0..fragment.actors).map(|_| Vec::new()).collect();
-            for source in &fragment.sources {
-                let mut targets = Vec::new();
-                for (a, (id, _)) in actors[f].iter().enumerate() {
-                    let (tx, rx) = mpsc::channel(self.config.channel_messages_max);
-                    per_actor[a].push(rx);
-                    match source {
-                        Source::Relation { .. } => targets.push((*id, tx)),
-                        Source::Fragment { fragment, actor } => outputs
-                            .get_mut(*fragment)
-                            .and_then(|o| o.get_mut(*actor))
-                            .ok_or_else(mismatch)?
-                            .push((*id, tx)),
-                    }
-                }
-                if let Source::Relation { input, keys } = source {
-                    let relation = *relations.get(*input).ok_or_else(mismatch)?;
-                    mutation
-                        .add_outputs
-                        .entry(relation)
-                        .or_default()
-                        .push(NewOutput {
-                            targets,
-                            partitioner: partitioner(keys.as_ref(), fragment.actors),
-                            backfill: backfill.then(|| backfills.clone()),
-                        });
-                }
-            }
-            receivers.push(per_actor);
-        }
-        let mut spawned = Vec::new();
+            .insert(def.id, errors.clone());
         let counter = def.sink.then(|| Arc::new(SinkCounter::default()));
-        for (f, fragment) in fragments.into_iter().enumerate() {
-            let schema = (f == 0 && !def.sink).then(|| (schema.clone(), Vec::new()));
-            for (a, ((id, tables), inputs)) in actors[f]
-                .iter()
-                .zip(std::mem::take(&mut receivers[f]))
-                .enumerate()
-            {
-                let mut actor = build_actor(
-                    &self.actors,
-                    *id,
-                    fragment.root.clone(),
-                    schema.clone(),
-                    tables,
-                    inputs,
-                    sink.clone(),
-                )?;
-                if f == 0 {
-                    actor.sink = counter.clone();
-                }
-                let targets = std::mem::take(&mut outputs[f][a]);
-                if !targets.is_empty() {
-                    let partitioner = partitioner(fragment.output.as_ref(), targets.len());
-                    actor.outputs.push(NewOutput {
-                        targets,
-                        partitioner,
-                        backfill: None,
-                    });
-                }
-                spawned.push(actor);
-            }
-        }
+        let view = graph::Identity {
+            name: &def.name,
+            id: def.id,
+            workers: &def.workers,
+            state_tables: &def.state_tables,
+            sink: counter.clone(),
+        };
+        let wiring = graph::Wiring {
+            relations: &relations,
+            schema: schema.clone(),
+            backfill,
+            channel_messages_max: self.config.channel_messages_max,
+            errors,
+        };
+        let graph = graph::wire(&self.actors, view, fragments, wiring)?;
         match counter {
             Some(counter) => {
                 self.sinks
@@ -399,8 +296,9 @@ impl Database {
             }
             None => self.catalog_mut().set_schema(def.id, schema),
         }
-        let ids: Vec<ActorId> = spawned.iter().map(|a| a.id).collect();
-        for actor in spawned {
+        let ids = graph.ids();
+        let (mutation, backfills) = (graph.mutation, graph.backfills);
+        for actor in graph.actors {
             actor.spawn();
         }
         let mut epoch = self
@@ -823,11 +721,6 @@ fn named(root: PlanNode, schema: &SchemaRef) -> PlanNode {
 fn cut(plan: StreamPlan, parallelism: usize) -> Result<Vec<Fragment>> {
     let root = named(plan.root, &plan.schema);
     StreamPlan { root, ..plan }.fragments(parallelism)
-}
-
-/// The sending end of an exchange to `actors` actors: split by `keys`, or all to the one.
-fn partitioner(keys: Option<&Keys>, actors: usize) -> Option<Arc<Partitioner>> {
-    keys.map(|k| Arc::new(Partitioner::new(k.exprs.clone(), k.types.clone(), actors)))
 }
 
 /// `streaming_parallelism`: a whole number of actors, 1 to the number of virtual nodes.

@@ -13,6 +13,7 @@ pub mod chunk;
 pub mod coordinator;
 pub mod dispatch;
 pub mod expr;
+pub mod graph;
 pub mod message;
 pub mod operator;
 pub mod operators;
