@@ -1,6 +1,6 @@
-//! DDL: creating tables, sources, views and sinks (planning a view and wiring its actors
-//! into the running dataflow, with its backfill), dropping them, and starting the objects of
-//! the catalog at start.
+//! DDL: creating tables, sources, views and sinks (planning a view and starting its actors
+//! in the running dataflow, with its backfill) and dropping them; the starting of each kind
+//! of object, which recovery also uses.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, Object, ObjectId};
 use crate::checkpoint::manifest::Kind as CheckpointKind;
@@ -18,7 +17,7 @@ use crate::checkpoint::restore;
 use crate::checkpoint::storage::{Holder, Storage};
 use crate::checkpoint::{CheckpointClient, Checkpointer};
 use crate::config::Config;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::state::StateStore;
 use crate::stream::actor::{Dataflow, SinkCounter};
@@ -203,60 +202,9 @@ impl Database {
             _dataflow: dataflow,
             lock,
         });
-        // Restored objects first: tables started, views connected to them without backfill,
-        // then the tables' log records after the checkpoint fed to both. Then the objects
-        // created after the checkpoint, in catalog order, as on a first start.
-        let (restored_objects, new_objects): (Vec<Object>, Vec<Object>) = objects
-            .into_iter()
-            .partition(|o| in_checkpoint.contains_key(&o.id()));
-        let offsets = restored
-            .as_ref()
-            .map(|m| m.offsets.clone())
-            .unwrap_or_default();
-        let mut replays = Vec::new();
-        for object in &restored_objects {
-            match object {
-                Object::Table(t) => {
-                    let offset = offsets.get(&t.id).copied().ok_or_else(|| {
-                        Error::new(
-                            ErrorKind::DataCorruption,
-                            format!(
-                                "the checkpoint restored holds table \"{}\" but no offset in \
-                                 its change log",
-                                t.name
-                            ),
-                        )
-                    })?;
-                    let watermark = restored
-                        .as_ref()
-                        .and_then(|m| m.watermarks.get(&t.id).copied());
-                    replays.push(db.start_table(t.clone(), Some((offset, watermark))).await?);
-                }
-                Object::View(v) => db.start_view_from_catalog(v, false).await?,
-                Object::Source(src) => {
-                    let offset = offsets.get(&src.id).copied().unwrap_or(0);
-                    let watermark = restored
-                        .as_ref()
-                        .and_then(|m| m.watermarks.get(&src.id).copied());
-                    db.start_source(src.clone(), offset, watermark).await?;
-                }
-            }
-        }
-        for replay in replays {
-            recovery.records_replayed += replay.history.len() as u64;
-            db.replay(replay).await?;
-        }
-        for object in new_objects {
-            match object {
-                Object::Table(t) => {
-                    let replay = db.start_table(t, None).await?;
-                    recovery.records_replayed += replay.history.len() as u64;
-                    db.replay(replay).await?;
-                }
-                Object::View(v) => db.start_view_from_catalog(&v, true).await?,
-                Object::Source(src) => db.start_source(src, 0, None).await?,
-            }
-        }
+        recovery.records_replayed = db
+            .start_objects(objects, &in_checkpoint, restored.as_ref())
+            .await?;
         db.barriers.flush().await?;
         db.run_sources_read();
         recovery.total_ms = started.elapsed().as_millis() as u64;
@@ -268,21 +216,7 @@ impl Database {
             replay_ms = recovery.replay_ms,
             "recovered"
         );
-        let (truncate, requests) = mpsc::channel(1);
-        let shipping = db.config.checkpoint.ship_logs_ms;
-        let shipped = (shipping > 0).then(|| storage.clone());
-        tokio::spawn(recovery::truncate_logs(
-            Arc::downgrade(&db),
-            requests,
-            shipped.clone(),
-        ));
-        if let Some(storage) = shipped {
-            tokio::spawn(recovery::ship_logs(
-                Arc::downgrade(&db),
-                storage,
-                Duration::from_millis(shipping),
-            ));
-        }
+        let truncate = db.spawn_log_tasks(&storage);
         let history = restore::record_recovery(&db.config.data_dir, &recovery)?;
         *db.recoveries.lock().unwrap_or_else(|p| p.into_inner()) = history;
         let checkpoints = Checkpointer::start(

@@ -356,3 +356,91 @@ pub(super) fn usable_objects(
     store.delete_keys(ERRORS_TABLE, &counts)?;
     Ok(in_checkpoint)
 }
+
+impl Database {
+    /// Starts the catalog's objects at start: those restored with their state first (tables,
+    /// views connected to them without backfill, then the tables' log records after the
+    /// checkpoint fed to both), then the objects created after the checkpoint, in catalog
+    /// order, as on a first start. Returns the log records replayed.
+    pub(super) async fn start_objects(
+        &self,
+        objects: Vec<Object>,
+        in_checkpoint: &HashMap<ObjectId, Object>,
+        restored: Option<&Manifest>,
+    ) -> Result<u64> {
+        let (restored_objects, new_objects): (Vec<Object>, Vec<Object>) = objects
+            .into_iter()
+            .partition(|o| in_checkpoint.contains_key(&o.id()));
+        let offsets = restored.map(|m| m.offsets.clone()).unwrap_or_default();
+        let mut replays = Vec::new();
+        let mut replayed = 0;
+        for object in &restored_objects {
+            match object {
+                Object::Table(t) => {
+                    let offset = offsets.get(&t.id).copied().ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::DataCorruption,
+                            format!(
+                                "the checkpoint restored holds table \"{}\" but no offset in \
+                                 its change log",
+                                t.name
+                            ),
+                        )
+                    })?;
+                    let watermark = restored.and_then(|m| m.watermarks.get(&t.id).copied());
+                    replays.push(
+                        self.start_table(t.clone(), Some((offset, watermark)))
+                            .await?,
+                    );
+                }
+                Object::View(v) => self.start_view_from_catalog(v, false).await?,
+                Object::Source(src) => {
+                    let offset = offsets.get(&src.id).copied().unwrap_or(0);
+                    let watermark = restored.and_then(|m| m.watermarks.get(&src.id).copied());
+                    self.start_source(src.clone(), offset, watermark).await?;
+                }
+            }
+        }
+        for replay in replays {
+            replayed += replay.history.len() as u64;
+            self.replay(replay).await?;
+        }
+        for object in new_objects {
+            match object {
+                Object::Table(t) => {
+                    let replay = self.start_table(t, None).await?;
+                    replayed += replay.history.len() as u64;
+                    self.replay(replay).await?;
+                }
+                Object::View(v) => self.start_view_from_catalog(&v, true).await?,
+                Object::Source(src) => self.start_source(src, 0, None).await?,
+            }
+        }
+        Ok(replayed)
+    }
+
+    /// Starts the tasks that keep the change logs in step with checkpoints: truncation below
+    /// what every retained checkpoint holds (through the sender returned, which the
+    /// checkpointer signals) and, when configured, shipping to the store.
+    pub(super) fn spawn_log_tasks(
+        self: &Arc<Database>,
+        storage: &Storage,
+    ) -> mpsc::Sender<crate::checkpoint::Truncate> {
+        let (truncate, requests) = mpsc::channel(1);
+        let shipping = self.config.checkpoint.ship_logs_ms;
+        let shipped = (shipping > 0).then(|| storage.clone());
+        tokio::spawn(truncate_logs(
+            Arc::downgrade(self),
+            requests,
+            shipped.clone(),
+        ));
+        if let Some(storage) = shipped {
+            tokio::spawn(ship_logs(
+                Arc::downgrade(self),
+                storage,
+                Duration::from_millis(shipping),
+            ));
+        }
+        truncate
+    }
+}
