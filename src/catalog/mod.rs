@@ -185,8 +185,15 @@ impl SourceDef {
     }
 }
 
+/// The format `catalog.json` is written in. A reader refuses a newer one rather than misread
+/// it (an older Weir would ignore what it does not know). Catalogs written before formats
+/// were recorded are format 0, the same encoding without the field.
+pub const CATALOG_FORMAT: u32 = 1;
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Persisted {
+    #[serde(default)]
+    format: u32,
     next_id: ObjectId,
     /// Tables and views in creation order, so that a restart recreates them in an order where
     /// each view's inputs exist before it.
@@ -251,6 +258,29 @@ impl Object {
     }
 }
 
+/// A catalog read as `what`: one that does not decode is damaged; one of a newer format than
+/// this version writes is refused.
+fn decode(read: serde_json::Result<Persisted>, what: &str) -> Result<Persisted> {
+    let data = read.map_err(|e| {
+        Error::new(
+            ErrorKind::DataCorruption,
+            format!("cannot read {what}: {e}"),
+        )
+    })?;
+    if data.format > CATALOG_FORMAT {
+        return Err(Error::not_supported(format!(
+            "{what} is of format {}, newer than this version of Weir reads (up to {CATALOG_FORMAT})",
+            data.format
+        ))
+        .with_hint("Start the version of Weir that wrote it, or a newer one."));
+    }
+    // Written back in this version's format from now on.
+    Ok(Persisted {
+        format: CATALOG_FORMAT,
+        ..data
+    })
+}
+
 /// The catalog in memory. Callers serialise DDL; each change is saved before it returns.
 pub struct Catalog {
     path: PathBuf,
@@ -267,18 +297,12 @@ impl Catalog {
     /// start on, a data directory always holds the catalog its state belongs to.
     pub fn load(dir: &Path) -> Result<Catalog> {
         let path = dir.join("catalog.json");
+        let what = format!("catalog {}", path.display());
         let (data, new) = match std::fs::read(&path) {
-            Ok(bytes) => (
-                serde_json::from_slice(&bytes).map_err(|e| {
-                    Error::new(
-                        ErrorKind::DataCorruption,
-                        format!("cannot read catalog {}: {e}", path.display()),
-                    )
-                })?,
-                false,
-            ),
+            Ok(bytes) => (decode(serde_json::from_slice(&bytes), &what)?, false),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
                 Persisted {
+                    format: CATALOG_FORMAT,
                     next_id: FIRST_USER_ID,
                     objects: Vec::new(),
                 },
@@ -323,12 +347,10 @@ impl Catalog {
 
     /// Writes a checkpoint's catalog as the catalog of `dir` (a restore without local data).
     pub fn install(dir: &Path, saved: &serde_json::Value) -> Result<()> {
-        let data: Persisted = serde_json::from_value(saved.clone()).map_err(|e| {
-            Error::new(
-                ErrorKind::DataCorruption,
-                format!("cannot read a checkpoint's catalog: {e}"),
-            )
-        })?;
+        let data = decode(
+            serde_json::from_value(saved.clone()),
+            "a checkpoint's catalog",
+        )?;
         let catalog = Catalog {
             path: dir.join("catalog.json"),
             data,
@@ -339,13 +361,11 @@ impl Catalog {
 
     /// The objects of a catalog as a checkpoint's manifest holds it (`catalog.json`'s form).
     pub fn objects_in(saved: &serde_json::Value) -> Result<Vec<Object>> {
-        let data: Persisted = serde_json::from_value(saved.clone()).map_err(|e| {
-            Error::new(
-                ErrorKind::DataCorruption,
-                format!("cannot read a checkpoint's catalog: {e}"),
-            )
-        })?;
-        Ok(data.objects)
+        Ok(decode(
+            serde_json::from_value(saved.clone()),
+            "a checkpoint's catalog",
+        )?
+        .objects)
     }
 
     /// Objects in creation order.
@@ -499,5 +519,34 @@ mod tests {
             ErrorKind::DuplicateObject
         );
         assert_eq!(c.allocate_ids(1).len(), 1);
+    }
+
+    #[test]
+    fn a_catalog_records_its_format_and_a_newer_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.json");
+        // Written before formats were recorded: read, and written back with one.
+        std::fs::write(&path, r#"{"next_id": 1000, "objects": []}"#).unwrap();
+        let mut c = Catalog::load(dir.path()).unwrap();
+        let ids = c.allocate_ids(1);
+        c.add(view(ids[0], "v", &[])).unwrap();
+        let saved: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(saved["format"], CATALOG_FORMAT);
+        assert_eq!(c.saved().unwrap()["format"], CATALOG_FORMAT);
+        // A newer format, from the data directory or a checkpoint: refused, not misread.
+        let newer = format!(
+            r#"{{"format": {}, "next_id": 1000, "objects": []}}"#,
+            CATALOG_FORMAT + 1
+        );
+        std::fs::write(&path, &newer).unwrap();
+        let e = Catalog::load(dir.path()).err().unwrap();
+        assert_eq!(e.kind, ErrorKind::NotSupported, "{e}");
+        assert!(e.message.contains("newer than this version"), "{e}");
+        let value: serde_json::Value = serde_json::from_str(&newer).unwrap();
+        assert_eq!(
+            Catalog::objects_in(&value).err().unwrap().kind,
+            ErrorKind::NotSupported
+        );
     }
 }
