@@ -480,18 +480,25 @@ mod tests {
     use super::*;
     use futures::FutureExt;
 
-    /// A coordinator whose periodic barriers never fire during the test.
-    fn start() -> (
+    type Started = (
         tempfile::TempDir,
         Arc<StateStore>,
         BarrierClient,
         mpsc::Sender<ActorEvent>,
-    ) {
+    );
+
+    /// A coordinator whose periodic barriers never fire during the test.
+    fn start() -> Started {
+        start_ticking(Duration::from_secs(3600))
+    }
+
+    /// A coordinator injecting a periodic barrier every `interval`.
+    fn start_ticking(interval: Duration) -> Started {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open_fresh(dir.path()).unwrap();
         let (client, events) = Coordinator::start(
             store.clone(),
-            Duration::from_secs(3600),
+            interval,
             Arc::new(crate::clock::ManualClock::new(0)),
             Arc::default(),
         );
@@ -553,14 +560,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_actor_that_falls_behind_holds_back_at_most_the_epochs_in_flight() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open_fresh(dir.path()).unwrap();
-        let (client, events) = Coordinator::start(
-            store.clone(),
-            Duration::from_millis(1),
-            Arc::new(crate::clock::ManualClock::new(0)),
-            Arc::default(),
-        );
+        let (_dir, store, client, events) = start_ticking(Duration::from_millis(1));
         let first = client.inject(None, vec![7], vec![]).await.unwrap();
         // Far more ticks than it takes to fill the epochs in flight.
         tokio::time::sleep(Duration::from_millis(60 * EPOCHS_IN_FLIGHT_MAX as u64)).await;
