@@ -5,7 +5,8 @@
 //! - [`server`]: the Postgres wire front end (the only user of `pgwire`).
 //! - [`session`]: one connection's settings; dispatches each statement.
 //! - [`sql`]: parsing, DDL analysis, DataFusion contexts, and the view compiler.
-//! - [`db`]: the database: catalog, tables, dataflow; executes statements.
+//! - [`db`]: the database: catalog, tables, dataflow; executes statements (`ddl`, `query`),
+//!   recovers at start (`recovery`), answers the system tables (`system_tables`).
 //! - [`catalog`]: tables and views, persisted as JSON.
 //! - [`table`]: a table's write path (constraint checks, change log, feed).
 //! - [`changelog`]: the durable, checksummed change log behind each table.
@@ -13,8 +14,8 @@
 //!   each into the dataflow.
 //! - [`stream`]: actors, barriers, alignment, operators.
 //! - [`state`]: operator state in RocksDB, one write batch per epoch (the only user of `rocksdb`).
-//! - [`types`], [`error`], [`config`]: shared vocabulary; [`clock`]: the dataflow's injectable
-//!   clock; [`rng`]: the seeded generator of tests and tools; [`failpoint`]: named places where
+//! - [`types`], [`error`], [`config`]: shared vocabulary; [`clock`]: every clock the server
+//!   reads (the dataflow's injectable one among them); [`rng`]: the seeded generator of tests and tools; [`failpoint`]: named places where
 //!   tests make the process die.
 
 pub mod admin;
