@@ -138,7 +138,7 @@ async fn route(db: &Database, head: &str) -> Response {
                                 "kind": r.kind.map(|k| k.as_str()),
                                 "mode": r.mode.map(|m| m.as_str()),
                                 "label": r.label,
-                                "status": r.status,
+                                "status": r.status.to_string(),
                                 "started_at_ms": r.started_at_ms,
                                 "duration_ms": r.duration_ms,
                                 "align_ms": r.timings.align_ms,

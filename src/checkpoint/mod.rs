@@ -51,9 +51,7 @@ pub struct Record {
     /// Known once the state's image is taken.
     pub mode: Option<Mode>,
     pub label: Option<String>,
-    /// `in progress`, `completed`, `expired` (no longer retained), `failed: <reason>`, or
-    /// `damaged: <reason>` (found in the store at start, and not restorable).
-    pub status: String,
+    pub status: Status,
     pub started_at_ms: i64,
     pub duration_ms: u64,
     pub timings: Timings,
@@ -61,6 +59,31 @@ pub struct Record {
     pub files_reused: u64,
     pub bytes_uploaded: u64,
     pub bytes_referenced: u64,
+}
+
+/// Where a checkpoint is in its life, as `SHOW CHECKPOINTS` shows it (`Display`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Status {
+    #[default]
+    InProgress,
+    Completed,
+    /// No longer retained: the files only it named are deleted.
+    Expired,
+    Failed(String),
+    /// Found in the store at start, and not restorable.
+    Damaged(String),
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Status::InProgress => f.write_str("in progress"),
+            Status::Completed => f.write_str("completed"),
+            Status::Expired => f.write_str("expired"),
+            Status::Failed(why) => write!(f, "failed: {why}"),
+            Status::Damaged(why) => write!(f, "damaged: {why}"),
+        }
+    }
 }
 
 /// Every object retained checkpoints name: its size and the ids of the checkpoints naming it.
@@ -215,7 +238,7 @@ impl Checkpointer {
         let (triggers, rx) = mpsc::channel(16);
         let mut found: Vec<Record> = existing
             .iter()
-            .map(|m| record_of(m, "completed"))
+            .map(|m| record_of(m, Status::Completed))
             .chain(unusable)
             .collect();
         found.sort_by_key(|r| r.id);
@@ -304,7 +327,7 @@ impl Checkpointer {
             epoch: None,
             kind: Some(kind),
             label: label.clone(),
-            status: "in progress".into(),
+            status: Status::InProgress,
             started_at_ms,
             ..Record::default()
         };
@@ -325,7 +348,7 @@ impl Checkpointer {
         record.duration_ms = started.elapsed().as_millis() as u64;
         match &result {
             Ok(()) => {
-                record.status = "completed".into();
+                record.status = Status::Completed;
                 let m = &self.metrics;
                 m.checkpoint_duration.observe(started.elapsed());
                 m.checkpoint_bytes_uploaded
@@ -342,7 +365,7 @@ impl Checkpointer {
                 );
             }
             Err(e) => {
-                record.status = format!("failed: {}", e.message);
+                record.status = Status::Failed(e.message.clone());
                 self.metrics
                     .checkpoints_failed
                     .fetch_add(1, Ordering::Relaxed);
@@ -482,7 +505,7 @@ impl Checkpointer {
             }
             let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(r) = records.iter_mut().find(|r| r.id == *expired) {
-                r.status = "expired".into();
+                r.status = Status::Expired;
             }
         }
         for object in &retired.delete {
@@ -632,14 +655,14 @@ impl Checkpointer {
     }
 }
 
-fn record_of(m: &Manifest, status: &str) -> Record {
+fn record_of(m: &Manifest, status: Status) -> Record {
     Record {
         id: m.id,
         epoch: Some(m.epoch),
         kind: Some(m.kind),
         mode: Some(m.mode),
         label: m.label.clone(),
-        status: status.into(),
+        status,
         started_at_ms: m.started_at_ms,
         duration_ms: m.timings.align_ms + m.timings.snapshot_ms + m.timings.upload_ms,
         timings: m.timings.clone(),
@@ -681,14 +704,15 @@ async fn load_manifests(
             .nth(1)
             .and_then(|id| id.parse().ok())
             .unwrap_or_default();
-        let mut record = match &decoded {
-            Ok(m) => record_of(m, ""),
+        let status = Status::Damaged(reason);
+        let record = match &decoded {
+            Ok(m) => record_of(m, status),
             Err(_) => Record {
                 id,
+                status,
                 ..Record::default()
             },
         };
-        record.status = format!("damaged: {reason}");
         unusable.push(record);
     }
     usable.sort_by_key(|m| m.id);

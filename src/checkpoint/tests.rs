@@ -234,7 +234,7 @@ impl Setup {
             .records()
             .into_iter()
             .find(|r| r.id == id)
-            .map(|r| r.status)
+            .map(|r| r.status.to_string())
             .unwrap_or_default()
     }
 }
@@ -321,7 +321,7 @@ async fn failed_checkpoints_leave_the_last_one_whole_and_uploads_never_hold_the_
         .checkpoints
         .records()
         .into_iter()
-        .map(|r| (r.id, r.kind, r.status))
+        .map(|r| (r.id, r.kind, r.status.to_string()))
         .collect();
     assert_eq!(kinds[0], (4, Some(Kind::External), "completed".to_string()));
     assert_eq!(kinds[3], (1, Some(Kind::Manual), "completed".to_string()));

@@ -203,7 +203,7 @@ fn checkpoints(records: &[Record]) -> Result<RecordBatch> {
             r.epoch.into(),
             r.kind.map(|k| k.as_str()).into(),
             r.mode.map(|m| m.as_str()).into(),
-            r.status.as_str().into(),
+            r.status.to_string().into(),
             Cell::Time(r.started_at_ms),
             r.duration_ms.into(),
             r.timings.align_ms.into(),
