@@ -278,11 +278,7 @@ pub(super) fn usable_objects(
     restored: Option<&Manifest>,
     objects: &[Object],
 ) -> Result<HashMap<ObjectId, Object>> {
-    // What the checkpoint holds usable state for: not objects dropped since, nor views
-    // whose actors had failed (their state stopped short of the epoch; they are rebuilt
-    // as new ones). The state of both goes. A failed table's state ends at its offset,
-    // and its log is replayed from there (older formats recorded the barrier's offset:
-    // such a table is rebuilt).
+    // Each object's fate is decided by `fate` alone; this carries it out.
     let failed: HashSet<u32> = restored
         .into_iter()
         .flat_map(|m| m.failed_actors.iter().copied())
@@ -297,37 +293,25 @@ pub(super) fn usable_objects(
         None => HashMap::new(),
     };
     let live: HashSet<ObjectId> = objects.iter().map(Object::id).collect();
-    let unusable: Vec<ObjectId> = in_checkpoint
-        .values()
-        .filter(|o| {
-            let broken = match o {
-                Object::Table(t) => failed.contains(&t.id) && !tables_resume,
-                // A source keeps no state: its offset at the barrier is right even if
-                // its actor had failed, and its views were restored with that offset.
-                Object::Source(_) => false,
-                Object::View(v) => std::iter::once(&v.id)
-                    .chain(&v.workers)
-                    .any(|a| failed.contains(a)),
-            };
-            if broken && live.contains(&o.id()) {
+    let mut unusable = Vec::new();
+    for o in in_checkpoint.values() {
+        match fate(o, &live, &failed, tables_resume) {
+            Fate::Usable => {}
+            Fate::Resumed => tracing::warn!(
+                "table \"{}\" had failed when checkpoint was taken: its change log is \
+                 replayed from where its state ends",
+                o.name()
+            ),
+            Fate::Rebuilt => {
                 tracing::warn!(
                     "\"{}\" had failed when checkpoint was taken: it is rebuilt",
                     o.name()
                 );
-            } else if matches!(o, Object::Table(_))
-                && failed.contains(&o.id())
-                && live.contains(&o.id())
-            {
-                tracing::warn!(
-                    "table \"{}\" had failed when checkpoint was taken: its change log is \
-                     replayed from where its state ends",
-                    o.name()
-                );
+                unusable.push(o.id());
             }
-            broken || !live.contains(&o.id())
-        })
-        .map(Object::id)
-        .collect();
+            Fate::Dropped => unusable.push(o.id()),
+        }
+    }
     let gone: Vec<Object> = unusable
         .iter()
         .filter_map(|id| in_checkpoint.remove(id))
@@ -442,5 +426,115 @@ impl Database {
             ));
         }
         truncate
+    }
+}
+
+/// What becomes of an object of the restored checkpoint's catalog.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    /// Its state is restored as it was.
+    Usable,
+    /// A table that had failed: its state ends at the offset recorded for it, and its log is
+    /// replayed from there.
+    Resumed,
+    /// Its state stopped short of the checkpoint's epoch (a view whose actors had failed, or
+    /// a failed table of a format that recorded the barrier's offset): it goes, and the
+    /// object is built again as a new one.
+    Rebuilt,
+    /// Dropped since: its state goes.
+    Dropped,
+}
+
+/// The fate of `o`, given the objects of the catalog now (`live`), the actors that had
+/// failed when the checkpoint was taken, and whether its format records a failed table's
+/// offset where its state ends (`tables_resume`).
+fn fate(o: &Object, live: &HashSet<ObjectId>, failed: &HashSet<u32>, tables_resume: bool) -> Fate {
+    if !live.contains(&o.id()) {
+        return Fate::Dropped;
+    }
+    match o {
+        Object::Table(t) if failed.contains(&t.id) && tables_resume => Fate::Resumed,
+        Object::Table(t) if failed.contains(&t.id) => Fate::Rebuilt,
+        Object::Table(_) => Fate::Usable,
+        // A source keeps no state: its offset at the barrier is right even if its actor had
+        // failed, and its views were restored with that offset.
+        Object::Source(_) => Fate::Usable,
+        Object::View(v)
+            if std::iter::once(&v.id)
+                .chain(&v.workers)
+                .any(|a| failed.contains(a)) =>
+        {
+            Fate::Rebuilt
+        }
+        Object::View(_) => Fate::Usable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{TableDef, ViewDef};
+
+    fn table(id: ObjectId) -> Object {
+        Object::Table(TableDef {
+            id,
+            name: format!("t{id}"),
+            columns: vec![],
+            primary_key: vec![],
+            watermark: None,
+            key_first: true,
+        })
+    }
+
+    fn view(id: ObjectId, workers: &[ObjectId]) -> Object {
+        Object::View(ViewDef {
+            id,
+            name: format!("v{id}"),
+            query: "SELECT 1".into(),
+            depends_on: vec![],
+            state_tables: vec![],
+            emit_on_window_close: false,
+            workers: workers.to_vec(),
+            parallelism: 1 + workers.len(),
+            sink: false,
+            int4_literals: true,
+        })
+    }
+
+    #[test]
+    fn restored_objects_keep_their_state_unless_dropped_or_cut_short() {
+        let live: HashSet<ObjectId> = [1000, 1001, 1002, 1003].into();
+        let none = HashSet::new();
+        for resume in [true, false] {
+            assert_eq!(fate(&table(1000), &live, &none, resume), Fate::Usable);
+            assert_eq!(
+                fate(&view(1001, &[1005]), &live, &none, resume),
+                Fate::Usable
+            );
+            assert_eq!(fate(&table(1009), &live, &none, resume), Fate::Dropped);
+            // Dropped wins over failed: nothing is rebuilt of an object that is gone.
+            assert_eq!(
+                fate(&view(1009, &[]), &live, &[1009].into(), resume),
+                Fate::Dropped
+            );
+        }
+        // A view is rebuilt when its own actor or any worker had failed.
+        assert_eq!(
+            fate(&view(1001, &[1005]), &live, &[1001].into(), true),
+            Fate::Rebuilt
+        );
+        assert_eq!(
+            fate(&view(1001, &[1005]), &live, &[1005].into(), true),
+            Fate::Rebuilt
+        );
+        // A failed table resumes from its offset where the format records it there.
+        assert_eq!(
+            fate(&table(1000), &live, &[1000].into(), true),
+            Fate::Resumed
+        );
+        assert_eq!(
+            fate(&table(1000), &live, &[1000].into(), false),
+            Fate::Rebuilt
+        );
     }
 }
