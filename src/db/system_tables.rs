@@ -170,11 +170,15 @@ impl Rows {
     }
 
     fn output(self) -> Result<Output> {
-        let batch = self.batch()?;
-        Ok(Output::Rows {
-            schema: batch.schema(),
-            batches: vec![batch],
-        })
+        self.batch().map(rows_of)
+    }
+}
+
+/// One batch as a statement's rows.
+fn rows_of(batch: RecordBatch) -> Output {
+    Output::Rows {
+        schema: batch.schema(),
+        batches: vec![batch],
     }
 }
 
@@ -298,11 +302,11 @@ impl Database {
         let Some(checkpoints) = self.checkpoints.get() else {
             return Ok(Vec::new());
         };
-        let recoveries_now = self.recoveries.lock().unwrap_or_else(|p| p.into_inner());
+        let recoveries = recoveries(&self.recoveries.lock().unwrap_or_else(|p| p.into_inner()))?;
         Ok(vec![
             ("checkpoints", self::checkpoints(&checkpoints.records())?),
             ("checkpoint_files", checkpoint_files(&checkpoints.files())?),
-            ("recoveries", recoveries(&recoveries_now)?),
+            ("recoveries", recoveries),
             ("sources", self.sources_batch()?),
             ("sinks", self.sinks_batch()?),
             ("views", self.views_batch()?),
@@ -311,11 +315,7 @@ impl Database {
 
     /// `SHOW CHECKPOINTS`: the rows of `weir_catalog.checkpoints`.
     pub fn show_checkpoints(&self) -> Result<Output> {
-        let batch = checkpoints(&self.checkpoint_records()?)?;
-        Ok(Output::Rows {
-            schema: batch.schema(),
-            batches: vec![batch],
-        })
+        checkpoints(&self.checkpoint_records()?).map(rows_of)
     }
 
     /// `weir_catalog.sources`: each source's connector, rows fed, whether it has ended, why it
@@ -425,11 +425,7 @@ impl Database {
 
     /// SHOW MATERIALIZED VIEWS: the rows of `weir_catalog.views`.
     pub fn show_views(&self) -> Result<Output> {
-        let batch = self.views_batch()?;
-        Ok(Output::Rows {
-            schema: batch.schema(),
-            batches: vec![batch],
-        })
+        self.views_batch().map(rows_of)
     }
 
     /// SHOW TABLES, SHOW SOURCES, SHOW SINKS: the names of the objects of `kind`.
