@@ -6,12 +6,15 @@
 //! - [`session`]: one connection's settings; dispatches each statement.
 //! - [`sql`]: parsing, DDL analysis, DataFusion contexts, and the view compiler.
 //! - [`db`]: the database: catalog, tables, dataflow; executes statements (`ddl`, `query`),
-//!   recovers at start (`recovery`), answers the system tables (`system_tables`).
+//!   recovers at start (`recovery`), answers the system tables (`system_tables`), holds the
+//!   data directory's lock (`lock`).
 //! - [`catalog`]: tables and views, persisted as JSON.
 //! - [`table`]: a table's write path (constraint checks, change log, feed).
 //! - [`changelog`]: the durable, checksummed change log behind each table.
-//! - [`source`]: sources' connectors (the Nexmark generator, CSV files) and the task feeding
-//!   each into the dataflow.
+//! - [`source`]: sources' connectors (the Nexmark generator, CSV files) behind one trait and
+//!   registry, and the task feeding each into the dataflow.
+//! - [`sink`]: sinks' connectors (blackhole), whose writers a sink's actor drives through the
+//!   checkpoints' two-phase commit (`stream::sink`).
 //! - [`stream`]: actors, barriers, alignment, operators.
 //! - [`state`]: operator state in RocksDB, one write batch per epoch (the only user of `rocksdb`).
 //! - [`types`], [`error`], [`config`]: shared vocabulary; [`clock`]: every clock the server
@@ -24,7 +27,6 @@ pub mod changelog;
 pub mod checkpoint;
 pub mod clock;
 pub mod config;
-pub mod datadir;
 pub mod db;
 pub mod error;
 pub mod failpoint;
@@ -32,6 +34,7 @@ pub mod metrics;
 pub mod rng;
 pub mod server;
 pub mod session;
+pub mod sink;
 pub mod source;
 pub mod sql;
 pub mod state;

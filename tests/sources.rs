@@ -171,6 +171,24 @@ async fn a_file_source_reads_csv_files_and_restarts_at_its_row() {
     );
     client.batch_execute("CHECKPOINT").await.unwrap();
     drop(client);
+    // The checkpoint keeps where the source had read to: the end of part-1.csv, so that a
+    // restart seeks there instead of reading the rows before again.
+    let newest = std::fs::read_dir(server.dir.path().join("checkpoint-store/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
+    let manifest = weir::checkpoint::manifest::Manifest::decode(
+        &std::fs::read(newest.join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    let splits: Vec<_> = manifest.splits.values().collect();
+    assert_eq!(splits.len(), 1, "{:?}", manifest.splits);
+    let size = std::fs::metadata(files.join("part-1.csv")).unwrap().len();
+    assert_eq!(
+        splits[0]["files"],
+        serde_json::json!({"file": "part-1.csv", "byte": size})
+    );
     // Rows appended after the checkpoint are read after the restart, once.
     std::fs::write(files.join("part-2.csv"), "4,2015-07-15 00:00:03.000,d\n").unwrap();
     let dir = server.stop_and_close().await;
@@ -434,4 +452,40 @@ async fn a_file_source_refuses_files_changed_under_it_and_the_server_still_start
         drop(client);
         server.stop().await;
     }
+}
+
+/// A sink's writer pre-commits at each checkpoint's barrier, and its handle is in the
+/// checkpoint's manifest, under the sink's id, for a restore to hand back to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sinks_pre_commit_handle_is_kept_in_the_checkpoint() {
+    let server = TestServer::start_with(|c| c.checkpoint.interval_ms = 0).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (k int PRIMARY KEY, v int);
+             CREATE SINK out AS SELECT k, v FROM t WITH (connector = 'blackhole');
+             INSERT INTO t VALUES (1, 10), (2, 20);",
+        )
+        .await
+        .unwrap();
+    let id: i64 = client.query_one("CHECKPOINT", &[]).await.unwrap().get("id");
+    let root = server.dir.path().join("checkpoint-store");
+    let manifest = weir::checkpoint::manifest::Manifest::decode(
+        &std::fs::read(root.join(format!("checkpoints/{id:020}/manifest.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest.sinks.len(), 1, "{:?}", manifest.sinks);
+    drop(client);
+    let dir = server.stop_and_close().await;
+    let server = TestServer::start_in(dir, |c| c.checkpoint.interval_ms = 0).await;
+    let client = server.connect().await;
+    client
+        .batch_execute("INSERT INTO t VALUES (3, 30); FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(
+        text_rows(&client, "SELECT name, inserts FROM weir_catalog.sinks").await,
+        ["out 1"]
+    );
+    server.stop().await;
 }

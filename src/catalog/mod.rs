@@ -50,7 +50,7 @@ pub struct WatermarkDef {
 
 /// The Arrow schema of declared columns. Every field is nullable: NOT NULL is enforced where
 /// rows come in (a table's write path reports it as PostgreSQL does, SQLSTATE 23502).
-fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {
+pub fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {
     Arc::new(Schema::new(
         columns
             .iter()
@@ -155,40 +155,82 @@ pub struct SourceDef {
     pub connector: Connector,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Connector {
-    /// The Nexmark generator (`src/source/nexmark.rs`).
-    Nexmark {
-        /// Which of its streams: person, auction or bid.
-        stream: String,
-        /// The events of the whole Nexmark sequence (all three streams) the source goes
-        /// through before it ends; `None`: it never ends.
-        events: Option<u64>,
-        /// At most this many events of the whole sequence per second; `None`: as fast as
-        /// the dataflow takes them.
-        events_per_second: Option<u64>,
-    },
-    /// CSV files read in name order (`src/source/file.rs`).
-    File { path: String, header: bool },
+/// A source's connector and the options it keeps, as the connector validated them at
+/// `CREATE SOURCE` (`source::connector`): the catalog does not know what they mean.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Connector {
+    pub name: String,
+    pub options: BTreeMap<String, String>,
+}
+
+impl<'de> Deserialize<'de> for Connector {
+    /// Reads this format's `{name, options}`, and the typed form catalogs held up to format 1
+    /// (`{"Nexmark": {...}}`, `{"File": {...}}`) as the same options.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        enum Typed {
+            Nexmark {
+                stream: String,
+                events: Option<u64>,
+                events_per_second: Option<u64>,
+            },
+            File {
+                path: String,
+                header: bool,
+            },
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Stored {
+            Named {
+                name: String,
+                options: BTreeMap<String, String>,
+            },
+            Typed(Typed),
+        }
+        let (name, options): (&str, Vec<(&str, Option<String>)>) = match Stored::deserialize(d)? {
+            Stored::Named { name, options } => return Ok(Connector { name, options }),
+            Stored::Typed(Typed::Nexmark {
+                stream,
+                events,
+                events_per_second,
+            }) => (
+                "nexmark",
+                vec![
+                    ("stream", Some(stream)),
+                    ("events", events.map(|e| e.to_string())),
+                    (
+                        "events_per_second",
+                        events_per_second.map(|e| e.to_string()),
+                    ),
+                ],
+            ),
+            Stored::Typed(Typed::File { path, header }) => (
+                "file",
+                vec![("path", Some(path)), ("header", Some(header.to_string()))],
+            ),
+        };
+        Ok(Connector {
+            name: name.to_string(),
+            options: options
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+                .collect(),
+        })
+    }
 }
 
 impl SourceDef {
     pub fn schema(&self) -> SchemaRef {
         columns_schema(&self.columns)
     }
-
-    pub fn connector_name(&self) -> &'static str {
-        match self.connector {
-            Connector::Nexmark { .. } => "nexmark",
-            Connector::File { .. } => "file",
-        }
-    }
 }
 
 /// The format `catalog.json` is written in. A reader refuses a newer one rather than misread
 /// it (an older Weir would ignore what it does not know). Catalogs written before formats
 /// were recorded are format 0, the same encoding without the field.
-pub const CATALOG_FORMAT: u32 = 1;
+/// 2: a source's connector is its name and options (`Connector`), no longer a typed enum.
+pub const CATALOG_FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -478,6 +520,33 @@ pub fn undefined_table(name: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connectors_read_in_this_format_and_in_the_typed_one_of_format_1() {
+        let read = |json: &str| serde_json::from_str::<Connector>(json).unwrap();
+        let options = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let nexmark =
+            read(r#"{"Nexmark": {"stream": "bid", "events": 5000, "events_per_second": null}}"#);
+        assert_eq!(nexmark.name, "nexmark");
+        assert_eq!(
+            nexmark.options,
+            options(&[("stream", "bid"), ("events", "5000")])
+        );
+        let file = read(r#"{"File": {"path": "/in", "header": true}}"#);
+        assert_eq!(file.name, "file");
+        assert_eq!(
+            file.options,
+            options(&[("path", "/in"), ("header", "true")])
+        );
+        let written = serde_json::to_string(&file).unwrap();
+        assert_eq!(read(&written), file);
+        assert!(serde_json::from_str::<Connector>(r#"{"Kafka": {}}"#).is_err());
+    }
 
     fn view(id: ObjectId, name: &str, deps: &[ObjectId]) -> Object {
         Object::View(ViewDef {

@@ -14,7 +14,9 @@ use crate::error::{Error, ErrorKind, Result};
 /// 3: a table whose actor had failed is recorded at the offset where its state ends (the
 /// epochs its actor committed), so a restore replays its log from there; before, its offset
 /// was the barrier's and a restore rebuilt it from its whole log.
-pub const FORMAT: u32 = 3;
+/// 4: sources' connector positions (`splits`), sinks' handles (`sinks`); a source restored
+/// from an earlier format resumes by counting its offset's rows.
+pub const FORMAT: u32 = 4;
 
 /// The first format whose failed tables' offsets are where their state ends.
 pub const FORMAT_FAILED_TABLES_RESUME: u32 = 3;
@@ -99,6 +101,15 @@ pub struct Manifest {
     /// sent one): a restored table goes on from it, never back.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub watermarks: BTreeMap<u32, i64>,
+    /// Where each source's connector resumes after the rows of its offset, split by split, in
+    /// the connector's own terms (a file source: the file and byte it reached), for sources
+    /// whose connector keeps a position.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub splits: BTreeMap<u32, BTreeMap<String, serde_json::Value>>,
+    /// Each sink's handle for the epoch, by its view's id: what its connector pre-committed
+    /// at the barrier, which a restore hands back to it to commit or abort.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sinks: BTreeMap<u32, serde_json::Value>,
     /// Actors that had failed when the snapshot was taken: the state of their views stopped
     /// short of the epoch, so a restore rebuilds those views instead. A failed table's state
     /// ends at its offset (from format 3), and a restore replays its log from there.
@@ -187,6 +198,14 @@ mod tests {
             bytes_uploaded: 1234,
             offsets: BTreeMap::from([(3, 17)]),
             watermarks: BTreeMap::from([(3, 1_700_000_000_000_000)]),
+            splits: BTreeMap::from([(
+                5,
+                BTreeMap::from([(
+                    "files".into(),
+                    serde_json::json!({"file": "a.csv", "byte": 9}),
+                )]),
+            )]),
+            sinks: BTreeMap::from([(6, serde_json::json!({"epoch": 40}))]),
             failed_actors: vec![1004],
             catalog: serde_json::json!({"objects": []}),
             timings: Timings::default(),

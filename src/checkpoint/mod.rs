@@ -483,6 +483,8 @@ impl Checkpointer {
             bytes_uploaded: record.bytes_uploaded,
             offsets: taken.offsets.clone(),
             watermarks: taken.watermarks.clone(),
+            splits: taken.splits.clone(),
+            sinks: taken.sinks.clone(),
             failed_actors,
             catalog,
             timings: record.timings.clone(),
@@ -494,6 +496,7 @@ impl Checkpointer {
             .put(&manifest_object(id), Bytes::from(manifest.encode()?))
             .await?;
         failpoint::reach("checkpoint.after_manifest").await;
+        self.barriers.checkpoint_durable(taken.epoch);
         record.timings = manifest.timings.clone();
         self.offsets.insert(id, taken.offsets.clone());
         // The checkpoint exists. What expired goes: manifests first, so that a crash between

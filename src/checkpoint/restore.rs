@@ -326,6 +326,8 @@ mod tests {
             bytes_uploaded: 0,
             offsets: BTreeMap::new(),
             watermarks: BTreeMap::new(),
+            splits: BTreeMap::new(),
+            sinks: BTreeMap::new(),
             failed_actors: Vec::new(),
             catalog: serde_json::json!({"next_id": 1000, "objects": []}),
             timings: Timings::default(),

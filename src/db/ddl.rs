@@ -16,19 +16,34 @@ use crate::catalog::{Kind, Object, ObjectId, SourceDef, TableDef, ViewDef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::ddl::{self, relation_name};
 use crate::sql::stream_plan::{check_deterministic, Planner};
-use crate::stream::actor::{SinkCounter, SourceRows};
+use crate::stream::actor::SourceRows;
 use crate::stream::expr::ErrorSink;
 use crate::stream::graph;
-use crate::stream::message::{ActorId, Feed, Mutation};
+use crate::stream::message::{ActorId, Feed, FeedPosition, Mutation};
 use crate::stream::plan::{build_actor, Fragment, PlanNode, StreamPlan};
+use crate::stream::sink::{SinkCounter, SinkDriver};
 use crate::table::TableWriter;
 
 use super::query::{identity_exprs, pg_names};
 use super::{text_rows, Database, Output, SOURCES_DIR};
 
+/// How a view starts.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum ViewStart<'a> {
+    /// New (or rebuilt): its inputs send their contents first.
+    New,
+    /// Restored from a checkpoint, whose state holds its inputs up to the checkpoint; a sink
+    /// recovers from the handle its writer pre-committed there.
+    Restored { sink: Option<&'a serde_json::Value> },
+}
+
 impl Database {
     /// Starts a view of the catalog (at start), planning its query again.
-    pub(super) async fn start_view_from_catalog(&self, v: &ViewDef, backfill: bool) -> Result<()> {
+    pub(super) async fn start_view_from_catalog(
+        &self,
+        v: &ViewDef,
+        start: ViewStart<'_>,
+    ) -> Result<()> {
         let (plan, _) = self
             .plan_view(
                 &v.query,
@@ -37,7 +52,7 @@ impl Database {
                 v.int4_literals,
             )
             .await?;
-        self.start_view(v, plan, backfill).await
+        self.start_view(v, plan, start).await
     }
 
     /// Starts a table's actor and returns its writer with what to feed it: its whole change
@@ -127,26 +142,16 @@ impl Database {
         Ok(Output::command("CREATE TABLE"))
     }
 
-    /// Where sources keep what they read (`source::file::FileLedger`).
+    /// Where sources keep what they read (a file source's ledger).
     pub(super) fn sources_dir(&self) -> PathBuf {
         self.config.data_dir.join(SOURCES_DIR)
     }
 
-    /// Starts a source's actor and its task from `offset` (paused until something reads it).
-    pub(super) async fn start_source(
-        &self,
-        def: SourceDef,
-        offset: u64,
-        watermark: Option<i64>,
-    ) -> Result<()> {
+    /// Starts a source's actor and its task from `start` (paused until something reads it).
+    pub(super) async fn start_source(&self, def: SourceDef, start: FeedPosition) -> Result<()> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
-        let feed = Feed::starting_at(feed_tx, offset, watermark);
-        let handle = crate::source::spawn(
-            def.clone(),
-            feed.clone(),
-            (offset, watermark),
-            &self.sources_dir(),
-        );
+        let feed = Feed::starting_at(feed_tx, start.clone());
+        let handle = crate::source::spawn(def.clone(), feed.clone(), &start, &self.sources_dir());
         self.catalog_mut().set_schema(def.id, def.schema());
         let mut actor = build_actor(
             &self.actors,
@@ -158,9 +163,8 @@ impl Database {
             ErrorSink::new(&def.name),
         )?;
         actor.source = Some(SourceRows {
-            def: def.clone(),
-            seen: offset,
-            ledgers: self.sources_dir(),
+            seen: start.offset,
+            history: Arc::new(crate::source::History::new(def.clone(), self.sources_dir())),
         });
         actor.spawn();
         let epoch = self
@@ -170,7 +174,7 @@ impl Database {
         self.barriers.wait_sealed(epoch).await?;
         // A restored source's watermark first, as a restored table's: the views restored with
         // it lost theirs with the process, and rows late for it must stay late.
-        if let (Some(w), Some(value)) = (def.watermark, watermark) {
+        if let (Some(w), Some(value)) = (def.watermark, start.watermark) {
             feed.send_watermark(crate::stream::message::Watermark {
                 column: w.column,
                 value,
@@ -204,10 +208,8 @@ impl Database {
         self.catalog().check_free(&name)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
         let def = ddl::create_source(ct, id)?;
-        if let crate::catalog::Connector::File { path, .. } = &def.connector {
-            crate::source::file::files(std::path::Path::new(path))?;
-        }
-        self.start_source(def.clone(), 0, None).await?;
+        self.start_source(def.clone(), FeedPosition::default())
+            .await?;
         self.add_started(Object::Source(def)).await?;
         Ok(Output::command("CREATE SOURCE"))
     }
@@ -256,12 +258,12 @@ impl Database {
     /// and hash exchanges. The relations the view reads start feeding it at the barrier that
     /// adds it, with their current contents first.
     /// Starts a view's actors and connects them to its inputs at the next barrier: with the
-    /// inputs' contents first (`backfill`), or not, for a view whose state was restored.
+    /// inputs' contents first for a new view, or not, for a view whose state was restored.
     pub(super) async fn start_view(
         &self,
         def: &ViewDef,
         plan: StreamPlan,
-        backfill: bool,
+        start: ViewStart<'_>,
     ) -> Result<()> {
         let schema = plan.schema.clone();
         let relations = plan.inputs.clone();
@@ -271,13 +273,25 @@ impl Database {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(def.id, errors.clone());
+        let (backfill, handle) = match start {
+            ViewStart::New => (true, None),
+            ViewStart::Restored { sink } => (false, sink),
+        };
         let counter = def.sink.then(|| Arc::new(SinkCounter::default()));
+        let sink = match &counter {
+            Some(counter) => Some(SinkDriver::new(
+                crate::sink::open(def, handle)?,
+                counter.clone(),
+                self.barriers.durable(),
+            )),
+            None => None,
+        };
         let view = graph::Identity {
             name: &def.name,
             id: def.id,
             workers: &def.workers,
             state_tables: &def.state_tables,
-            sink: counter.clone(),
+            sink,
         };
         let wiring = graph::Wiring {
             relations: &relations,
@@ -394,14 +408,8 @@ impl Database {
                 cv.options = ast::CreateTableOptions::None;
             }
         }
-        match connector.as_deref().map(str::to_lowercase).as_deref() {
-            None | Some("blackhole") => {}
-            Some(other) => {
-                return Err(Error::not_supported(format!(
-                    "sink connector \"{other}\" is not supported"
-                ))
-                .with_hint("Use connector = 'blackhole'."))
-            }
+        if let Some(name) = connector {
+            crate::sink::connector(&name)?;
         }
         self.create_view_or_sink(&cv, settings, true).await
     }
@@ -471,7 +479,7 @@ impl Database {
             sink,
             int4_literals: true,
         };
-        self.start_view(&def, plan, true).await?;
+        self.start_view(&def, plan, ViewStart::New).await?;
         self.add_started(Object::View(def)).await?;
         self.run_sources_read();
         Ok(Output::command(tag))
@@ -615,10 +623,9 @@ impl Database {
         let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
         for id in objects {
             errors.remove(id);
-            if sources.remove(id).is_some() {
-                let ledgers = self.sources_dir();
-                if let Err(e) = crate::source::file::FileLedger::remove(&ledgers, *id) {
-                    tracing::warn!("cannot remove the ledger of dropped source {id}: {e}");
+            if let Some(source) = sources.remove(id) {
+                if let Err(e) = source.forget(&self.sources_dir()) {
+                    tracing::warn!("cannot remove what dropped source {id} kept: {e}");
                 }
             }
             sinks.remove(id);

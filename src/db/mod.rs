@@ -20,13 +20,15 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::state::StateStore;
-use crate::stream::actor::{Dataflow, SinkCounter};
+use crate::stream::actor::Dataflow;
 use crate::stream::coordinator::{BarrierClient, Coordinator};
 use crate::stream::expr::ErrorSink;
 use crate::stream::plan::ActorContext;
+use crate::stream::sink::SinkCounter;
 use crate::table::TableWriter;
 
 mod ddl;
+mod lock;
 mod query;
 mod recovery;
 mod system_tables;
@@ -100,7 +102,7 @@ pub struct Database {
     /// they run as long as the database is open.
     _dataflow: Dataflow,
     /// Held while the database is open: one server per data directory.
-    lock: crate::datadir::DataDirLock,
+    lock: lock::DataDirLock,
 }
 
 /// The directory of the sources' ledgers, in the data directory.
@@ -128,7 +130,7 @@ impl Database {
     /// checkpoint's offset (all of it without a checkpoint) and starts every view, restored
     /// or rebuilt from its inputs.
     pub async fn open(config: Config) -> Result<Arc<Database>> {
-        let lock = crate::datadir::DataDirLock::acquire(
+        let lock = lock::DataDirLock::acquire(
             &config.data_dir,
             &format!("listening on {}", config.listen),
         )?;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::ddl::ViewStart;
 use super::Database;
 use crate::catalog::{Catalog, Object, ObjectId};
 use crate::checkpoint::manifest::Manifest;
@@ -21,6 +22,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::state::{StateStore, TableId};
 use crate::stream::actor::ActorErrors;
 use crate::stream::expr::ERRORS_TABLE;
+use crate::stream::message::FeedPosition;
 use crate::table::TableWriter;
 
 /// Truncates each table's change log below the records every retained checkpoint holds, as
@@ -377,11 +379,20 @@ impl Database {
                             .await?,
                     );
                 }
-                Object::View(v) => self.start_view_from_catalog(v, false).await?,
+                Object::View(v) => {
+                    let sink = restored.and_then(|m| m.sinks.get(&v.id));
+                    let start = ViewStart::Restored { sink };
+                    self.start_view_from_catalog(v, start).await?
+                }
                 Object::Source(src) => {
-                    let offset = offsets.get(&src.id).copied().unwrap_or(0);
-                    let watermark = restored.and_then(|m| m.watermarks.get(&src.id).copied());
-                    self.start_source(src.clone(), offset, watermark).await?;
+                    let start = FeedPosition {
+                        offset: offsets.get(&src.id).copied().unwrap_or(0),
+                        watermark: restored.and_then(|m| m.watermarks.get(&src.id).copied()),
+                        splits: restored
+                            .and_then(|m| m.splits.get(&src.id))
+                            .map(|s| Arc::new(s.clone())),
+                    };
+                    self.start_source(src.clone(), start).await?;
                 }
             }
         }
@@ -396,8 +407,8 @@ impl Database {
                     replayed += replay.history.len() as u64;
                     self.replay(replay).await?;
                 }
-                Object::View(v) => self.start_view_from_catalog(&v, true).await?,
-                Object::Source(src) => self.start_source(src, 0, None).await?,
+                Object::View(v) => self.start_view_from_catalog(&v, ViewStart::New).await?,
+                Object::Source(src) => self.start_source(src, FeedPosition::default()).await?,
             }
         }
         Ok(replayed)

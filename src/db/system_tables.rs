@@ -344,7 +344,7 @@ impl Database {
                 .clone();
             rows.push(vec![
                 def.name.as_str().into(),
-                def.connector_name().into(),
+                def.connector.name.clone().into(),
                 h.progress.offset.load(Ordering::Acquire).into(),
                 h.progress.done.load(Ordering::Acquire).into(),
                 error.into(),

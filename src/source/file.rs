@@ -1,26 +1,33 @@
 //! The file connector: CSV files read in order, one after the other (a path names one file, or
 //! a directory whose `*.csv` files are read in name order). Rows are parsed into the source's
-//! columns by Arrow's CSV reader; the offset is the number of rows read, and a reader opened at
-//! an offset skips that many.
+//! columns by Arrow's CSV decoder. The source's position is the file and byte where the last
+//! row it fed ends (`Position`): a restart seeks there. A reader started at an offset alone
+//! (from a checkpoint written before positions were kept) skips that many rows.
 //!
-//! A file's rows are read again after a restart (up to the checkpoint's offset) and for a view
-//! created later (from the first row), so they must be the same rows: a source records each
+//! A file's rows are read again after a restart and for a view created later (from the first
+//! row), so they must be the same rows: a source records each
 //! file it starts reading, with its size, modification time and first row, in its ledger
 //! (`FileLedger`), before any of its rows go out; a reader opened again checks the files before
 //! its offset against it, and refuses a file deleted, rewritten or replaced, or a new one that
 //! sorts before those read, instead of reading other rows than the first time.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::csv::reader::{BufReader as CsvReader, ReaderBuilder};
+use datafusion::arrow::csv::reader::{Decoder, ReaderBuilder};
 use datafusion::arrow::datatypes::SchemaRef;
 
 use serde::{Deserialize, Serialize};
 
+use super::{Keep, Options, Start};
+use crate::catalog::{ColumnDef, ObjectId, SourceDef};
 use crate::error::{Error, ErrorKind, Result};
+use crate::stream::actor::Batches;
+use crate::stream::message::{Splits, FEED_ROWS_MAX};
 
 /// The files of `path`, in the order they are read.
 pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
@@ -245,48 +252,198 @@ impl FileLedger {
     }
 }
 
+/// `connector = 'file'`: `path` names a CSV file or a directory of them; `header = true` when
+/// each file's first line names the columns; `format` may only be `csv`. The columns must be
+/// declared.
+pub struct Files;
+
+/// A file source's options.
+struct Config {
+    path: String,
+    header: bool,
+}
+
+impl Config {
+    fn read(options: &mut Options) -> Result<Config> {
+        let path = options
+            .take("path")
+            .ok_or_else(|| Error::new(ErrorKind::InvalidParameter, "a file source needs a path"))?;
+        let format = options.take("format").unwrap_or_else(|| "csv".into());
+        if !format.eq_ignore_ascii_case("csv") {
+            return Err(
+                Error::not_supported(format!("file format \"{format}\" is not supported"))
+                    .with_hint("Use format = 'csv'."),
+            );
+        }
+        let header = super::flag("header", options.take("header"))?.unwrap_or(false);
+        Ok(Config { path, header })
+    }
+}
+
+/// The one split of a file source: its files are read in order, one after the other.
+const SPLIT: &str = "files";
+
+/// Where a file source resumes: in file `file` (its name), at byte `byte`, the end of the
+/// last row it returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Position {
+    file: String,
+    byte: u64,
+}
+
+impl super::Connector for Files {
+    fn name(&self) -> &'static str {
+        "file"
+    }
+
+    fn create(
+        &self,
+        options: &mut Options,
+        declared: Vec<ColumnDef>,
+    ) -> Result<(BTreeMap<String, String>, Vec<ColumnDef>)> {
+        let config = Config::read(options)?;
+        if declared.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidParameter,
+                "a file source needs its columns declared",
+            ));
+        }
+        files(Path::new(&config.path))?;
+        let kept = BTreeMap::from([
+            ("path".to_string(), config.path),
+            ("header".to_string(), config.header.to_string()),
+        ]);
+        Ok((kept, declared))
+    }
+
+    fn open(
+        &self,
+        def: &SourceDef,
+        start: Start<'_>,
+        keep: Option<Keep<'_>>,
+    ) -> Result<Box<dyn super::Reader>> {
+        let config = Config::read(&mut Options::kept(&def.connector.options))?;
+        let ledger = keep
+            .map(|k| Ok::<_, Error>((FileLedger::open(k.dir, def.id, k.own)?, k.checked)))
+            .transpose()?;
+        let reader = FileReader::open(
+            Path::new(&config.path),
+            config.header,
+            def.schema(),
+            start,
+            ledger,
+        )?;
+        Ok(Box::new(reader))
+    }
+
+    fn forget(&self, dir: &Path, id: ObjectId) -> Result<()> {
+        FileLedger::remove(dir, id)
+    }
+}
+
+/// A file being read: its index among the source's files, its bytes and the decoder of its
+/// rows, and the bytes decoded so far.
+struct Current {
+    index: usize,
+    input: BufReader<File>,
+    decoder: Decoder,
+    byte: u64,
+}
+
 pub struct FileReader {
     files: Vec<PathBuf>,
     ledger: Option<FileLedger>,
-    /// The file being read (an index into `files`) and its reader.
-    current: Option<(usize, CsvReader<BufReader<File>>)>,
+    current: Option<Current>,
     next_file: usize,
     header: bool,
     schema: SchemaRef,
-    /// Rows still to skip before the first one returned (the offset opened at).
+    /// Rows still to skip before the first one returned (a start by row count).
     skip: u64,
     /// Rows read so far, skipped ones included.
     rows: u64,
+    /// The file and byte where the last row returned ends.
+    at: Option<(usize, u64)>,
+    /// Rows per batch at most.
+    batch_rows: usize,
 }
 
 impl FileReader {
-    /// A reader of the files at `path` from row `offset` on. With a ledger, the files before
-    /// row `checked` (the offset, or the rows to be read again) must be those it recorded.
-    pub fn open(
+    /// A reader of the files at `path` from `start`. With a ledger, the files before its row
+    /// (the start, or the rows to be read again) must be those it recorded.
+    fn open(
         path: &Path,
         header: bool,
         schema: SchemaRef,
-        (offset, checked): (u64, u64),
-        mut ledger: Option<FileLedger>,
+        start: Start<'_>,
+        mut ledger: Option<(FileLedger, u64)>,
     ) -> Result<FileReader> {
         let files = files(path)?;
-        if let Some(l) = &mut ledger {
-            l.check(&files, checked)?;
+        if let Some((l, checked)) = &mut ledger {
+            l.check(&files, *checked)?;
         }
-        Ok(FileReader {
+        let mut reader = FileReader {
             files,
-            ledger,
+            ledger: ledger.map(|(l, _)| l),
             current: None,
             next_file: 0,
             header,
             schema,
-            skip: offset,
+            skip: start.rows,
             rows: 0,
-        })
+            at: None,
+            batch_rows: FEED_ROWS_MAX,
+        };
+        let position = start.splits.and_then(|s| s.get(SPLIT));
+        if let Some(position) = position {
+            let position: Position = serde_json::from_value(position.clone()).map_err(|e| {
+                Error::new(
+                    ErrorKind::DataCorruption,
+                    format!("a file source's position does not read: {e}"),
+                )
+            })?;
+            reader.resume(&position, start.rows)?;
+        }
+        Ok(reader)
     }
 
-    /// The next batch of the files, at most `rows_max` rows, skipped rows included.
-    fn read(&mut self, rows_max: usize) -> Result<Option<RecordBatch>> {
+    /// Goes to `position`, after the source's first `rows` rows.
+    fn resume(&mut self, position: &Position, rows: u64) -> Result<()> {
+        let index = (self.files.iter())
+            .position(|f| name_of(f) == position.file)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::ObjectNotInPrerequisiteState,
+                    format!(
+                        "file \"{}\", where the source had read to, is gone",
+                        position.file
+                    ),
+                )
+            })?;
+        let mut file = open_regular(&self.files[index])?;
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(position.byte))?;
+        self.current = Some(self.decode(index, file, position.byte));
+        self.next_file = index + 1;
+        (self.skip, self.rows) = (0, rows);
+        self.at = Some((index, position.byte));
+        Ok(())
+    }
+
+    /// Decodes file number `index` from its byte `byte` on (only the start has a header).
+    fn decode(&self, index: usize, file: File, byte: u64) -> Current {
+        let decoder = ReaderBuilder::new(self.schema.clone())
+            .with_header(self.header && byte == 0)
+            .with_batch_size(self.batch_rows)
+            .build_decoder();
+        Current {
+            index,
+            input: BufReader::with_capacity(1 << 20, file),
+            decoder,
+            byte,
+        }
+    }
+
+    /// The next batch of the files, skipped rows included.
+    fn read(&mut self) -> Result<Option<RecordBatch>> {
         loop {
             if self.current.is_none() {
                 let Some(path) = self.files.get(self.next_file) else {
@@ -296,34 +453,46 @@ impl FileReader {
                 if let Some(l) = &mut self.ledger {
                     l.reached(self.next_file, path, &file, self.rows)?;
                 }
-                let reader = ReaderBuilder::new(self.schema.clone())
-                    .with_header(self.header)
-                    .with_batch_size(rows_max)
-                    .build_buffered(BufReader::with_capacity(1 << 20, file))?;
-                self.current = Some((self.next_file, reader));
+                self.current = Some(self.decode(self.next_file, file, 0));
                 self.next_file += 1;
             }
-            let Some((index, reader)) = &mut self.current else {
+            let Some(current) = &mut self.current else {
                 continue;
             };
-            match reader.next() {
-                Some(Ok(batch)) => return Ok(Some(batch)),
-                Some(Err(e)) => {
-                    return Err(Error::new(
-                        ErrorKind::InvalidText,
-                        format!("{}: {e}", self.files[*index].display()),
-                    ))
+            let bad = |e: &dyn std::fmt::Display| {
+                Error::new(
+                    ErrorKind::InvalidText,
+                    format!("{}: {e}", self.files[current.index].display()),
+                )
+            };
+            // Decodes until a batch is full (the bytes decoded then end at a row's end) or the
+            // file ends.
+            let batch = loop {
+                let bytes = std::io::BufRead::fill_buf(&mut current.input)?;
+                if bytes.is_empty() {
+                    break current.decoder.flush().map_err(|e| bad(&e))?;
+                }
+                let decoded = current.decoder.decode(bytes).map_err(|e| bad(&e))?;
+                std::io::BufRead::consume(&mut current.input, decoded);
+                current.byte += decoded as u64;
+                if decoded == 0 || current.decoder.capacity() == 0 {
+                    break current.decoder.flush().map_err(|e| bad(&e))?;
+                }
+            };
+            match batch {
+                Some(batch) => {
+                    self.at = Some((current.index, current.byte));
+                    return Ok(Some(batch));
                 }
                 None => self.current = None,
             }
         }
     }
-}
 
-impl super::Reader for FileReader {
-    fn next_batch(&mut self, rows_max: usize) -> Result<Option<RecordBatch>> {
+    /// The next rows after those skipped.
+    fn next(&mut self) -> Result<Option<RecordBatch>> {
         loop {
-            let Some(batch) = self.read(rows_max)? else {
+            let Some(batch) = self.read()? else {
                 return Ok(None);
             };
             let n = batch.num_rows() as u64;
@@ -337,9 +506,26 @@ impl super::Reader for FileReader {
             return Ok(Some(batch.slice(from, batch.num_rows() - from)));
         }
     }
+}
 
-    fn position(&self) -> u64 {
-        self.rows
+#[async_trait::async_trait]
+impl Batches for FileReader {
+    /// Read on the calling thread, which hands its other tasks to another first: a slow disk
+    /// holds up only this source.
+    async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        crate::blocking(|| self.next())
+    }
+}
+
+impl super::Reader for FileReader {
+    fn splits(&self) -> Option<Splits> {
+        let (index, byte) = self.at?;
+        let position = Position {
+            file: name_of(&self.files[index]),
+            byte,
+        };
+        let value = serde_json::to_value(position).ok()?;
+        Some(Arc::new(BTreeMap::from([(SPLIT.to_string(), value)])))
     }
 }
 
@@ -349,36 +535,74 @@ mod tests {
     use super::*;
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
-    use std::sync::Arc;
 
-    #[test]
-    fn reads_files_in_name_order_from_any_offset() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("part-1.csv"), "3,c\n4,d\n5,e\n").unwrap();
-        std::fs::write(dir.path().join("part-0.csv"), "1,a\n2,b\n").unwrap();
-        std::fs::write(dir.path().join("notes.txt"), "not read").unwrap();
+    fn keys(batch: &RecordBatch) -> Vec<i64> {
+        batch
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec()
+    }
+
+    /// Every key from `start` on, and after each batch the rows so far and the position.
+    fn read_from(
+        dir: &Path,
+        header: bool,
+        start: Start<'_>,
+    ) -> (Vec<i64>, Vec<(u64, Option<Splits>)>) {
         let schema = Arc::new(Schema::new(vec![
             Field::new("k", DataType::Int64, true),
             Field::new("s", DataType::Utf8, true),
         ]));
-        let read = |offset| {
-            let mut r = FileReader::open(dir.path(), false, schema.clone(), (offset, offset), None)
-                .unwrap();
-            let mut keys = Vec::new();
-            while let Some(b) = r.next_batch(2).unwrap() {
-                keys.extend(
-                    b.column(0)
-                        .as_primitive::<Int64Type>()
-                        .values()
-                        .iter()
-                        .copied(),
-                );
+        let mut r = FileReader::open(dir, header, schema, start, None).unwrap();
+        r.batch_rows = 2;
+        let (mut all, mut positions) = (Vec::new(), Vec::new());
+        let mut rows = start.rows;
+        while let Some(b) = r.next().unwrap() {
+            all.extend(keys(&b));
+            rows += b.num_rows() as u64;
+            positions.push((rows, r.splits()));
+        }
+        (all, positions)
+    }
+
+    #[test]
+    fn reads_files_in_name_order_from_any_offset_or_position() {
+        for (header, newline) in [(false, "\n"), (true, "\r\n")] {
+            let dir = tempfile::tempdir().unwrap();
+            let file = |name: &str, rows: &[&str]| {
+                let mut text = if header {
+                    format!("k,s{newline}")
+                } else {
+                    String::new()
+                };
+                for row in rows {
+                    text.push_str(row);
+                    text.push_str(newline);
+                }
+                std::fs::write(dir.path().join(name), text).unwrap();
+            };
+            file("part-1.csv", &["3,c", "4,d", "5,e"]);
+            file("part-0.csv", &["1,a", "2,b"]);
+            std::fs::write(dir.path().join("notes.txt"), "not read").unwrap();
+            let (all, positions) = read_from(dir.path(), header, Start::FIRST);
+            assert_eq!(all, vec![1, 2, 3, 4, 5]);
+            // Two full batches, then the end of part-1 with one row.
+            assert_eq!(positions.len(), 3, "{positions:?}");
+            for (rows, splits) in &positions {
+                let start = Start {
+                    rows: *rows,
+                    splits: splits.as_deref(),
+                };
+                let (rest, _) = read_from(dir.path(), header, start);
+                assert_eq!(rest, all[*rows as usize..], "from {splits:?}");
+                let by_count = Start {
+                    rows: *rows,
+                    splits: None,
+                };
+                assert_eq!(read_from(dir.path(), header, by_count).0, rest);
             }
-            keys
-        };
-        assert_eq!(read(0), vec![1, 2, 3, 4, 5]);
-        assert_eq!(read(3), vec![4, 5]);
-        assert_eq!(read(5), Vec::<i64>::new());
-        assert!(files(&dir.path().join("missing")).is_err());
+        }
+        assert!(files(Path::new("/nonexistent/weir")).is_err());
     }
 }

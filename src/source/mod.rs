@@ -1,68 +1,207 @@
 //! Sources: append-only streams that a connector produces and a task feeds into the
 //! dataflow through a `Feed`, as a table's writer does, but with no writer and no stored rows.
 //!
-//! A source's offset is the number of rows it has fed. Every connector can start again at any
-//! offset (the Nexmark generator is a function of the event number; a file source skips rows),
-//! so a checkpoint records the offset at its barrier and a restart feeds on from there: the
-//! views reading a source end as if nothing had failed.
+//! A connector is one implementation of `Connector`, in its own file, named in the registry
+//! (`CONNECTORS`): it validates a new source's options and columns, and opens a `Reader` of
+//! its stream from any point the source reached before. The rest of Weir sees a source
+//! through this module alone.
+//!
+//! A source's offset is the number of rows it has fed; beside it, a connector may keep its
+//! own position, split by split (a file source: the file and byte it reached), which the feed
+//! records with the rows it sent (`message::Splits`) and checkpoints keep. A restart feeds on
+//! from a checkpoint's offset, at the connector's position where it kept one, or else by
+//! counting rows from the start (the Nexmark generator is a function of the event number), so
+//! the views reading a source end as if nothing had failed.
 //!
 //! A source produces only while a view or sink reads it (`Handle::set_running`). It keeps no
 //! rows, but a view created after some went by is backfilled with them all the same: the
 //! source's actor reads its stream again from the start up to the rows it has passed on
-//! (`stream::actor::SourceRows`), so every view over a source is its query over every row the
-//! source has produced, whenever the view was created.
+//! (`History`, behind the dataflow's `stream::actor::SourceHistory`), so every view over a
+//! source is its query over every row the source has produced, whenever the view was created.
 
-pub mod file;
-pub mod nexmark;
+mod file;
+mod nexmark;
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use datafusion::arrow::array::RecordBatch;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::catalog::{Connector, SourceDef};
-use crate::error::{Error, Result};
+use crate::catalog::{ColumnDef, ObjectId, SourceDef};
+use crate::error::{Error, ErrorKind, Result};
+use crate::stream::actor::{Batches, SourceHistory};
 use crate::stream::chunk::{Op, StreamChunk};
-use crate::stream::message::{Feed, FEED_ROWS_MAX};
+use crate::stream::message::{Feed, FeedPosition, Splits, Watermark};
 
-/// Produces a source's rows in order.
-pub trait Reader: Send {
-    /// The next rows (at most `rows_max`), or `None` at the end of the stream.
-    fn next_batch(&mut self, rows_max: usize) -> Result<Option<RecordBatch>>;
+/// Every connector, by the name `WITH (connector = '...')` gives.
+const CONNECTORS: &[&dyn Connector] = &[&nexmark::Nexmark, &file::Files];
 
-    /// How far the reader has gone, in the unit of the source's rate limit (Nexmark: events
-    /// of the whole sequence, of all three streams).
-    fn position(&self) -> u64;
+/// A kind of source: how its options read, what its columns are, and how its stream is read.
+pub trait Connector: Send + Sync {
+    /// The name `WITH (connector = '...')` gives.
+    fn name(&self) -> &'static str;
+
+    /// Checks a new source's options, taking those it knows from `options`, and its columns
+    /// (`declared`: those `CREATE SOURCE` named, maybe none). Returns the options the catalog
+    /// keeps for `open` (written out in full, defaults included) and the source's columns. A
+    /// bad option is refused with the SQLSTATE a user should see (22023 for a bad value).
+    fn create(
+        &self,
+        options: &mut Options,
+        declared: Vec<ColumnDef>,
+    ) -> Result<(BTreeMap<String, String>, Vec<ColumnDef>)>;
+
+    /// A reader of `def`'s stream from `start`. With `keep`, the reader may keep what it needs
+    /// in the data directory to read the same rows again later (a file source's ledger).
+    fn open(
+        &self,
+        def: &SourceDef,
+        start: Start<'_>,
+        keep: Option<Keep<'_>>,
+    ) -> Result<Box<dyn Reader>>;
+
+    /// Removes what source `id` kept in `dir` (it was dropped).
+    fn forget(&self, _dir: &Path, _id: ObjectId) -> Result<()> {
+        Ok(())
+    }
 }
 
-/// A reader of `def`'s stream whose first row is the `offset`-th. With `ledger` (the
-/// directory of the sources' ledgers, and whether this reader is the source's own, which
-/// records what it reads), a file source checks that the files before row `checked` are those
-/// it read before (`file::FileLedger`).
-pub fn open(
-    def: &SourceDef,
-    (offset, checked): (u64, u64),
-    ledger: Option<(&std::path::Path, bool)>,
-) -> Result<Box<dyn Reader>> {
-    match &def.connector {
-        Connector::Nexmark { stream, events, .. } => Ok(Box::new(nexmark::NexmarkReader::open(
-            stream,
-            *events,
-            offset,
-            def.schema(),
-        )?)),
-        Connector::File { path, header } => Ok(Box::new(file::FileReader::open(
-            std::path::Path::new(path),
-            *header,
-            def.schema(),
-            (offset, checked),
-            ledger
-                .map(|(dir, record)| file::FileLedger::open(dir, def.id, record))
-                .transpose()?,
-        )?)),
+/// The connector named `name` (any case).
+pub fn connector(name: &str) -> Result<&'static dyn Connector> {
+    let name = name.to_lowercase();
+    CONNECTORS
+        .iter()
+        .copied()
+        .find(|c| c.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<String> = CONNECTORS
+                .iter()
+                .map(|c| format!("'{}'", c.name()))
+                .collect();
+            Error::not_supported(format!("connector \"{name}\" is not supported"))
+                .with_hint(format!("Sources take connector = {}.", names.join(" or ")))
+        })
+}
+
+/// Where a reader starts: after the stream's first `rows` rows, at the connector's position
+/// `splits` where a checkpoint kept one (else the connector counts `rows` rows from the start).
+#[derive(Debug, Clone, Copy)]
+pub struct Start<'a> {
+    pub rows: u64,
+    pub splits: Option<&'a BTreeMap<String, serde_json::Value>>,
+}
+
+impl Start<'_> {
+    /// The stream's first row.
+    pub const FIRST: Start<'static> = Start {
+        rows: 0,
+        splits: None,
+    };
+}
+
+/// What a reader may keep in the data directory: the sources' directory, and whether the reader
+/// is the source's own, which records what it reads, or one reading the stream again up to
+/// row `checked`, which only checks that it reads what went by before.
+#[derive(Debug, Clone, Copy)]
+pub struct Keep<'a> {
+    pub dir: &'a Path,
+    pub own: bool,
+    pub checked: u64,
+}
+
+/// Produces a source's rows in order.
+pub trait Reader: Batches {
+    /// Where the connector resumes after the rows returned so far; `None` where it resumes by
+    /// counting rows.
+    fn splits(&self) -> Option<Splits>;
+
+    /// The most events per second the reader gives, and how many it has given so far, in the
+    /// unit of that rate (Nexmark: events of the whole sequence, of all three streams); `None`:
+    /// as fast as the dataflow takes them.
+    fn pace(&self) -> Option<(u64, u64)> {
+        None
+    }
+}
+
+/// A new source's options (`WITH (...)` less `connector` and `watermark`): each connector
+/// takes those it knows, and any left over is refused.
+#[derive(Debug)]
+pub struct Options {
+    left: Vec<(String, String)>,
+}
+
+impl Options {
+    /// Refuses an option given twice (42601, as PostgreSQL's "conflicting or redundant
+    /// options").
+    pub fn new(pairs: Vec<(String, String)>) -> Result<Options> {
+        for (i, (key, _)) in pairs.iter().enumerate() {
+            if pairs[..i].iter().any(|(k, _)| k == key) {
+                return Err(Error::syntax(format!(
+                    "conflicting or redundant options: \"{key}\" is given twice"
+                )));
+            }
+        }
+        Ok(Options { left: pairs })
+    }
+
+    /// The options the catalog kept for a source (`Connector::create`'s), to read again.
+    pub fn kept(options: &BTreeMap<String, String>) -> Options {
+        Options {
+            left: options
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+
+    pub fn take(&mut self, key: &str) -> Option<String> {
+        let at = self.left.iter().position(|(k, _)| k == key)?;
+        Some(self.left.remove(at).1)
+    }
+
+    /// Refuses the first option no connector took.
+    pub fn finish(self) -> Result<()> {
+        match self.left.first() {
+            Some((key, _)) => Err(Error::new(
+                ErrorKind::InvalidParameter,
+                format!("unknown source option \"{key}\""),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A source's stream read again from its first row, for a view created after rows went by.
+pub struct History {
+    def: SourceDef,
+    dir: PathBuf,
+}
+
+impl History {
+    /// `dir`: the directory where sources keep what they read.
+    pub fn new(def: SourceDef, dir: PathBuf) -> History {
+        History { def, dir }
+    }
+}
+
+impl SourceHistory for History {
+    fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    fn read_again(&self, rows: u64) -> Result<Box<dyn Batches>> {
+        let keep = Keep {
+            dir: &self.dir,
+            own: false,
+            checked: rows,
+        };
+        let reader =
+            connector(&self.def.connector.name)?.open(&self.def, Start::FIRST, Some(keep))?;
+        Ok(reader)
     }
 }
 
@@ -77,10 +216,19 @@ pub struct Progress {
     pub error: Mutex<Option<String>>,
 }
 
+impl Progress {
+    fn stopped(&self, source: &str, e: &Error) {
+        tracing::error!(source, "source stopped: {e}");
+        *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+    }
+}
+
 /// A running source task.
 pub struct Handle {
     running: watch::Sender<bool>,
     pub progress: Arc<Progress>,
+    id: ObjectId,
+    connector: Option<&'static dyn Connector>,
 }
 
 impl Handle {
@@ -93,40 +241,50 @@ impl Handle {
     pub fn running(&self) -> bool {
         *self.running.borrow()
     }
+
+    /// Removes what the source kept in the data directory's `dir` (it was dropped).
+    pub fn forget(&self, dir: &Path) -> Result<()> {
+        match self.connector {
+            Some(c) => c.forget(dir, self.id),
+            None => Ok(()),
+        }
+    }
 }
 
-/// Starts the task that feeds `def`'s rows from `offset` on into `feed`, paused; `watermark`
-/// is the source's watermark at `offset` (from a checkpoint), from which it only advances.
-/// `ledgers` is the directory of the sources' ledgers. A source whose input cannot be read
-/// again as it was (a file changed or gone) reports it in its progress and feeds nothing.
-pub fn spawn(
-    def: SourceDef,
-    feed: Feed,
-    (offset, watermark): (u64, Option<i64>),
-    ledgers: &std::path::Path,
-) -> Handle {
+/// Starts the task that feeds `def`'s rows from `start` on into `feed`, paused; `start`'s
+/// watermark is the source's at that point (from a checkpoint), from which it only advances.
+/// `dir` is where sources keep what they read. A source whose input cannot be read again as
+/// it was (a file changed or gone) reports it in its progress and feeds nothing.
+pub fn spawn(def: SourceDef, feed: Feed, start: &FeedPosition, dir: &Path) -> Handle {
     let (running, paused) = watch::channel(false);
     let progress = Arc::new(Progress {
-        offset: AtomicU64::new(offset),
+        offset: AtomicU64::new(start.offset),
         ..Default::default()
     });
-    let reader = match open(&def, (offset, offset), Some((ledgers, true))) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(source = %def.name, "source stopped: {e}");
-            *progress.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-            return Handle { running, progress };
-        }
+    let keep = Keep {
+        dir,
+        own: true,
+        checked: start.offset,
     };
-    tokio::spawn(feed_rows(
-        def,
-        feed,
-        reader,
-        paused,
-        progress.clone(),
-        watermark,
-    ));
-    Handle { running, progress }
+    let from = Start {
+        rows: start.offset,
+        splits: start.splits.as_deref(),
+    };
+    let connector = connector(&def.connector.name);
+    let handle = Handle {
+        running,
+        progress: progress.clone(),
+        id: def.id,
+        connector: connector.as_ref().ok().copied(),
+    };
+    match connector.and_then(|c| c.open(&def, from, Some(keep))) {
+        Ok(reader) => {
+            let watermark = start.watermark;
+            tokio::spawn(feed_rows(def, feed, reader, paused, progress, watermark));
+        }
+        Err(e) => progress.stopped(&def.name, &e),
+    }
+    handle
 }
 
 async fn feed_rows(
@@ -137,13 +295,6 @@ async fn feed_rows(
     progress: Arc<Progress>,
     mut watermark: Option<i64>,
 ) {
-    let rate = match &def.connector {
-        Connector::Nexmark {
-            events_per_second, ..
-        } => *events_per_second,
-        Connector::File { .. } => None,
-    };
-    let files = matches!(def.connector, Connector::File { .. });
     // Where pacing started: the time and the reader's position then.
     let mut paced: Option<(Instant, u64)> = None;
     loop {
@@ -158,57 +309,87 @@ async fn feed_rows(
             }
             continue;
         }
-        if let Some(rate) = rate.filter(|r| *r > 0) {
-            let (start, base) =
-                *paced.get_or_insert((crate::clock::monotonic(), reader.position()));
-            let ahead = reader.position().saturating_sub(base);
+        if let Some((rate, position)) = reader.pace().filter(|(r, _)| *r > 0) {
+            let (start, base) = *paced.get_or_insert((crate::clock::monotonic(), position));
+            let ahead = position.saturating_sub(base);
             tokio::time::sleep_until(start + Duration::from_secs_f64(ahead as f64 / rate as f64))
                 .await;
         }
-        // Files are read off the async workers: a slow disk must not hold up the others.
-        let read = match files {
-            true => {
-                let read = tokio::task::spawn_blocking(move || {
-                    let batch = reader.next_batch(FEED_ROWS_MAX);
-                    (reader, batch)
-                })
-                .await;
-                match read {
-                    Ok((r, batch)) => {
-                        reader = r;
-                        batch
-                    }
-                    Err(e) => {
-                        let e = Error::internal(format!("reading a source: {e}"));
-                        *progress.error.lock().unwrap_or_else(|p| p.into_inner()) =
-                            Some(e.to_string());
-                        return;
-                    }
-                }
-            }
-            false => reader.next_batch(FEED_ROWS_MAX),
-        };
-        let batch = match read {
+        let batch = match reader.next_batch().await {
             Ok(Some(b)) => b,
             Ok(None) => {
                 progress.done.store(true, Ordering::Release);
                 return;
             }
-            Err(e) => {
-                tracing::error!(source = %def.name, "source stopped: {e}");
-                *progress.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-                return;
-            }
+            Err(e) => return progress.stopped(&def.name, &e),
         };
         let rows = batch.num_rows();
         let chunk = StreamChunk::new(vec![Op::Insert; rows], batch);
         let advanced = def
             .watermark
-            .and_then(|w| crate::table::advance_watermark(w, &mut watermark, &chunk));
+            .and_then(|w| Watermark::advance(w.column, w.delay_us, &mut watermark, &chunk));
         // The source's actor is gone: the source was dropped.
-        if feed.send_rows(chunk, advanced).await.is_err() {
+        if feed
+            .send_rows(chunk, advanced, reader.splits())
+            .await
+            .is_err()
+        {
             return;
         }
         progress.offset.fetch_add(rows as u64, Ordering::Release);
+    }
+}
+
+/// Reads option `key` as a count (`events = 1000`); `None` when absent.
+fn count(key: &str, value: Option<String>) -> Result<Option<u64>> {
+    value
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidParameter,
+                    format!("{key} must be a non-negative integer, not \"{v}\""),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// Reads `true` or `false` (any case); `None` when absent.
+fn flag(key: &str, value: Option<String>) -> Result<Option<bool>> {
+    match value.as_deref().map(str::to_lowercase).as_deref() {
+        None => Ok(None),
+        Some("false") => Ok(Some(false)),
+        Some("true") => Ok(Some(true)),
+        Some(other) => Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!("{key} must be true or false, not \"{other}\""),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_given_twice_or_unknown_are_refused() {
+        let pairs = |p: &[(&str, &str)]| {
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let twice = Options::new(pairs(&[("path", "a"), ("path", "b")])).unwrap_err();
+        assert_eq!(twice.kind, ErrorKind::Syntax);
+        let mut o = Options::new(pairs(&[("path", "a"), ("colour", "red")])).unwrap();
+        assert_eq!(o.take("path").as_deref(), Some("a"));
+        assert_eq!(o.take("path"), None);
+        let e = o.finish().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidParameter);
+        assert!(e.message.contains("colour"), "{e}");
+        assert!(connector("FILE").is_ok());
+        assert_eq!(
+            connector("kafka").err().map(|e| e.kind),
+            Some(ErrorKind::NotSupported)
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! every run and can start again at any offset. Event time advances 0.1 ms per event of the
 //! whole sequence (10 000 events per second of event time), from 2015-07-15 00:00:00 UTC.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -17,16 +18,112 @@ use nexmark::config::NexmarkConfig;
 use nexmark::event::{Event, EventType};
 use nexmark::EventGenerator;
 
-use crate::catalog::ColumnDef;
+use super::{Keep, Options, Start};
+use crate::catalog::{ColumnDef, SourceDef};
 use crate::error::{Error, ErrorKind, Result};
+use crate::stream::actor::Batches;
+use crate::stream::message::{Splits, FEED_ROWS_MAX};
 use crate::types::SqlType;
 
 /// The first event's time: 2015-07-15 00:00:00 UTC, in milliseconds (the date the Flink
 /// peer's data sets start at too).
 pub const BASE_TIME_MS: u64 = 1_436_918_400_000;
 
-/// The streams' names, as `stream = '...'` takes them.
-pub const STREAMS: [&str; 3] = ["person", "auction", "bid"];
+/// `connector = 'nexmark'`: `stream` names the stream; `events` ends it after that many
+/// events of the whole sequence (none: it never ends); `events_per_second` paces it.
+pub struct Nexmark;
+
+/// A Nexmark source's options.
+struct Config {
+    stream: String,
+    events: Option<u64>,
+    events_per_second: Option<u64>,
+}
+
+impl Config {
+    fn read(options: &mut Options) -> Result<Config> {
+        let stream = options
+            .take("stream")
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidParameter,
+                    "a nexmark source needs a stream",
+                )
+                .with_hint("Add stream = 'person', 'auction' or 'bid'.")
+            })?
+            .to_lowercase();
+        event_type(&stream)?;
+        Ok(Config {
+            stream,
+            events: super::count("events", options.take("events"))?,
+            events_per_second: super::count(
+                "events_per_second",
+                options.take("events_per_second"),
+            )?
+            .filter(|r| *r > 0),
+        })
+    }
+
+    fn options(&self) -> BTreeMap<String, String> {
+        let mut kept = BTreeMap::from([("stream".to_string(), self.stream.clone())]);
+        if let Some(n) = self.events {
+            kept.insert("events".into(), n.to_string());
+        }
+        if let Some(n) = self.events_per_second {
+            kept.insert("events_per_second".into(), n.to_string());
+        }
+        kept
+    }
+}
+
+impl super::Connector for Nexmark {
+    fn name(&self) -> &'static str {
+        "nexmark"
+    }
+
+    fn create(
+        &self,
+        options: &mut Options,
+        declared: Vec<ColumnDef>,
+    ) -> Result<(BTreeMap<String, String>, Vec<ColumnDef>)> {
+        let config = Config::read(options)?;
+        let expected = columns(&config.stream)?;
+        let same = declared.len() == expected.len()
+            && declared
+                .iter()
+                .zip(&expected)
+                .all(|(d, e)| d.name == e.name && d.ty.to_arrow() == e.ty.to_arrow());
+        if !declared.is_empty() && !same {
+            let list: Vec<String> = expected
+                .iter()
+                .map(|c| format!("{} {}", c.name, c.ty))
+                .collect();
+            return Err(Error::new(
+                ErrorKind::TypeMismatch,
+                format!(
+                    "the columns of nexmark stream \"{}\" are not those declared",
+                    config.stream
+                ),
+            )
+            .with_detail(format!("They are ({}).", list.join(", ")))
+            .with_hint("Declare exactly those columns, or none."));
+        }
+        Ok((config.options(), expected))
+    }
+
+    fn open(
+        &self,
+        def: &SourceDef,
+        start: Start<'_>,
+        _keep: Option<Keep<'_>>,
+    ) -> Result<Box<dyn super::Reader>> {
+        let config = Config::read(&mut Options::kept(&def.connector.options))?;
+        let mut reader =
+            NexmarkReader::open(&config.stream, config.events, start.rows, def.schema())?;
+        reader.events_per_second = config.events_per_second;
+        Ok(Box::new(reader))
+    }
+}
 
 fn event_type(stream: &str) -> Result<EventType> {
     match stream {
@@ -92,6 +189,7 @@ pub struct NexmarkReader {
     generator: EventGenerator,
     /// Events of the whole sequence to go through; `None`: no end.
     events: Option<u64>,
+    events_per_second: Option<u64>,
     schema: SchemaRef,
 }
 
@@ -113,6 +211,7 @@ impl NexmarkReader {
         Ok(NexmarkReader {
             generator,
             events,
+            events_per_second: None,
             schema,
         })
     }
@@ -123,8 +222,27 @@ impl NexmarkReader {
     }
 }
 
+#[async_trait::async_trait]
+impl Batches for NexmarkReader {
+    async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        self.read(FEED_ROWS_MAX)
+    }
+}
+
 impl super::Reader for NexmarkReader {
-    fn next_batch(&mut self, rows_max: usize) -> Result<Option<RecordBatch>> {
+    /// The generator resumes at an event number, which the source's offset is.
+    fn splits(&self) -> Option<Splits> {
+        None
+    }
+
+    fn pace(&self) -> Option<(u64, u64)> {
+        self.events_per_second
+            .map(|rate| (rate, self.generator.global_offset()))
+    }
+}
+
+impl NexmarkReader {
+    fn read(&mut self, rows_max: usize) -> Result<Option<RecordBatch>> {
         if self.ended() {
             return Ok(None);
         }
@@ -139,10 +257,6 @@ impl super::Reader for NexmarkReader {
             self.schema.clone(),
             columns.finish(),
         )?))
-    }
-
-    fn position(&self) -> u64 {
-        self.generator.global_offset()
     }
 }
 
@@ -255,38 +369,27 @@ impl Columns {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Reader;
     use super::*;
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::Int64Type;
 
     fn reader(stream: &str, events: Option<u64>, offset: u64) -> NexmarkReader {
-        let def = crate::catalog::SourceDef {
-            id: 1,
-            name: stream.into(),
-            columns: columns(stream).unwrap(),
-            watermark: None,
-            connector: crate::catalog::Connector::Nexmark {
-                stream: stream.into(),
-                events,
-                events_per_second: None,
-            },
-        };
-        NexmarkReader::open(stream, events, offset, def.schema()).unwrap()
+        let schema = crate::catalog::columns_schema(&columns(stream).unwrap());
+        NexmarkReader::open(stream, events, offset, schema).unwrap()
     }
 
     #[test]
     fn a_stream_starts_again_at_any_offset_and_ends_at_its_share_of_events() {
         let mut whole = reader("bid", Some(1000), 0);
         let mut rows = Vec::new();
-        while let Some(b) = whole.next_batch(100).unwrap() {
+        while let Some(b) = whole.read(100).unwrap() {
             rows.push(b);
         }
         let all = datafusion::arrow::compute::concat_batches(&rows[0].schema(), &rows).unwrap();
         // 46 of every 50 events are bids.
         assert_eq!(all.num_rows(), 920);
         let mut later = reader("bid", Some(1000), 500);
-        let rest = later.next_batch(10_000).unwrap().unwrap();
+        let rest = later.read(10_000).unwrap().unwrap();
         assert_eq!(rest.num_rows(), 420);
         assert_eq!(rest, all.slice(500, 420));
         let auctions = all.column(0).as_primitive::<Int64Type>();
@@ -304,7 +407,7 @@ mod tests {
         let count = |stream: &str| {
             let mut r = reader(stream, Some(5000), 0);
             let mut n = 0;
-            while let Some(b) = r.next_batch(4096).unwrap() {
+            while let Some(b) = r.read(4096).unwrap() {
                 n += b.num_rows();
             }
             n

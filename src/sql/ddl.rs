@@ -189,6 +189,7 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
     };
     let mut settings: Vec<(String, String)> = Vec::new();
     let mut watermark_text = None;
+    let mut connector_name = None;
     for option in options {
         let ast::SqlOption::KeyValue { key, value } = option else {
             return Err(Error::not_supported(format!(
@@ -198,17 +199,14 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
         let text = option_text(value);
         match ident_name(key).as_str() {
             "watermark" => watermark_text = Some(text),
+            "connector" => connector_name = Some(text),
             key => settings.push((key.to_string(), text)),
         }
     }
-    let mut take = |key: &str| -> Option<String> {
-        let at = settings.iter().position(|(k, _)| k == key)?;
-        Some(settings.remove(at).1)
-    };
-    let connector_name = take("connector").ok_or_else(|| {
+    let connector = crate::source::connector(&connector_name.ok_or_else(|| {
         Error::new(ErrorKind::InvalidParameter, "a source needs a connector")
             .with_hint("Add WITH (connector = 'nexmark', stream = 'bid') or WITH (connector = 'file', path = '...').")
-    })?;
+    })?)?;
     let declared = if ct.columns.is_empty() {
         Vec::new()
     } else {
@@ -221,104 +219,13 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
         }
         t.columns
     };
-    let (connector, columns) = match connector_name.to_lowercase().as_str() {
-        "nexmark" => {
-            let stream = take("stream")
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidParameter,
-                        "a nexmark source needs a stream",
-                    )
-                    .with_hint("Add stream = 'person', 'auction' or 'bid'.")
-                })?
-                .to_lowercase();
-            let expected = crate::source::nexmark::columns(&stream)?;
-            if !declared.is_empty() {
-                let same = declared.len() == expected.len()
-                    && declared
-                        .iter()
-                        .zip(&expected)
-                        .all(|(d, e)| d.name == e.name && d.ty.to_arrow() == e.ty.to_arrow());
-                if !same {
-                    let list: Vec<String> = expected
-                        .iter()
-                        .map(|c| format!("{} {}", c.name, c.ty))
-                        .collect();
-                    return Err(Error::new(
-                        ErrorKind::TypeMismatch,
-                        format!(
-                            "the columns of nexmark stream \"{stream}\" are not those declared"
-                        ),
-                    )
-                    .with_detail(format!("They are ({}).", list.join(", ")))
-                    .with_hint("Declare exactly those columns, or none."));
-                }
-            }
-            let count = |key: &str, v: Option<String>| -> Result<Option<u64>> {
-                v.map(|v| {
-                    v.parse::<u64>().map_err(|_| {
-                        Error::new(
-                            ErrorKind::InvalidParameter,
-                            format!("{key} must be a non-negative integer, not \"{v}\""),
-                        )
-                    })
-                })
-                .transpose()
-            };
-            let events = count("events", take("events"))?;
-            let events_per_second =
-                count("events_per_second", take("events_per_second"))?.filter(|r| *r > 0);
-            (
-                Connector::Nexmark {
-                    stream,
-                    events,
-                    events_per_second,
-                },
-                expected,
-            )
-        }
-        "file" => {
-            let path = take("path").ok_or_else(|| {
-                Error::new(ErrorKind::InvalidParameter, "a file source needs a path")
-            })?;
-            let format = take("format").unwrap_or_else(|| "csv".into());
-            if !format.eq_ignore_ascii_case("csv") {
-                return Err(Error::not_supported(format!(
-                    "file format \"{format}\" is not supported"
-                ))
-                .with_hint("Use format = 'csv'."));
-            }
-            let header = match take("header").as_deref().map(str::to_lowercase).as_deref() {
-                None | Some("false") => false,
-                Some("true") => true,
-                Some(other) => {
-                    return Err(Error::new(
-                        ErrorKind::InvalidParameter,
-                        format!("header must be true or false, not \"{other}\""),
-                    ))
-                }
-            };
-            if declared.is_empty() {
-                return Err(Error::new(
-                    ErrorKind::InvalidParameter,
-                    "a file source needs its columns declared",
-                ));
-            }
-            (Connector::File { path, header }, declared)
-        }
-        other => {
-            return Err(
-                Error::not_supported(format!("connector \"{other}\" is not supported"))
-                    .with_hint("Sources take connector = 'nexmark' or 'file'."),
-            )
-        }
+    let mut settings = crate::source::Options::new(settings)?;
+    let (kept, columns) = connector.create(&mut settings, declared)?;
+    settings.finish()?;
+    let connector = Connector {
+        name: connector.name().to_string(),
+        options: kept,
     };
-    if let Some((key, _)) = settings.first() {
-        return Err(Error::new(
-            ErrorKind::InvalidParameter,
-            format!("unknown source option \"{key}\""),
-        ));
-    }
     let watermark = watermark_text
         .map(|t| watermark_def(&t, &columns))
         .transpose()?;

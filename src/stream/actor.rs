@@ -4,10 +4,9 @@
 //! forwards the barrier and acknowledges it to the coordinator.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use datafusion::arrow::array::BooleanArray;
+use datafusion::arrow::array::{BooleanArray, RecordBatch};
 use futures::FutureExt;
 use tokio::sync::mpsc;
 
@@ -18,6 +17,7 @@ use super::expr::ErrorSink;
 use super::message::{ActorId, Backfills, Barrier, Message, NewOutput, Watermark};
 use super::operator::{Emit, Operator};
 use super::operators::materialize::Materialize;
+use super::sink::SinkDriver;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
 
@@ -43,8 +43,8 @@ pub struct Actor {
     /// The last watermark sent downstream per column, for outputs added later (after their
     /// backfill).
     pub watermarks: Vec<Watermark>,
-    /// A sink's own actor counts the changes it drops.
-    pub sink: Option<Arc<SinkCounter>>,
+    /// A sink's own actor hands its changes to the sink's connector.
+    pub sink: Option<SinkDriver>,
     /// A source's actor: what it backfills new downstreams from.
     pub source: Option<SourceRows>,
     /// The errors this actor's rows and groups hold, kept under its id in `ERRORS_TABLE` at
@@ -155,20 +155,29 @@ impl ActorErrors {
 }
 
 /// A source's rows so far, read again for a view created after they went by: a source keeps
-/// no rows, but reads its stream again from the start (`source::open`).
+/// no rows, but reads its stream again from the start (`history`).
 pub struct SourceRows {
-    pub def: crate::catalog::SourceDef,
     /// Rows the actor has passed on, from the stream's first.
     pub seen: u64,
-    /// The directory of the sources' ledgers: what is read again must be what was read.
-    pub ledgers: std::path::PathBuf,
+    pub history: Arc<dyn SourceHistory>,
 }
 
-/// The changes a sink has received since the server started (`weir_catalog.sinks`).
-#[derive(Debug, Default)]
-pub struct SinkCounter {
-    pub inserts: AtomicU64,
-    pub deletes: AtomicU64,
+/// A stream of batches, read in order.
+#[async_trait::async_trait]
+pub trait Batches: Send {
+    /// The next rows (at most `message::FEED_ROWS_MAX`), or `None` at the end of the stream.
+    async fn next_batch(&mut self) -> Result<Option<RecordBatch>>;
+}
+
+/// A source's stream from its first row, read again (implemented by the source side,
+/// `source::History`).
+pub trait SourceHistory: Send + Sync {
+    /// The source's name, for errors.
+    fn name(&self) -> &str;
+
+    /// A reader of the stream from its first row, which refuses to read other rows than the
+    /// first `rows` that went by (a file changed since).
+    fn read_again(&self, rows: u64) -> Result<Box<dyn Batches>>;
 }
 
 impl Actor {
@@ -259,6 +268,10 @@ impl Actor {
             }
         }
         self.errors.write(self.id, stopping, &mut writes);
+        let sink = match &mut self.sink {
+            Some(driver) => driver.on_barrier(&barrier).await?,
+            None => None,
+        };
         self.store.commit(epoch, writes).await?;
         // Acknowledged as soon as committed: the coordinator takes an acknowledgement to mean
         // that this actor's state holds the epoch (where a failed table's state ends).
@@ -266,6 +279,7 @@ impl Actor {
             .send(ActorEvent::Ack {
                 actor: self.id,
                 epoch,
+                sink,
             })
             .await
             .map_err(|_| Error::unavailable("barrier coordinator is gone"))?;
@@ -313,7 +327,7 @@ impl Actor {
         let outlet = Outlet {
             id: self.id,
             materialize: &mut self.materialize,
-            sink: self.sink.as_deref(),
+            sink: self.sink.as_mut(),
             outputs: &mut self.outputs,
             backfilling: &mut self.backfilling,
             waiting: Vec::new(),
@@ -378,23 +392,26 @@ async fn backfill_from_source(
     rows_max: usize,
     outputs: &[(NewOutput, Arc<Backfills>)],
 ) -> Result<()> {
-    let ledger = Some((source.ledgers.as_path(), false));
-    let mut reader = crate::source::open(&source.def, (0, source.seen), ledger)?;
+    let mut reader = source.history.read_again(source.seen)?;
     let mut open = vec![true; outputs.len()];
     let mut read = 0;
     while read < source.seen {
-        let rows = (source.seen - read).min(rows_max as u64) as usize;
-        let Some(batch) = crate::blocking(|| reader.next_batch(rows))? else {
+        let Some(batch) = reader.next_batch().await? else {
             return Err(Error::internal(format!(
                 "source \"{}\" ended after {read} rows when read again, not {}",
-                source.def.name, source.seen
+                source.history.name(),
+                source.seen
             )));
         };
-        read += batch.num_rows() as u64;
-        let message = Message::Chunk(StreamChunk::new(vec![Op::Insert; batch.num_rows()], batch));
-        for ((output, _), open) in outputs.iter().zip(open.iter_mut()) {
-            if *open && deliver(output, &message).await.is_err() {
-                *open = false;
+        let rows = (source.seen - read).min(batch.num_rows() as u64) as usize;
+        read += rows as u64;
+        let chunk = StreamChunk::new(vec![Op::Insert; rows], batch.slice(0, rows));
+        for slice in chunk.slices(rows_max) {
+            let message = Message::Chunk(slice);
+            for ((output, _), open) in outputs.iter().zip(open.iter_mut()) {
+                if *open && deliver(output, &message).await.is_err() {
+                    *open = false;
+                }
             }
         }
     }
@@ -487,7 +504,7 @@ const WAITING_ROWS_MAX: usize = 65_536;
 struct Outlet<'a> {
     id: ActorId,
     materialize: &'a mut Option<Materialize>,
-    sink: Option<&'a SinkCounter>,
+    sink: Option<&'a mut SinkDriver>,
     outputs: &'a mut Vec<NewOutput>,
     backfilling: &'a mut Vec<Backfilling>,
     waiting: Vec<StreamChunk>,
@@ -522,12 +539,8 @@ impl Emit for Outlet<'_> {
         if let Some(m) = self.materialize.as_mut() {
             m.apply(&chunk)?;
         }
-        if let Some(counter) = self.sink {
-            let deletes = chunk.ops.iter().filter(|o| **o == Op::Delete).count() as u64;
-            counter.deletes.fetch_add(deletes, Ordering::Relaxed);
-            counter
-                .inserts
-                .fetch_add(chunk.len() as u64 - deletes, Ordering::Relaxed);
+        if let Some(sink) = self.sink.as_mut() {
+            sink.write(&chunk)?;
         }
         self.waiting_rows += chunk.len();
         self.waiting.push(chunk);

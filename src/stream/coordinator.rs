@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::message::{ActorId, Barrier, BarrierKind, Feed, FeedPosition, Mutation};
 use crate::clock::Clock;
@@ -33,6 +33,8 @@ pub enum ActorEvent {
     Ack {
         actor: ActorId,
         epoch: u64,
+        /// A sink's handle for the checkpoint at this epoch (`sink::SinkWriter::pre_commit`).
+        sink: Option<serde_json::Value>,
     },
     /// The actor ended; `error` says why if it failed.
     Exited {
@@ -75,6 +77,11 @@ pub struct TakenSnapshot {
     pub offsets: BTreeMap<ActorId, u64>,
     /// Each source's last watermark value sent before the barrier, where it sent one.
     pub watermarks: BTreeMap<ActorId, i64>,
+    /// Where each source's connector resumes after the rows before the barrier, where it
+    /// keeps its own position (`message::Splits`).
+    pub splits: BTreeMap<ActorId, BTreeMap<String, serde_json::Value>>,
+    /// Each sink's handle for the epoch (`sink::SinkWriter::pre_commit`), by its actor.
+    pub sinks: BTreeMap<ActorId, serde_json::Value>,
 }
 
 /// A snapshot the coordinator took off its own task, coming back to be sealed.
@@ -96,9 +103,26 @@ pub struct BarrierClient {
     requests: mpsc::Sender<InjectRequest>,
     store: Arc<StateStore>,
     pub failed: FailedActors,
+    /// The epoch of the newest checkpoint whose manifest is durable, for sinks to commit.
+    durable: Arc<watch::Sender<u64>>,
 }
 
 impl BarrierClient {
+    /// The checkpoint of `epoch` is durable (its manifest is in the store): sinks may commit
+    /// what they pre-committed up to it.
+    pub fn checkpoint_durable(&self, epoch: u64) {
+        self.durable.send_if_modified(|d| {
+            let newer = epoch > *d;
+            *d = (*d).max(epoch);
+            newer
+        });
+    }
+
+    /// Follows `checkpoint_durable`.
+    pub fn durable(&self) -> watch::Receiver<u64> {
+        self.durable.subscribe()
+    }
+
     /// Injects a barrier carrying `mutation` and returns its epoch (not yet sealed).
     pub async fn inject(
         &self,
@@ -206,6 +230,8 @@ pub struct Coordinator {
     /// Each source's position at the last epoch its actor committed (its start before the
     /// first): where the state of a source whose actor failed ends.
     committed: HashMap<ActorId, FeedPosition>,
+    /// Sinks' handles for checkpoint barriers whose snapshot is not yet taken, by epoch.
+    sink_handles: BTreeMap<u64, BTreeMap<ActorId, serde_json::Value>>,
     metrics: Arc<Metrics>,
 }
 
@@ -239,6 +265,7 @@ impl Coordinator {
             injected_at: BTreeMap::new(),
             positions: Arc::default(),
             committed: HashMap::new(),
+            sink_handles: BTreeMap::new(),
             metrics,
         };
         tokio::spawn(coordinator.run());
@@ -247,6 +274,7 @@ impl Coordinator {
                 requests: req_tx,
                 store,
                 failed,
+                durable: Arc::new(watch::channel(0).0),
             },
             ev_tx,
         )
@@ -292,7 +320,7 @@ impl Coordinator {
         for (id, feed) in add_sources {
             let (tx, mut rx) = mpsc::channel::<Barrier>(EPOCHS_IN_FLIGHT_MAX);
             let positions = self.positions.clone();
-            self.committed.insert(id, feed.start);
+            self.committed.insert(id, feed.start.clone());
             tokio::spawn(async move {
                 while let Some(b) = rx.recv().await {
                     let epoch = b.epoch;
@@ -364,7 +392,13 @@ impl Coordinator {
 
     fn on_event(&mut self, ev: ActorEvent) {
         match ev {
-            ActorEvent::Ack { actor, epoch } => {
+            ActorEvent::Ack { actor, epoch, sink } => {
+                if let Some(handle) = sink {
+                    self.sink_handles
+                        .entry(epoch)
+                        .or_default()
+                        .insert(actor, handle);
+                }
                 if let Some(waiting) = self.in_flight.get_mut(&epoch) {
                     waiting.remove(&actor);
                 }
@@ -372,7 +406,7 @@ impl Coordinator {
                 if let Some(committed) = self.committed.get_mut(&actor) {
                     let positions = self.positions.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(p) = positions.get(&epoch).and_then(|p| p.get(&actor)) {
-                        *committed = *p;
+                        *committed = p.clone();
                     }
                 }
             }
@@ -455,20 +489,28 @@ impl Coordinator {
         // replays what came after (and a table's log is never truncated past it).
         for id in self.failed.lock().unwrap_or_else(|p| p.into_inner()).keys() {
             if let Some(committed) = self.committed.get(id) {
-                positions.insert(*id, *committed);
+                positions.insert(*id, committed.clone());
             }
         }
         self.seal(done.epoch);
+        // Every actor acknowledged the epoch before its snapshot was taken.
+        self.sink_handles.retain(|epoch, _| *epoch >= done.epoch);
+        let sinks = self.sink_handles.remove(&done.epoch).unwrap_or_default();
         let taken = done.result.map(|image| TakenSnapshot {
             epoch: done.epoch,
             image,
             align: done.align,
             snapshot: done.snapshot,
-            offsets: positions.iter().map(|(id, (o, _))| (*id, *o)).collect(),
+            offsets: positions.iter().map(|(id, p)| (*id, p.offset)).collect(),
             watermarks: positions
                 .iter()
-                .filter_map(|(id, (_, w))| w.map(|w| (*id, w)))
+                .filter_map(|(id, p)| p.watermark.map(|w| (*id, w)))
                 .collect(),
+            splits: positions
+                .iter()
+                .filter_map(|(id, p)| p.splits.as_ref().map(|s| (*id, s.as_ref().clone())))
+                .collect(),
+            sinks,
         });
         let _ = done.reply.send(taken);
         self.try_seal();
@@ -512,7 +554,11 @@ mod tests {
         client.wait_sealed(1).await.unwrap();
         let e = client.inject(None, vec![7, 8], vec![]).await.unwrap();
         events
-            .send(ActorEvent::Ack { actor: 7, epoch: e })
+            .send(ActorEvent::Ack {
+                actor: 7,
+                epoch: e,
+                sink: None,
+            })
             .await
             .unwrap();
         let waiting = client.wait_sealed(e);
@@ -523,7 +569,11 @@ mod tests {
             "actor 8 has not acknowledged"
         );
         events
-            .send(ActorEvent::Ack { actor: 8, epoch: e })
+            .send(ActorEvent::Ack {
+                actor: 8,
+                epoch: e,
+                sink: None,
+            })
             .await
             .unwrap();
         waiting.await.unwrap();
@@ -577,7 +627,11 @@ mod tests {
         let last = first + EPOCHS_IN_FLIGHT_MAX as u64 - 1;
         for epoch in first..=last {
             events
-                .send(ActorEvent::Ack { actor: 7, epoch })
+                .send(ActorEvent::Ack {
+                    actor: 7,
+                    epoch,
+                    sink: None,
+                })
                 .await
                 .unwrap();
         }

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use tokio::sync::mpsc;
 
-use super::actor::{Actor, SinkCounter};
+use super::actor::Actor;
 use super::dispatch::Partitioner;
 use super::expr::ErrorSink;
 use super::message::{ActorId, Backfills, Message, Mutation, NewOutput, Target};
 use super::plan::{build_actor, ActorContext, Fragment, Keys, Source};
+use super::sink::SinkDriver;
 use crate::error::{Error, Result};
 use crate::state::TableId;
 
@@ -27,8 +28,8 @@ pub struct Identity<'a> {
     pub workers: &'a [ActorId],
     /// Every actor's state tables in order, each taking as many as its fragment needs.
     pub state_tables: &'a [TableId],
-    /// A sink keeps no rows: its actor counts what it receives here.
-    pub sink: Option<Arc<SinkCounter>>,
+    /// A sink keeps no rows: its own actor hands its changes to this.
+    pub sink: Option<SinkDriver>,
 }
 
 /// What the view's actors read and write.
@@ -66,7 +67,7 @@ impl Graph {
 /// each actor of a producing fragment has one output to the fragment that reads it.
 pub fn wire(
     ctx: &ActorContext,
-    view: Identity,
+    mut view: Identity,
     fragments: Vec<Fragment>,
     wiring: Wiring,
 ) -> Result<Graph> {
@@ -143,7 +144,7 @@ pub fn wire(
                 wiring.errors.clone(),
             )?;
             if f == 0 {
-                actor.sink = view.sink.clone();
+                actor.sink = view.sink.take();
             }
             let targets = std::mem::take(&mut outputs[f][a]);
             if !targets.is_empty() {

@@ -1,11 +1,14 @@
 //! What flows on the channels between actors: chunks of changes, watermarks and barriers.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::chunk::StreamChunk;
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::TimestampMicrosecondType;
+
+use super::chunk::{Op, StreamChunk};
 use super::dispatch::Partitioner;
 
 /// Identifies an actor. Each table and each view runs as one actor whose id is the catalog id
@@ -26,6 +29,42 @@ pub enum Message {
 pub struct Watermark {
     pub column: usize,
     pub value: i64,
+}
+
+impl Watermark {
+    /// Moves `current` (a relation's watermark on `column`, `delay_us` behind the newest time
+    /// inserted) past the rows `chunk` inserts; returns the watermark if it advanced.
+    pub fn advance(
+        column: usize,
+        delay_us: i64,
+        current: &mut Option<i64>,
+        chunk: &StreamChunk,
+    ) -> Option<Watermark> {
+        let times = chunk
+            .data
+            .column(column)
+            .as_primitive_opt::<TimestampMicrosecondType>()?;
+        let newest = if times.null_count() == 0 && chunk.ops.iter().all(|o| *o == Op::Insert) {
+            times.values().iter().copied().max()?
+        } else {
+            chunk
+                .ops
+                .iter()
+                .enumerate()
+                .filter(|(i, op)| **op == Op::Insert && times.is_valid(*i))
+                .map(|(i, _)| times.value(i))
+                .max()?
+        };
+        let candidate = newest.saturating_sub(delay_us);
+        if current.is_some_and(|w| w >= candidate) {
+            return None;
+        }
+        *current = Some(candidate);
+        Some(Watermark {
+            column,
+            value: candidate,
+        })
+    }
 }
 
 /// Ends epoch `epoch` on the channel it travels: every chunk sent before it belongs to that
@@ -70,7 +109,7 @@ pub const FEED_ROWS_MAX: usize = 4096;
 pub struct Feed {
     sender: mpsc::Sender<Message>,
     /// Held while a statement or a barrier goes in.
-    lock: Arc<tokio::sync::Mutex<Fed>>,
+    lock: Arc<tokio::sync::Mutex<FeedPosition>>,
     /// Where the feed started: the source's position before anything it sends, which is also
     /// where the actor's state ends until it commits an epoch.
     pub start: FeedPosition,
@@ -88,35 +127,45 @@ struct BarrierOffsets {
     sealed: u64,
 }
 
-/// A source's offset (statements or rows fed) and the last watermark value it sent.
-pub type FeedPosition = (u64, Option<i64>);
+/// Where a source's connector resumes after the rows fed so far: one value per split of the
+/// source (a file, a partition), each the connector's own, opaque to the dataflow and kept in
+/// checkpoints as it is.
+pub type Splits = Arc<BTreeMap<String, serde_json::Value>>;
 
-/// What a feed has sent so far.
-#[derive(Debug, Default, Clone, Copy)]
-struct Fed {
-    /// The source's offset: a table's change-log records fed so far (replayed ones included),
-    /// or a source's rows.
-    statements: u64,
-    /// The last watermark value sent.
-    watermark: Option<i64>,
+/// How far a source's feed has gone: its offset, the last watermark value it sent, and its
+/// connector's position where it keeps one.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct FeedPosition {
+    /// A table's change-log records fed so far (replayed ones included), or a source's rows.
+    pub offset: u64,
+    pub watermark: Option<i64>,
+    /// `None`: the connector resumes by counting `offset` rows (a table, the Nexmark
+    /// generator, a source restored from a checkpoint that kept no splits).
+    pub splits: Option<Splits>,
+}
+
+impl FeedPosition {
+    pub fn at(offset: u64, watermark: Option<i64>) -> FeedPosition {
+        FeedPosition {
+            offset,
+            watermark,
+            splits: None,
+        }
+    }
 }
 
 impl Feed {
     pub fn new(sender: mpsc::Sender<Message>) -> Feed {
-        Feed::starting_at(sender, 0, None)
+        Feed::starting_at(sender, FeedPosition::default())
     }
 
-    /// A feed whose first statement is the source's `offset`-th and whose last watermark was
-    /// `watermark` (replay from a checkpoint).
-    pub fn starting_at(sender: mpsc::Sender<Message>, offset: u64, watermark: Option<i64>) -> Feed {
-        let fed = Fed {
-            statements: offset,
-            watermark,
-        };
+    /// A feed whose first statement is the source's `start.offset`-th (replay from a
+    /// checkpoint).
+    pub fn starting_at(sender: mpsc::Sender<Message>, start: FeedPosition) -> Feed {
         Feed {
             sender,
-            lock: Arc::new(tokio::sync::Mutex::new(fed)),
-            start: (offset, watermark),
+            lock: Arc::new(tokio::sync::Mutex::new(start.clone())),
+            start,
             offsets: None,
         }
     }
@@ -128,7 +177,7 @@ impl Feed {
                 barriers: VecDeque::new(),
                 sealed: offset,
             }))),
-            ..Feed::starting_at(sender, offset, watermark)
+            ..Feed::starting_at(sender, FeedPosition::at(offset, watermark))
         }
     }
 
@@ -166,26 +215,32 @@ impl Feed {
     ) -> Result<(), ()> {
         self.send_changes(chunk.slices(FEED_ROWS_MAX), watermark, 1)
             .await
+            .map(drop)
     }
 
     /// Sends a source's rows (at most `FEED_ROWS_MAX`) and the watermark they advanced, with no
-    /// barrier in between; the offset counts rows. Fails when the actor is gone.
+    /// barrier in between; the offset counts rows, and `splits` is where the connector resumes
+    /// after them. Fails when the actor is gone.
     pub async fn send_rows(
         &self,
         chunk: StreamChunk,
         watermark: Option<Watermark>,
+        splits: Option<Splits>,
     ) -> Result<(), ()> {
         let rows = chunk.len() as u64;
-        self.send_changes([chunk], watermark, rows).await
+        let mut sent = self.send_changes([chunk], watermark, rows).await?;
+        sent.splits = splits;
+        Ok(())
     }
 
-    /// Sends `chunks` and then `watermark` under the lock, and moves the offset by `advance`.
+    /// Sends `chunks` and then `watermark` under the lock, and moves the offset by `advance`;
+    /// returns with the lock held.
     async fn send_changes(
         &self,
         chunks: impl IntoIterator<Item = StreamChunk>,
         watermark: Option<Watermark>,
         advance: u64,
-    ) -> Result<(), ()> {
+    ) -> Result<tokio::sync::MutexGuard<'_, FeedPosition>, ()> {
         let mut sent = self.lock.lock().await;
         for chunk in chunks {
             self.sender
@@ -200,8 +255,8 @@ impl Feed {
                 .map_err(|_| ())?;
             sent.watermark = Some(w.value);
         }
-        sent.statements += advance;
-        Ok(())
+        sent.offset += advance;
+        Ok(sent)
     }
 
     /// Sends a watermark between statements (a restored source's, before anything else).
@@ -224,13 +279,13 @@ impl Feed {
         record: impl FnOnce(FeedPosition),
     ) -> Result<(), ()> {
         let sent = self.lock.lock().await;
-        record((sent.statements, sent.watermark));
+        record(sent.clone());
         if let Some(offsets) = &self.offsets {
             // Only where the offset moved, so that an idle table keeps nothing.
             let mut offsets = offsets.lock().unwrap_or_else(|p| p.into_inner());
             let last = offsets.barriers.back().map_or(offsets.sealed, |b| b.1);
-            if sent.statements != last {
-                offsets.barriers.push_back((barrier.epoch, sent.statements));
+            if sent.offset != last {
+                offsets.barriers.push_back((barrier.epoch, sent.offset));
             }
         }
         self.sender
@@ -354,7 +409,9 @@ mod tests {
                 }
             }
             write.await.unwrap().unwrap();
-            let (offset, watermark) = inject.await.unwrap().unwrap();
+            let FeedPosition {
+                offset, watermark, ..
+            } = inject.await.unwrap().unwrap();
             assert_eq!(watermark, None);
             let at = seen.iter().position(|n| *n == 0).unwrap();
             assert!(at == 0 || at == 4, "barrier between slices: {seen:?}");

@@ -19,3 +19,4 @@ pub mod operator;
 pub mod operators;
 pub mod plan;
 pub mod rows;
+pub mod sink;

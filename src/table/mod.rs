@@ -17,12 +17,11 @@ use std::sync::Arc;
 // A fast seeded hasher for the rows (SipHash was a fifth of a restart's time).
 use datafusion::common::HashMap as RowMap;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::datatypes::TimestampMicrosecondType;
 
-use crate::catalog::{TableDef, WatermarkDef};
+use crate::catalog::TableDef;
 use crate::changelog::ChangeLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::Snapshot;
@@ -310,7 +309,8 @@ impl TableWriter {
 
     /// Moves the watermark past the rows `chunk` inserts; returns it if it advanced.
     pub fn advance_watermark(&mut self, chunk: &StreamChunk) -> Option<Watermark> {
-        advance_watermark(self.def.watermark?, &mut self.watermark, chunk)
+        let def = self.def.watermark?;
+        Watermark::advance(def.column, def.delay_us, &mut self.watermark, chunk)
     }
 
     /// NOT NULL and varchar(n) limits.
@@ -342,39 +342,6 @@ impl TableWriter {
         }
         Ok(())
     }
-}
-
-/// Moves `current` (a relation's watermark under `def`) past the rows `chunk` inserts; returns
-/// the watermark if it advanced.
-pub fn advance_watermark(
-    def: WatermarkDef,
-    current: &mut Option<i64>,
-    chunk: &StreamChunk,
-) -> Option<Watermark> {
-    let times = chunk
-        .data
-        .column(def.column)
-        .as_primitive_opt::<TimestampMicrosecondType>()?;
-    let newest = if times.null_count() == 0 && chunk.ops.iter().all(|o| *o == Op::Insert) {
-        times.values().iter().copied().max()?
-    } else {
-        chunk
-            .ops
-            .iter()
-            .enumerate()
-            .filter(|(i, op)| **op == Op::Insert && times.is_valid(*i))
-            .map(|(i, _)| times.value(i))
-            .max()?
-    };
-    let candidate = newest.saturating_sub(def.delay_us);
-    if current.is_some_and(|w| w >= candidate) {
-        return None;
-    }
-    *current = Some(candidate);
-    Some(Watermark {
-        column: def.column,
-        value: candidate,
-    })
 }
 
 impl TableWriter {
