@@ -48,6 +48,8 @@ pub enum ErrorKind {
     InvalidAuthorization,
     /// A connection asked for a database other than Weir's one.
     UndefinedDatabase,
+    /// A client's message could not be read as the protocol says it must be.
+    ProtocolViolation,
     /// A query needs more working memory than the server's limit leaves it.
     OutOfMemory,
     /// The disk (or a quota) is full: nothing of the statement was kept.

@@ -195,24 +195,23 @@ async fn serve_socket(
     }
 }
 
-const PROTOCOL_VIOLATION: &str = "08P01";
-
 /// Answers a message that could not be read with a FATAL error, and ends the connection.
 async fn refuse<S>(
     socket: &mut Framed<framing::Checked<TcpStream>, PgWireMessageServerCodec<S>>,
     error: PgWireError,
 ) -> std::io::Result<()> {
+    let violation = sqlstate::sqlstate(crate::error::ErrorKind::ProtocolViolation);
     let (code, message) = match &error {
         PgWireError::IoError(e) => match e.get_ref().and_then(|e| e.downcast_ref()) {
             Some(v @ framing::Violation::TooLong { .. }) => (
                 sqlstate::sqlstate(crate::error::ErrorKind::ProgramLimitExceeded),
                 v.to_string(),
             ),
-            Some(v) => (PROTOCOL_VIOLATION, v.to_string()),
+            Some(v) => (violation, v.to_string()),
             // The connection itself failed: nobody to answer.
             None => return Ok(()),
         },
-        e => (PROTOCOL_VIOLATION, format!("invalid message: {e}")),
+        e => (violation, format!("invalid message: {e}")),
     };
     let info = ErrorInfo::new("FATAL".into(), code.into(), message);
     socket

@@ -29,6 +29,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::TooManyConnections => "53300",
         ErrorKind::InvalidAuthorization => "28000",
         ErrorKind::UndefinedDatabase => "3D000",
+        ErrorKind::ProtocolViolation => "08P01",
         ErrorKind::OutOfMemory => "53200",
         ErrorKind::DiskFull => "53100",
         ErrorKind::InsufficientResources => "53000",
