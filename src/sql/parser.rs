@@ -1336,6 +1336,12 @@ mod tests {
             .to_string()
             .contains("emit_on_window_close = true"));
         assert!(parse("CREATE SINK s WITH (connector = 'blackhole')").is_err());
+        // An escaped string keeps its value through the rewrite: a quote, a backslash, a tab.
+        let p = parse(r"CREATE SINK e AS SELECT E'it\'s a\\b\t' AS x FROM t").unwrap();
+        let Statement::CreateSink(cv) = &p[0].statement else {
+            panic!("{:?}", p[0].statement)
+        };
+        assert_eq!(cv.query.to_string(), "SELECT 'it''s a\\b\t' AS x FROM t");
         let p = parse("DROP SOURCE IF EXISTS a, \"B\" CASCADE; DROP SINK s").unwrap();
         assert!(
             matches!(&p[0].statement, Statement::Drop { names, if_exists: true, cascade: true, .. }

@@ -156,10 +156,13 @@ pub(crate) fn tokens_text(tokens: &[TokenWithSpan], range: std::ops::Range<usize
 }
 
 /// A token as SQL text again. Tokens print quoted strings and identifiers without escaping
-/// the quotes inside them, so those are written here.
+/// the quotes inside them, so those are written here. An `E'...'` string holds its value with
+/// the escapes already read: it is written back as a plain string of that value.
 pub(crate) fn token_text(token: &Token) -> String {
     match token {
-        Token::SingleQuotedString(s) => format!("'{}'", s.replace('\'', "''")),
+        Token::SingleQuotedString(s) | Token::EscapedStringLiteral(s) => {
+            format!("'{}'", s.replace('\'', "''"))
+        }
         Token::DoubleQuotedString(s) => format!("\"{}\"", s.replace('"', "\"\"")),
         Token::Word(Word {
             value,
