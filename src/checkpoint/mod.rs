@@ -16,6 +16,7 @@
 pub mod ledger;
 pub mod logs;
 pub mod manifest;
+pub mod plan;
 pub mod restore;
 pub mod storage;
 #[cfg(test)]
@@ -101,6 +102,14 @@ struct Trigger {
     label: Option<String>,
     base: bool,
     reply: oneshot::Sender<Result<(u64, u64)>>,
+}
+
+/// What the start found in the store: its contents, read once, the checkpoint the state store
+/// was restored from, and the manifests found damaged.
+pub struct Found<'a> {
+    pub store: &'a plan::StoreContents,
+    pub restored: Option<u64>,
+    pub damaged: &'a [restore::Damaged],
 }
 
 /// The handle the rest of the server uses: trigger a checkpoint, read the records.
@@ -199,8 +208,7 @@ impl Checkpointer {
     pub async fn start(
         config: CheckpointConfig,
         storage: Storage,
-        restored: Option<u64>,
-        damaged: &[restore::Damaged],
+        found: Found<'_>,
         truncate: Option<mpsc::Sender<Truncate>>,
         barriers: BarrierClient,
         data_dir: PathBuf,
@@ -211,7 +219,8 @@ impl Checkpointer {
         let run = run_id();
         barriers.keep_changes(config.incremental && config.max_deltas > 0);
         let mut ledger = Ledger::new(run.clone(), config.retained);
-        let (existing, unusable) = load_manifests(&storage, damaged).await?;
+        let (existing, unusable) = plan::adopted(found.store, found.damaged);
+        let unusable = unusable_records(unusable);
         let next_id = existing
             .iter()
             .map(|m| m.id)
@@ -225,10 +234,16 @@ impl Checkpointer {
                 deltas: m.deltas.clone(),
             });
         }
-        if let Some(id) = restored {
+        if let Some(id) = found.restored {
             ledger.restored_from(id);
         }
-        sweep(&storage, &existing).await;
+        for name in plan::orphans(found.store, &existing) {
+            match storage.delete(&name).await {
+                Ok(()) => tracing::info!("removed {name}, which no checkpoint names"),
+                Err(e) => tracing::warn!("cannot remove {name}: {e}"),
+            }
+        }
+        let existing: Vec<Manifest> = existing.into_iter().cloned().collect();
         let staging = data_dir.join("checkpoints").join("staging");
         if staging.exists() {
             std::fs::remove_dir_all(&staging)?;
@@ -679,28 +694,10 @@ fn record_of(m: &Manifest, status: Status) -> Record {
     }
 }
 
-/// The usable manifests in the store, oldest first, and a record of each damaged one (named
-/// in `damaged`, or whose manifest does not decode).
-async fn load_manifests(
-    storage: &Storage,
-    damaged: &[restore::Damaged],
-) -> Result<(Vec<Manifest>, Vec<Record>)> {
-    let mut usable = Vec::new();
-    let mut unusable = Vec::new();
-    for (name, _) in storage.list("checkpoints").await? {
-        if !name.ends_with("/manifest.json") {
-            continue;
-        }
-        let decoded = Manifest::decode(&storage.get(&name).await?);
-        let known = damaged.iter().find(|d| d.manifest == name);
-        let reason = match (&decoded, known) {
-            (Ok(m), None) => {
-                usable.push(m.clone());
-                continue;
-            }
-            (_, Some(d)) => d.reason.clone(),
-            (Err(e), None) => e.to_string(),
-        };
+/// A record of each manifest the checkpointer leaves alone (`plan::adopted`).
+fn unusable_records(unusable: Vec<plan::LeftAlone<'_>>) -> Vec<Record> {
+    let mut records = Vec::new();
+    for (name, decoded, reason) in unusable {
         tracing::error!("checkpoint {name} is damaged and left alone: {reason}");
         let id = name
             .split('/')
@@ -708,56 +705,16 @@ async fn load_manifests(
             .and_then(|id| id.parse().ok())
             .unwrap_or_default();
         let status = Status::Damaged(reason);
-        let record = match &decoded {
-            Ok(m) => record_of(m, status),
-            Err(_) => Record {
+        records.push(match decoded {
+            Some(m) => record_of(m, status),
+            None => Record {
                 id,
                 status,
                 ..Record::default()
             },
-        };
-        unusable.push(record);
+        });
     }
-    usable.sort_by_key(|m| m.id);
-    Ok((usable, unusable))
-}
-
-/// Deletes what a crash left behind: objects of checkpoints that never got a manifest (and
-/// that no other manifest names), and shared objects no manifest names. Runs before the
-/// first checkpoint of a run, when nothing is in flight. If any manifest could not be read,
-/// shared objects are left alone: the damaged one may name them.
-async fn sweep(storage: &Storage, manifests: &[Manifest]) {
-    let named: BTreeSet<&str> = manifests
-        .iter()
-        .flat_map(|m| m.objects().map(|f| f.object.as_str()))
-        .collect();
-    let Ok(all) = storage.list("").await else {
-        return;
-    };
-    let with_manifest: BTreeSet<&str> = all
-        .iter()
-        .filter_map(|(n, _)| n.strip_suffix("/manifest.json"))
-        .collect();
-    let readable = manifests.len() == with_manifest.len();
-    for (name, _) in &all {
-        let orphan = if let Some(rest) = name.strip_prefix("checkpoints/") {
-            // A delta checkpoint names its base's own files, also once the base expired.
-            let dir = rest.split('/').next().unwrap_or_default();
-            !with_manifest.contains(format!("checkpoints/{dir}").as_str())
-                && readable
-                && !named.contains(name.as_str())
-        } else if name.starts_with("shared/") {
-            readable && !named.contains(name.as_str())
-        } else {
-            false
-        };
-        if orphan {
-            match storage.delete(name).await {
-                Ok(()) => tracing::info!("removed {name}, which no checkpoint names"),
-                Err(e) => tracing::warn!("cannot remove {name}: {e}"),
-            }
-        }
-    }
+    records
 }
 
 /// Where a data directory keeps the deltas of retained checkpoints.

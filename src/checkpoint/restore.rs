@@ -7,6 +7,7 @@ use std::path::Path;
 
 use super::ledger::FileRef;
 use super::manifest::Manifest;
+use super::plan::StoreContents;
 use super::storage::Storage;
 use crate::error::{Error, ErrorKind, Result};
 use crate::failpoint;
@@ -17,16 +18,6 @@ pub struct Damaged {
     /// The manifest's object name.
     pub manifest: String,
     pub reason: String,
-}
-
-/// What a restore found in the store.
-#[derive(Debug)]
-pub struct Found {
-    /// Every whole checkpoint, newest first: the first is restored, and if one of its files
-    /// turns out damaged while it is rebuilt, the next.
-    pub whole: Vec<Manifest>,
-    /// Every manifest that is not whole, newest first.
-    pub damaged: Vec<Damaged>,
 }
 
 /// What rebuilding a directory took.
@@ -41,58 +32,17 @@ fn corrupt(what: String) -> Error {
     Error::new(ErrorKind::DataCorruption, what)
 }
 
-/// Sorts the store's checkpoints into whole ones (the manifest checks, its catalog reads,
-/// and every file it names is in the store with its recorded size) and damaged ones, newest
-/// first.
-pub async fn find(storage: &Storage) -> Result<Found> {
+/// Reads what the store holds, once per start: every object's name and size, and every
+/// manifest (`plan::StoreContents`).
+pub async fn read_store(storage: &Storage) -> Result<StoreContents> {
     let objects: BTreeMap<String, u64> = storage.list("").await?.into_iter().collect();
-    let mut manifests: Vec<&String> = objects
-        .keys()
-        .filter(|n| n.starts_with("checkpoints/") && n.ends_with("/manifest.json"))
-        .collect();
-    // Ids are zero-padded, so name order is id order.
-    manifests.sort();
-    let mut found = Found {
-        whole: Vec::new(),
-        damaged: Vec::new(),
-    };
-    for name in manifests.into_iter().rev() {
-        let bytes = storage.get(name).await?;
-        let problem = match Manifest::decode(&bytes) {
-            Err(e) => e.to_string(),
-            Ok(m) => {
-                // A catalog that cannot be read is as damaging as a missing file: the state
-                // cannot be told apart without it.
-                let problem = match crate::catalog::Catalog::objects_in(&m.catalog) {
-                    Err(e) => Some(e.message),
-                    Ok(_) => m.objects().find_map(|f| missing(f, &objects)),
-                };
-                match problem {
-                    Some(reason) => reason,
-                    None => {
-                        found.whole.push(m);
-                        continue;
-                    }
-                }
-            }
-        };
-        found.damaged.push(Damaged {
-            manifest: name.clone(),
-            reason: problem,
-        });
+    let mut manifests = Vec::new();
+    for name in StoreContents::manifest_names(&objects) {
+        let bytes = storage.get(&name).await?;
+        let decoded = Manifest::decode(&bytes).map_err(|e| e.to_string());
+        manifests.push((name, decoded));
     }
-    Ok(found)
-}
-
-fn missing(file: &FileRef, objects: &BTreeMap<String, u64>) -> Option<String> {
-    match objects.get(&file.object) {
-        None => Some(format!("{} is missing", file.object)),
-        Some(size) if *size != file.size => Some(format!(
-            "{} has {size} bytes, the manifest says {}",
-            file.object, file.size
-        )),
-        Some(_) => None,
-    }
+    Ok(StoreContents { objects, manifests })
 }
 
 /// Builds `target` (which must not exist) as the RocksDB directory of `manifest`: each file is
@@ -351,64 +301,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn whole_checkpoints_are_told_from_damaged_ones() {
+    async fn the_store_is_read_whole_in_one_listing() {
         let s = store();
         let a = file("shared/r-000001.sst", "000001.sst", b"first");
-        let b = file("shared/r-000002.sst", "000002.sst", b"second");
         put(&s, &a.object, b"first").await;
-        put(&s, &b.object, b"second").await;
         put_manifest(&s, &manifest(1, vec![a.clone()])).await;
-        put_manifest(&s, &manifest(2, vec![a.clone(), b.clone()])).await;
-        let found = find(&s).await.unwrap();
-        let ids: Vec<u64> = found.whole.iter().map(|m| m.id).collect();
-        assert_eq!(ids, [2, 1]);
-        assert!(found.damaged.is_empty());
-
-        // 3 names a file the store lacks, 4 names one of another size, 5's manifest is
-        // damaged: 2 is still the newest whole one, and the three are reported, newest first.
-        let gone = file("shared/r-000003.sst", "000003.sst", b"never uploaded");
-        put_manifest(&s, &manifest(3, vec![a.clone(), gone])).await;
-        let mut short = b.clone();
-        short.size += 1;
-        put_manifest(&s, &manifest(4, vec![short])).await;
-        let mut bytes = manifest(5, vec![a.clone()]).encode().unwrap();
+        let mut bytes = manifest(2, vec![a.clone()]).encode().unwrap();
         bytes[5] ^= 1;
-        put(&s, &format!("checkpoints/{:020}/manifest.json", 5), &bytes).await;
-        let found = find(&s).await.unwrap();
-        assert_eq!(found.whole[0].id, 2);
-        let reasons: Vec<(&str, &str)> = found
-            .damaged
-            .iter()
-            .map(|d| (d.manifest.as_str(), d.reason.as_str()))
-            .collect();
-        assert_eq!(reasons.len(), 3);
-        assert!(reasons[0].0.contains("00000000000000000005"));
-        assert!(reasons[0].1.contains("damaged checkpoint manifest"));
-        assert!(reasons[1].1.contains("has 6 bytes, the manifest says 7"));
-        assert!(reasons[2].1.contains("shared/r-000003.sst is missing"));
-
-        // 6 recorded no catalog (`null`, as earlier servers did when none had been saved
-        // yet): damaged, and 2 is still restored.
-        let mut no_catalog = manifest(6, vec![a.clone()]);
-        no_catalog.catalog = serde_json::Value::Null;
-        put_manifest(&s, &no_catalog).await;
-        let found = find(&s).await.unwrap();
-        assert_eq!(found.whole[0].id, 2);
-        assert!(found.damaged[0].manifest.contains("00000000000000000006"));
-        assert!(
-            found.damaged[0]
-                .reason
-                .contains("cannot read a checkpoint's catalog"),
-            "{}",
-            found.damaged[0].reason
+        put(&s, &format!("checkpoints/{:020}/manifest.json", 2), &bytes).await;
+        let read = read_store(&s).await.unwrap();
+        assert_eq!(read.objects.get(&a.object), Some(&5));
+        assert_eq!(read.manifests.len(), 2);
+        assert_eq!(read.manifests[0].1.as_ref().map(|m| m.id), Ok(1));
+        let damaged = read.manifests[1].1.as_ref().unwrap_err();
+        assert!(damaged.contains("damaged checkpoint manifest"), "{damaged}");
+        let plan = super::super::plan::recovery_plan(&read);
+        assert_eq!(
+            plan.candidates.iter().map(|m| m.id).collect::<Vec<_>>(),
+            [1]
         );
-
-        // Nothing whole at all.
-        let s = store();
-        put_manifest(&s, &manifest(1, vec![a])).await;
-        let found = find(&s).await.unwrap();
-        assert!(found.whole.is_empty());
-        assert_eq!(found.damaged.len(), 1);
     }
 
     #[tokio::test]

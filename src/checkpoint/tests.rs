@@ -150,8 +150,11 @@ async fn setup() -> Setup {
     let checkpoints = Checkpointer::start(
         config,
         Storage::over(faulty.clone(), "memory://"),
-        None,
-        &[],
+        Found {
+            store: &plan::StoreContents::default(),
+            restored: None,
+            damaged: &[],
+        },
         None,
         barriers.clone(),
         dir.path().to_path_buf(),

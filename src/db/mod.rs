@@ -151,7 +151,9 @@ impl Database {
             started_at_ms: crate::clock::wall_ms(),
             ..Default::default()
         };
-        let (store, restored) = recovery::restore_state(&config, &storage, &mut recovery).await?;
+        let contents = restore::read_store(&storage).await?;
+        let (store, restored) =
+            recovery::restore_state(&config, &storage, &contents, &mut recovery).await?;
         store.limit_memory(config.memory_limit_bytes())?;
         recovery.restore_ms = started.elapsed().as_millis() as u64;
         if let (Some(m), false) = (&restored, config.data_dir.join("catalog.json").exists()) {
@@ -224,8 +226,11 @@ impl Database {
         let checkpoints = Checkpointer::start(
             db.config.checkpoint.clone(),
             storage,
-            restored.as_ref().map(|m| m.id),
-            &recovery.damaged,
+            crate::checkpoint::Found {
+                store: &contents,
+                restored: restored.as_ref().map(|m| m.id),
+                damaged: &recovery.damaged,
+            },
             Some(truncate),
             db.barriers.clone(),
             db.config.data_dir.clone(),

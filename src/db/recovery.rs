@@ -15,6 +15,7 @@ use super::ddl::ViewStart;
 use super::Database;
 use crate::catalog::{Catalog, Object, ObjectId};
 use crate::checkpoint::manifest::Manifest;
+use crate::checkpoint::plan::{self, StoreContents};
 use crate::checkpoint::storage::Storage;
 use crate::checkpoint::{logs, restore};
 use crate::config::Config;
@@ -108,16 +109,17 @@ pub(super) async fn ship_logs(db: std::sync::Weak<Database>, storage: Storage, i
 pub(super) async fn restore_state(
     config: &Config,
     storage: &Storage,
+    contents: &StoreContents,
     recovery: &mut restore::Recovery,
 ) -> Result<(
     Arc<StateStore>,
     Option<crate::checkpoint::manifest::Manifest>,
 )> {
     let state_dir = config.data_dir.join("state");
-    let found = restore::find(storage).await?;
-    recovery.damaged = found.damaged;
+    let plan = plan::recovery_plan(contents);
+    recovery.damaged = plan.damaged;
     let rebuilding = config.data_dir.join("state.restoring");
-    for m in found.whole {
+    for m in plan.candidates {
         if rebuilding.exists() {
             std::fs::remove_dir_all(&rebuilding)?;
         }
@@ -179,35 +181,14 @@ pub(super) async fn restore_state(
         recovery.bytes_downloaded = rebuilt.bytes_downloaded;
         return Ok((store, Some(m)));
     }
-    // Without a checkpoint, every view is rebuilt from the tables' logs: exact only while
-    // every log starts at record 0.
     let truncated = crate::changelog::ChangeLog::truncated(&config.data_dir.join("tables"))?;
-    let reasons: Vec<String> = recovery
-        .damaged
-        .iter()
-        .map(|d| format!("{}: {}", d.manifest, d.reason))
-        .collect();
-    if let Some((table, base)) = truncated.first() {
-        let found = match reasons.is_empty() {
-            true => "the checkpoint store holds no checkpoint".to_string(),
-            false => format!(
-                "no checkpoint in the store can be restored ({})",
-                reasons.join("; ")
-            ),
-        };
-        return Err(Error::new(
-            ErrorKind::DataCorruption,
-            format!(
-                "{found}, and the change logs were truncated after checkpoints (table {table}'s \
-                 starts at record {base}), so the views cannot be rebuilt from them; restore \
-                 the checkpoint store from a backup"
-            ),
-        ));
-    }
-    if !reasons.is_empty() {
+    plan::without_checkpoint(&recovery.damaged, truncated.first().copied())?;
+    for d in &recovery.damaged {
         tracing::error!(
-            "no checkpoint can be restored ({}); every view is rebuilt from the change logs",
-            reasons.join("; ")
+            "checkpoint {} cannot be restored ({}); without one, every view is rebuilt from \
+             the change logs",
+            d.manifest,
+            d.reason
         );
     }
     Ok((StateStore::open_fresh(&state_dir)?, None))
