@@ -7,8 +7,9 @@ use datafusion::arrow::array::{
     UInt16Array, UInt32Array, UInt64Array, UInt8Array,
 };
 use datafusion::arrow::datatypes::{
-    DataType, IntervalMonthDayNano, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType,
+    DataType, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type,
+    IntervalMonthDayNano, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::common::ScalarValue;
@@ -95,86 +96,38 @@ pub fn binary_value(array: &ArrayRef, row: usize, out: &mut Vec<u8>) -> Result<b
             let a = array.as_any().downcast_ref::<BooleanArray>().expect("bool");
             out.push(a.value(row) as u8);
         }
+        // Unsigned integers travel as the next wider signed type (u64 as numeric).
         DataType::Int8 => out.extend_from_slice(
-            &(array
-                .as_any()
-                .downcast_ref::<Int8Array>()
-                .expect("i8")
-                .value(row) as i16)
-                .to_be_bytes(),
+            &i16::from(array.as_primitive::<Int8Type>().value(row)).to_be_bytes(),
         ),
         DataType::UInt8 => out.extend_from_slice(
-            &(array
-                .as_any()
-                .downcast_ref::<UInt8Array>()
-                .expect("u8")
-                .value(row) as i16)
-                .to_be_bytes(),
+            &i16::from(array.as_primitive::<UInt8Type>().value(row)).to_be_bytes(),
         ),
-        DataType::Int16 => out.extend_from_slice(
-            &array
-                .as_any()
-                .downcast_ref::<Int16Array>()
-                .expect("i16")
-                .value(row)
-                .to_be_bytes(),
-        ),
-        DataType::UInt16 => out.extend_from_slice(
-            &(array
-                .as_any()
-                .downcast_ref::<UInt16Array>()
-                .expect("u16")
-                .value(row) as i32)
-                .to_be_bytes(),
-        ),
-        DataType::Int32 => out.extend_from_slice(
-            &array
-                .as_any()
-                .downcast_ref::<Int32Array>()
-                .expect("i32")
-                .value(row)
-                .to_be_bytes(),
-        ),
-        DataType::UInt32 => out.extend_from_slice(
-            &(array
-                .as_any()
-                .downcast_ref::<UInt32Array>()
-                .expect("u32")
-                .value(row) as i64)
-                .to_be_bytes(),
-        ),
-        DataType::Int64 => out.extend_from_slice(
-            &array
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .expect("i64")
-                .value(row)
-                .to_be_bytes(),
-        ),
-        DataType::UInt64 => {
-            let v = array
-                .as_any()
-                .downcast_ref::<UInt64Array>()
-                .expect("u64")
-                .value(row);
-            numeric_binary(v as i128, 0, out);
+        DataType::Int16 => {
+            out.extend_from_slice(&array.as_primitive::<Int16Type>().value(row).to_be_bytes())
         }
-        DataType::Float32 => out.extend_from_slice(
-            &array
-                .as_any()
-                .downcast_ref::<Float32Array>()
-                .expect("f32")
-                .value(row)
-                .to_be_bytes(),
+        DataType::UInt16 => out.extend_from_slice(
+            &i32::from(array.as_primitive::<UInt16Type>().value(row)).to_be_bytes(),
         ),
-        DataType::Float64 => out.extend_from_slice(
-            &array
-                .as_any()
-                .downcast_ref::<Float64Array>()
-                .expect("f64")
-                .value(row)
-                .to_be_bytes(),
+        DataType::Int32 => {
+            out.extend_from_slice(&array.as_primitive::<Int32Type>().value(row).to_be_bytes())
+        }
+        DataType::UInt32 => out.extend_from_slice(
+            &i64::from(array.as_primitive::<UInt32Type>().value(row)).to_be_bytes(),
         ),
+        DataType::Int64 => {
+            out.extend_from_slice(&array.as_primitive::<Int64Type>().value(row).to_be_bytes())
+        }
+        DataType::UInt64 => {
+            let v = array.as_primitive::<UInt64Type>().value(row);
+            numeric_binary(i128::from(v), 0, out);
+        }
+        DataType::Float32 => {
+            out.extend_from_slice(&array.as_primitive::<Float32Type>().value(row).to_be_bytes())
+        }
+        DataType::Float64 => {
+            out.extend_from_slice(&array.as_primitive::<Float64Type>().value(row).to_be_bytes())
+        }
         DataType::Decimal128(_, scale) => {
             let v = array
                 .as_any()

@@ -49,76 +49,14 @@ pub fn create_table(ct: &ast::CreateTable, id: ObjectId) -> Result<TableDef> {
         ));
     }
     let name = relation_name(&ct.name)?;
-    let mut columns: Vec<ColumnDef> = Vec::new();
-    let mut primary_key: Vec<usize> = Vec::new();
-    for (pos, col) in ct.columns.iter().enumerate() {
-        let col_name = ident_name(&col.name);
-        if columns.iter().any(|c| c.name == col_name) {
-            return Err(Error::new(
-                ErrorKind::DuplicateColumn,
-                format!("column \"{col_name}\" specified more than once"),
-            ));
-        }
-        let mut def = ColumnDef {
-            name: col_name,
-            ty: SqlType::from_ast(&col.data_type)?,
-            not_null: false,
-        };
-        for opt in &col.options {
-            match &opt.option {
-                ColumnOption::Null => def.not_null = false,
-                ColumnOption::NotNull => def.not_null = true,
-                ColumnOption::PrimaryKey(_) => {
-                    if !primary_key.is_empty() {
-                        return Err(multiple_primary_keys(&name));
-                    }
-                    primary_key.push(pos);
-                }
-                other => {
-                    return Err(Error::not_supported(format!(
-                        "column constraint {other} is not supported"
-                    ))
-                    .with_hint("Columns may be declared NULL, NOT NULL or PRIMARY KEY."))
-                }
-            }
-        }
-        columns.push(def);
-    }
-    if columns.is_empty() {
-        return Err(Error::not_supported("tables must have at least one column"));
-    }
+    let (mut columns, mut primary_key) = column_defs(&ct.columns, &name)?;
     for constraint in &ct.constraints {
         match constraint {
             TableConstraint::PrimaryKey(pk) => {
                 if !primary_key.is_empty() {
                     return Err(multiple_primary_keys(&name));
                 }
-                for ic in &pk.columns {
-                    let ast::Expr::Identifier(ident) = &ic.column.expr else {
-                        return Err(Error::not_supported(
-                            "primary keys are made of plain columns",
-                        ));
-                    };
-                    let col_name = ident_name(ident);
-                    let pos = columns
-                        .iter()
-                        .position(|c| c.name == col_name)
-                        .ok_or_else(|| {
-                            Error::new(
-                                ErrorKind::UndefinedColumn,
-                                format!("column \"{col_name}\" named in key does not exist"),
-                            )
-                        })?;
-                    if primary_key.contains(&pos) {
-                        return Err(Error::new(
-                            ErrorKind::DuplicateObject,
-                            format!(
-                                "column \"{col_name}\" appears twice in primary key constraint"
-                            ),
-                        ));
-                    }
-                    primary_key.push(pos);
-                }
+                primary_key = key_columns(&pk.columns, &columns)?;
             }
             other => {
                 return Err(Error::not_supported(format!(
@@ -163,6 +101,79 @@ pub fn create_table(ct: &ast::CreateTable, id: ObjectId) -> Result<TableDef> {
         watermark,
         key_first: true,
     })
+}
+
+/// A table's columns and the positions of the primary key its column constraints declare.
+fn column_defs(declared: &[ast::ColumnDef], table: &str) -> Result<(Vec<ColumnDef>, Vec<usize>)> {
+    let mut columns: Vec<ColumnDef> = Vec::new();
+    let mut primary_key: Vec<usize> = Vec::new();
+    for (pos, col) in declared.iter().enumerate() {
+        let col_name = ident_name(&col.name);
+        if columns.iter().any(|c| c.name == col_name) {
+            return Err(Error::new(
+                ErrorKind::DuplicateColumn,
+                format!("column \"{col_name}\" specified more than once"),
+            ));
+        }
+        let mut def = ColumnDef {
+            name: col_name,
+            ty: SqlType::from_ast(&col.data_type)?,
+            not_null: false,
+        };
+        for opt in &col.options {
+            match &opt.option {
+                ColumnOption::Null => def.not_null = false,
+                ColumnOption::NotNull => def.not_null = true,
+                ColumnOption::PrimaryKey(_) => {
+                    if !primary_key.is_empty() {
+                        return Err(multiple_primary_keys(table));
+                    }
+                    primary_key.push(pos);
+                }
+                other => {
+                    return Err(Error::not_supported(format!(
+                        "column constraint {other} is not supported"
+                    ))
+                    .with_hint("Columns may be declared NULL, NOT NULL or PRIMARY KEY."))
+                }
+            }
+        }
+        columns.push(def);
+    }
+    if columns.is_empty() {
+        return Err(Error::not_supported("tables must have at least one column"));
+    }
+    Ok((columns, primary_key))
+}
+
+/// The positions in `columns` of a `PRIMARY KEY (...)` constraint's columns.
+fn key_columns(key: &[ast::IndexColumn], columns: &[ColumnDef]) -> Result<Vec<usize>> {
+    let mut primary_key = Vec::new();
+    for ic in key {
+        let ast::Expr::Identifier(ident) = &ic.column.expr else {
+            return Err(Error::not_supported(
+                "primary keys are made of plain columns",
+            ));
+        };
+        let col_name = ident_name(ident);
+        let pos = columns
+            .iter()
+            .position(|c| c.name == col_name)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::UndefinedColumn,
+                    format!("column \"{col_name}\" named in key does not exist"),
+                )
+            })?;
+        if primary_key.contains(&pos) {
+            return Err(Error::new(
+                ErrorKind::DuplicateObject,
+                format!("column \"{col_name}\" appears twice in primary key constraint"),
+            ));
+        }
+        primary_key.push(pos);
+    }
+    Ok(primary_key)
 }
 
 /// A `WITH` option's value as text: a string's contents, a number or boolean as written.
