@@ -138,8 +138,9 @@ impl Options {
     /// Refuses an option given twice (42601, as PostgreSQL's "conflicting or redundant
     /// options").
     pub fn new(pairs: Vec<(String, String)>) -> Result<Options> {
-        for (i, (key, _)) in pairs.iter().enumerate() {
-            if pairs[..i].iter().any(|(k, _)| k == key) {
+        let mut seen = std::collections::HashSet::with_capacity(pairs.len());
+        for (key, _) in &pairs {
+            if !seen.insert(key.as_str()) {
                 return Err(Error::syntax(format!(
                     "conflicting or redundant options: \"{key}\" is given twice"
                 )));
