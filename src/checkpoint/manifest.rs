@@ -122,6 +122,33 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// A base checkpoint `id` at epoch `id * 10` naming `files`, with an empty catalog and
+    /// nothing else, for tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(id: u64, files: Vec<FileRef>) -> Manifest {
+        Manifest {
+            format: FORMAT,
+            id,
+            epoch: id * 10,
+            kind: Kind::Periodic,
+            label: None,
+            run: "r".into(),
+            started_at_ms: 0,
+            mode: Mode::Base,
+            files,
+            deltas: Vec::new(),
+            files_uploaded: 0,
+            bytes_uploaded: 0,
+            offsets: BTreeMap::new(),
+            watermarks: BTreeMap::new(),
+            splits: BTreeMap::new(),
+            sinks: BTreeMap::new(),
+            failed_actors: Vec::new(),
+            catalog: serde_json::json!({"next_id": 1000, "objects": []}),
+            timings: Timings::default(),
+        }
+    }
+
     /// Every object the checkpoint names: its base's files, then its deltas.
     pub fn objects(&self) -> impl Iterator<Item = &FileRef> {
         self.files.iter().chain(&self.deltas)

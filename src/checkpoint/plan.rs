@@ -171,7 +171,6 @@ pub fn orphans(store: &StoreContents, manifests: &[&Manifest]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::manifest::{Kind, Mode, Timings, FORMAT};
 
     fn file(object: &str, size: u64) -> FileRef {
         FileRef {
@@ -179,30 +178,6 @@ mod tests {
             local: object.rsplit('/').next().unwrap_or_default().into(),
             size,
             crc32: 0,
-        }
-    }
-
-    fn manifest(id: u64, files: Vec<FileRef>) -> Manifest {
-        Manifest {
-            format: FORMAT,
-            id,
-            epoch: id * 10,
-            kind: Kind::Periodic,
-            label: None,
-            run: "r".into(),
-            started_at_ms: 0,
-            mode: Mode::Base,
-            files,
-            deltas: Vec::new(),
-            files_uploaded: 0,
-            bytes_uploaded: 0,
-            offsets: BTreeMap::new(),
-            watermarks: BTreeMap::new(),
-            splits: BTreeMap::new(),
-            sinks: BTreeMap::new(),
-            failed_actors: Vec::new(),
-            catalog: serde_json::json!({"next_id": 1000, "objects": []}),
-            timings: Timings::default(),
         }
     }
 
@@ -232,18 +207,21 @@ mod tests {
         let (a, b) = (file("shared/r-1.sst", 5), file("shared/r-2.sst", 6));
         let mut short = b.clone();
         short.size += 1;
-        let mut no_catalog = manifest(6, vec![a.clone()]);
+        let mut no_catalog = Manifest::for_tests(6, vec![a.clone()]);
         no_catalog.catalog = serde_json::Value::Null;
         let s = store(
             &[("shared/r-1.sst", 5), ("shared/r-2.sst", 6)],
             vec![
-                (1, Ok(manifest(1, vec![a.clone()]))),
-                (2, Ok(manifest(2, vec![a.clone(), b.clone()]))),
+                (1, Ok(Manifest::for_tests(1, vec![a.clone()]))),
+                (2, Ok(Manifest::for_tests(2, vec![a.clone(), b.clone()]))),
                 (
                     3,
-                    Ok(manifest(3, vec![a.clone(), file("shared/r-3.sst", 1)])),
+                    Ok(Manifest::for_tests(
+                        3,
+                        vec![a.clone(), file("shared/r-3.sst", 1)],
+                    )),
                 ),
-                (4, Ok(manifest(4, vec![short]))),
+                (4, Ok(Manifest::for_tests(4, vec![short]))),
                 (5, Err("damaged checkpoint manifest".into())),
                 (6, Ok(no_catalog)),
             ],
@@ -291,8 +269,8 @@ mod tests {
         let s = store(
             &[],
             vec![
-                (1, Ok(manifest(1, vec![]))),
-                (2, Ok(manifest(2, vec![]))),
+                (1, Ok(Manifest::for_tests(1, vec![]))),
+                (2, Ok(Manifest::for_tests(2, vec![]))),
                 (3, Err("undecodable".into())),
             ],
         );
@@ -317,8 +295,9 @@ mod tests {
 
     #[test]
     fn orphans_are_what_no_manifest_names_unless_a_manifest_is_unreadable() {
-        let base = manifest(1, vec![file("checkpoints/00000000000000000001/a.sst", 1)]);
-        let mut delta = manifest(2, vec![file("checkpoints/00000000000000000001/a.sst", 1)]);
+        let base = Manifest::for_tests(1, vec![file("checkpoints/00000000000000000001/a.sst", 1)]);
+        let mut delta =
+            Manifest::for_tests(2, vec![file("checkpoints/00000000000000000001/a.sst", 1)]);
         delta.deltas = vec![file("shared/r-d1.sst", 1)];
         let objects = [
             ("checkpoints/00000000000000000001/a.sst", 1),

@@ -242,14 +242,12 @@ pub fn record_recovery(data_dir: &Path, recovery: &Recovery) -> Result<Vec<Recov
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use bytes::Bytes;
     use object_store::memory::InMemory;
 
     use super::*;
-    use crate::checkpoint::manifest::{Kind, Timings, FORMAT};
 
     fn file(object: &str, local: &str, bytes: &[u8]) -> FileRef {
         FileRef {
@@ -257,30 +255,6 @@ mod tests {
             local: local.into(),
             size: bytes.len() as u64,
             crc32: crc32fast::hash(bytes),
-        }
-    }
-
-    fn manifest(id: u64, files: Vec<FileRef>) -> Manifest {
-        Manifest {
-            format: FORMAT,
-            id,
-            epoch: id * 10,
-            kind: Kind::Periodic,
-            label: None,
-            run: "r".into(),
-            started_at_ms: 0,
-            mode: crate::checkpoint::manifest::Mode::Base,
-            files,
-            deltas: Vec::new(),
-            files_uploaded: 0,
-            bytes_uploaded: 0,
-            offsets: BTreeMap::new(),
-            watermarks: BTreeMap::new(),
-            splits: BTreeMap::new(),
-            sinks: BTreeMap::new(),
-            failed_actors: Vec::new(),
-            catalog: serde_json::json!({"next_id": 1000, "objects": []}),
-            timings: Timings::default(),
         }
     }
 
@@ -305,8 +279,8 @@ mod tests {
         let s = store();
         let a = file("shared/r-000001.sst", "000001.sst", b"first");
         put(&s, &a.object, b"first").await;
-        put_manifest(&s, &manifest(1, vec![a.clone()])).await;
-        let mut bytes = manifest(2, vec![a.clone()]).encode().unwrap();
+        put_manifest(&s, &Manifest::for_tests(1, vec![a.clone()])).await;
+        let mut bytes = Manifest::for_tests(2, vec![a.clone()]).encode().unwrap();
         bytes[5] ^= 1;
         put(&s, &format!("checkpoints/{:020}/manifest.json", 2), &bytes).await;
         let read = read_store(&s).await.unwrap();
@@ -335,7 +309,7 @@ mod tests {
         ] {
             put(&s, &f.object, bytes).await;
         }
-        let m = manifest(1, vec![same.clone(), other.clone(), absent.clone()]);
+        let m = Manifest::for_tests(1, vec![same.clone(), other.clone(), absent.clone()]);
         let dir = tempfile::tempdir().unwrap();
         let previous = dir.path().join("state");
         std::fs::create_dir_all(&previous).unwrap();
@@ -379,7 +353,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = rebuild(
             &s,
-            &manifest(3, vec![f]),
+            &Manifest::for_tests(3, vec![f]),
             &dir.path().join("state"),
             &dir.path().join("restoring"),
         )
@@ -391,7 +365,7 @@ mod tests {
         let evil = file("shared/x", "../escape", b"x");
         let err = rebuild(
             &s,
-            &manifest(4, vec![evil]),
+            &Manifest::for_tests(4, vec![evil]),
             &dir.path().join("state"),
             &dir.path().join("restoring2"),
         )
