@@ -17,6 +17,7 @@ pub enum ErrorKind {
     UndefinedTable,
     UndefinedColumn,
     UndefinedObject,
+    UndefinedFunction,
     DuplicateObject,
     /// Two columns of one relation have the same name.
     DuplicateColumn,

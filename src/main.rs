@@ -97,7 +97,7 @@ fn main() -> ExitCode {
     };
     let result = match checkpoint {
         Some(c) => runtime.block_on(request_checkpoint(c)),
-        // On a runtime thread, not this one: every statement (views planned again at start
+        // On a runtime thread, not this one: every statement (views started at start
         // included) runs with the stack it was sized for.
         None => runtime.block_on(async {
             tokio::spawn(serve(args))

@@ -560,19 +560,23 @@ async fn a_view_from_an_older_catalog_keeps_the_types_its_state_was_built_with()
     .unwrap();
     drop(c);
     server.stop(SIGKILL).await;
-    // The catalog as an older server wrote it; without a checkpoint, the view is built again
-    // from the table's log, as that server built it.
+    // The catalog as an older server wrote it, which kept neither how the view's constants
+    // were typed nor its compiled plan; without a checkpoint, the view is built again from the
+    // table's log, as that server built it.
     let path = data.join("catalog.json");
-    let catalog = std::fs::read_to_string(&path).unwrap();
-    let older: String = catalog
-        .lines()
-        .filter(|l| !l.contains("\"int4_literals\""))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace(",\n    }", "\n    }")
-        .replace(",\n      }", "\n      }");
-    assert_ne!(older, catalog);
-    std::fs::write(&path, &older).unwrap();
+    let mut catalog: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    catalog["format"] = 1.into();
+    let mut views = 0;
+    for object in catalog["objects"].as_array_mut().unwrap() {
+        if let Some(view) = object.get_mut("View").and_then(|v| v.as_object_mut()) {
+            assert!(view.remove("int4_literals").is_some());
+            assert!(view.remove("plan").is_some());
+            views += 1;
+        }
+    }
+    assert_eq!(views, 1);
+    std::fs::write(&path, serde_json::to_vec_pretty(&catalog).unwrap()).unwrap();
     let types = "SELECT arrow_typeof(x), arrow_typeof(five) FROM v LIMIT 1";
     let expected = ["Int64 Int64"];
     for round in 0..2 {
@@ -596,6 +600,46 @@ async fn a_view_from_an_older_catalog_keeps_the_types_its_state_was_built_with()
         drop(c);
         server.stop(SIGKILL).await;
     }
+}
+
+/// A restart runs the plan the catalog keeps for a view, not one planned again from its
+/// query: a view whose recorded query text no longer matches its plan goes on computing what
+/// it was created to compute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_runs_the_views_kept_plan_not_its_query_planned_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = common::barriers_on_request_config(dir.path());
+    let args = ["--config", config.to_str().unwrap()];
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (a int, b bigint);
+         INSERT INTO t VALUES (1, 10), (2, 20), (2, 5);
+         CREATE MATERIALIZED VIEW v AS SELECT a, sum(b) AS s FROM t GROUP BY a;
+         FLUSH; CHECKPOINT",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    server.stop(SIGKILL).await;
+    let path = data.join("catalog.json");
+    let catalog = std::fs::read_to_string(&path).unwrap();
+    let query = "SELECT a, sum(b) AS s FROM t GROUP BY a";
+    assert!(catalog.contains(query));
+    std::fs::write(
+        &path,
+        catalog.replace(query, "SELECT a, min(b) AS s FROM t GROUP BY a"),
+    )
+    .unwrap();
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    c.batch_execute("INSERT INTO t VALUES (2, 1), (3, 7); FLUSH")
+        .await
+        .unwrap();
+    let mut rows = text_rows(&c, "SELECT * FROM v").await;
+    rows.sort();
+    assert_eq!(rows, ["1 10", "2 26", "3 7"]);
 }
 
 /// A table ten times the server's memory limit loads, takes a full-scan UPDATE, a point

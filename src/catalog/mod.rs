@@ -114,6 +114,12 @@ pub struct ViewDef {
     /// again, since their state holds what that typing gave (`sql::rules::IntegerLiterals`).
     #[serde(default)]
     pub int4_literals: bool,
+    /// The compiled plan the view runs (`stream::stored`), kept so that a restart runs the
+    /// plan its state was written by, not the one the running planner would give its query.
+    /// Absent from catalogs of format 2 and before, whose views are planned once more at their
+    /// first start and keep that plan from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<serde_json::Value>,
 }
 
 impl ViewDef {
@@ -230,7 +236,8 @@ impl SourceDef {
 /// it (an older Weir would ignore what it does not know). Catalogs written before formats
 /// were recorded are format 0, the same encoding without the field.
 /// 2: a source's connector is its name and options (`Connector`), no longer a typed enum.
-pub const CATALOG_FORMAT: u32 = 2;
+/// 3: a view keeps its compiled plan (`ViewDef::plan`).
+pub const CATALOG_FORMAT: u32 = 3;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -474,6 +481,21 @@ impl Catalog {
         Ok(())
     }
 
+    /// Keeps `plan` as view `id`'s compiled plan.
+    pub fn set_view_plan(&mut self, id: ObjectId, plan: serde_json::Value) -> Result<()> {
+        let Some(Object::View(v)) = self.data.objects.iter_mut().find(|o| o.id() == id) else {
+            return Err(Error::internal("a plan kept for a view not in the catalog"));
+        };
+        let before = v.plan.replace(plan);
+        if let Err(e) = self.save() {
+            if let Some(Object::View(v)) = self.data.objects.iter_mut().find(|o| o.id() == id) {
+                v.plan = before;
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Removes objects by id.
     pub fn remove(&mut self, ids: &[ObjectId]) -> Result<()> {
         let before = self.data.objects.clone();
@@ -560,6 +582,7 @@ mod tests {
             parallelism: 1,
             sink: false,
             int4_literals: true,
+            plan: None,
         })
     }
 

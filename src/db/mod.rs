@@ -32,10 +32,11 @@ mod lock;
 mod query;
 mod recovery;
 mod system_tables;
+mod views;
 
-pub use ddl::parse_parallelism;
 pub use query::{pg_column_name, result_schema};
 pub use system_tables::text_rows;
+pub use views::parse_parallelism;
 
 /// A query's rows, batch by batch as its execution produces them.
 pub type RowStream =

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::ddl::ViewStart;
+use super::views::ViewStart;
 use super::Database;
 use crate::catalog::{Catalog, Object, ObjectId};
 use crate::checkpoint::manifest::Manifest;
@@ -490,6 +490,7 @@ mod tests {
             parallelism: 1 + workers.len(),
             sink: false,
             int4_literals: true,
+            plan: None,
         })
     }
 

@@ -10,6 +10,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::UndefinedTable => "42P01",
         ErrorKind::UndefinedColumn => "42703",
         ErrorKind::UndefinedObject => "42704",
+        ErrorKind::UndefinedFunction => "42883",
         ErrorKind::DuplicateObject => "42P07",
         ErrorKind::DuplicateColumn => "42701",
         ErrorKind::WrongObjectType => "42809",

@@ -113,6 +113,17 @@ impl CheckedArithmetic {
     }
 }
 
+/// The checked arithmetic function `name` (as a stored plan names it) of result `data_type`.
+pub fn checked_function(name: &str, data_type: &DataType) -> Option<Arc<ScalarUDF>> {
+    let op = match name {
+        "checked_plus" => Op::Plus,
+        "checked_minus" => Op::Minus,
+        "checked_multiply" => Op::Multiply,
+        _ => return None,
+    };
+    Some(CheckedArithmetic::udf(op, data_type.clone()))
+}
+
 impl ScalarUDFImpl for CheckedArithmetic {
     fn name(&self) -> &str {
         match self.op {

@@ -215,6 +215,37 @@ pub fn register_system_tables(
     Ok(())
 }
 
+/// The functions of a context, as a view's stored plan calls them (`stream::stored`).
+pub struct PlanFunctions(datafusion::execution::SessionState);
+
+impl PlanFunctions {
+    pub fn of(ctx: &SessionContext) -> PlanFunctions {
+        PlanFunctions(ctx.state())
+    }
+}
+
+impl crate::stream::stored::Functions for PlanFunctions {
+    fn scalar(
+        &self,
+        name: &str,
+        return_type: &DataType,
+    ) -> Result<Arc<datafusion::logical_expr::ScalarUDF>> {
+        if let Some(f) = super::checked::checked_function(name, return_type) {
+            return Ok(f);
+        }
+        self.0.scalar_functions().get(name).cloned().ok_or_else(|| {
+            Error::new(
+                ErrorKind::UndefinedFunction,
+                format!("a view's stored plan calls {name}(), which this version of Weir lacks"),
+            )
+        })
+    }
+
+    fn config(&self) -> Arc<ConfigOptions> {
+        self.0.config_options().clone()
+    }
+}
+
 /// The name `now()` and `current_timestamp` take in a view's query: volatile, so that the
 /// optimizer leaves it in the plan (it folds `now()` into a constant), where the view compiler
 /// finds it and builds a temporal filter. Evaluated, it is the current time.

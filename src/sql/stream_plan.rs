@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Schema};
-use datafusion::arrow::row::SortField;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DFSchema;
 use datafusion::common::{Column, ScalarValue};
@@ -26,7 +25,7 @@ use crate::stream::operators::hash_agg::{AggCall, AggKind};
 use crate::stream::operators::join::{JoinKind, JoinSpec};
 use crate::stream::operators::project::monotonic_in;
 use crate::stream::operators::temporal_filter::{TemporalSpec, Visible};
-use crate::stream::operators::top_n::{RankKind, TopNSpec};
+use crate::stream::operators::top_n::{OrderField, RankKind, TopNSpec};
 use crate::stream::plan::{PlanNode, StreamPlan};
 use datafusion::sql::sqlparser::ast;
 
@@ -476,7 +475,7 @@ impl Planner<'_> {
         &self,
         order: &[SortExpr],
         schema: &DFSchema,
-    ) -> Result<(Vec<PhysicalExprRef>, Vec<SortField>)> {
+    ) -> Result<(Vec<PhysicalExprRef>, Vec<OrderField>)> {
         let mut exprs = Vec::new();
         let mut fields = Vec::new();
         for s in order {
@@ -485,10 +484,10 @@ impl Planner<'_> {
                 descending: !s.asc,
                 nulls_first: s.nulls_first,
             };
-            fields.push(SortField::new_with_options(
-                s.expr.get_type(schema)?,
+            fields.push(OrderField {
+                data_type: s.expr.get_type(schema)?,
                 options,
-            ));
+            });
         }
         Ok((exprs, fields))
     }

@@ -283,6 +283,10 @@ impl VnodeOf {
         VnodeOf { args }
     }
 
+    pub fn args(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.args
+    }
+
     /// The vnode of a row of `schema`, from every column whose type hashes.
     pub fn of_row(schema: &Schema) -> VnodeOf {
         let args = schema

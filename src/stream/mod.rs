@@ -20,3 +20,4 @@ pub mod operators;
 pub mod plan;
 pub mod rows;
 pub mod sink;
+pub mod stored;

@@ -688,7 +688,7 @@ impl Fragmenter {
 
 impl PlanNode {
     /// The schema of the node's output, where the node records it (not for a bare input).
-    fn schema(&self) -> Option<SchemaRef> {
+    pub(super) fn schema(&self) -> Option<SchemaRef> {
         match self {
             PlanNode::Input(_) => None,
             PlanNode::Filter { input, .. } => input.schema(),

@@ -49,7 +49,7 @@ const VNODE_BYTES: usize = 2;
 /// RocksDB; the cache only saves reads).
 const CACHED_GROUPS_MAX: usize = 200_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AggKind {
     Count,
     Sum,

@@ -28,7 +28,7 @@ use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
 use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum JoinKind {
     Inner,
     Left,

@@ -24,7 +24,7 @@ use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
 
 /// How `now` compares with a row's bound `b` while the row is visible.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Visible {
     /// `now < b`: the row expires when `now` reaches `b`.
     Before,

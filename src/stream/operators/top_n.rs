@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_plan::PhysicalExpr;
@@ -26,20 +27,27 @@ use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
 
 /// The window function whose value a per-partition Top-N outputs as its last column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RankKind {
     RowNumber,
     Rank,
     DenseRank,
 }
 
+/// The type and direction of one column of a sort key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderField {
+    pub data_type: DataType,
+    pub options: SortOptions,
+}
+
 #[derive(Clone)]
 pub struct TopNSpec {
     pub partition: Vec<Arc<dyn PhysicalExpr>>,
     pub partition_types: Vec<DataType>,
-    /// The sort key, with each column's direction and NULL placement.
+    /// The sort key, with each column's type, direction and NULL placement.
     pub order: Vec<Arc<dyn PhysicalExpr>>,
-    pub order_fields: Vec<SortField>,
+    pub order_fields: Vec<OrderField>,
     /// Rows (or ranks, for `rank`) before the first one kept.
     pub offset: u64,
     /// How many are kept; all, when `None`.
@@ -118,7 +126,12 @@ impl TopN {
             order: if spec.order_fields.is_empty() {
                 None
             } else {
-                Some(RowConverter::new(spec.order_fields.clone())?)
+                Some(RowConverter::new(
+                    spec.order_fields
+                        .iter()
+                        .map(|f| SortField::new_with_options(f.data_type.clone(), f.options))
+                        .collect(),
+                )?)
             },
             input_rows: RowCodec::for_schema(&spec.input_schema)?,
             output_rows: RowCodec::for_schema(&spec.schema)?,
@@ -332,7 +345,10 @@ mod tests {
             partition,
             partition_types,
             order: vec![col("v", &input).unwrap()],
-            order_fields: vec![SortField::new_with_options(DataType::Int64, descending)],
+            order_fields: vec![OrderField {
+                data_type: DataType::Int64,
+                options: descending,
+            }],
             offset,
             limit: Some(limit),
             rank,

@@ -1,0 +1,506 @@
+//! Views and sinks: planning a view's query, compiling it into the fragments the catalog
+//! keeps (`stream::stored`), starting its actors in the running dataflow with its backfill,
+//! and starting a view of the catalog again from its kept plan.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast;
+
+use crate::catalog::{Object, ObjectId, ViewDef};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sql::context::PlanFunctions;
+use crate::sql::ddl::{self, relation_name};
+use crate::sql::stream_plan::{check_deterministic, Planner};
+use crate::stream::expr::ErrorSink;
+use crate::stream::graph;
+use crate::stream::plan::{Fragment, PlanNode, StreamPlan};
+use crate::stream::sink::{SinkCounter, SinkDriver};
+use crate::stream::stored::Compiled;
+
+use super::query::{identity_exprs, pg_names};
+use super::{text_rows, Database, Output};
+
+/// How a view starts.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum ViewStart<'a> {
+    /// New (or rebuilt): its inputs send their contents first.
+    New,
+    /// Restored from a checkpoint, whose state holds its inputs up to the checkpoint; a sink
+    /// recovers from the handle its writer pre-committed there.
+    Restored { sink: Option<&'a serde_json::Value> },
+}
+
+impl Database {
+    /// Starts a view of the catalog (at start) from the plan it keeps. A view of a catalog
+    /// written before plans were kept is planned from its query once more, and keeps that
+    /// plan from then on.
+    pub(super) async fn start_view_from_catalog(
+        &self,
+        v: &ViewDef,
+        start: ViewStart<'_>,
+    ) -> Result<()> {
+        let compiled = match &v.plan {
+            Some(stored) => {
+                let ctx = self.context(&HashMap::new(), vec![])?;
+                Compiled::decode(stored, &v.name, &PlanFunctions::of(&ctx))?
+            }
+            None => {
+                let (plan, _) = self
+                    .plan_view(
+                        &v.query,
+                        &HashMap::new(),
+                        v.emit_on_window_close,
+                        v.int4_literals,
+                    )
+                    .await?;
+                let compiled = compile(plan, v.parallelism())?;
+                let (stored, compiled) = self.kept(compiled)?;
+                self.catalog_mut().set_view_plan(v.id, stored)?;
+                compiled
+            }
+        };
+        self.start_view(v, compiled, start).await
+    }
+
+    /// `compiled` as the catalog keeps it, and the plan read back from that: what the view
+    /// runs from its creation on, so that a plan that cannot be kept is refused then, and
+    /// every restart runs the same one.
+    fn kept(&self, compiled: Compiled) -> Result<(serde_json::Value, Compiled)> {
+        let relations = {
+            let catalog = self.catalog();
+            compiled
+                .inputs
+                .iter()
+                .map(|id| {
+                    catalog
+                        .schema(*id)
+                        .ok_or_else(|| Error::internal("a view reads a relation of no schema"))
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        let stored = compiled.encode(&relations)?;
+        let ctx = self.context(&HashMap::new(), vec![])?;
+        let name = "being created";
+        let read = Compiled::decode(&stored, name, &PlanFunctions::of(&ctx))?;
+        Ok((stored, read))
+    }
+
+    /// Plans a view's query: its stream plan (whose schema carries the view's column names) and
+    /// the relations it reads.
+    pub(super) async fn plan_view(
+        &self,
+        query: &str,
+        settings: &HashMap<String, String>,
+        emit_on_window_close: bool,
+        int4_literals: bool,
+    ) -> Result<(StreamPlan, Vec<ObjectId>)> {
+        let ctx = self.context(settings, vec![])?;
+        let state = ctx.state();
+        let parsed = crate::sql::parser::parse(query)?;
+        let [p] = parsed.as_slice() else {
+            return Err(Error::syntax("a view is defined by exactly one query"));
+        };
+        let crate::sql::parser::Statement::Sql(stmt) = &p.statement else {
+            return Err(Error::syntax("a view is defined by a SELECT query"));
+        };
+        let mut stmt = stmt.clone();
+        crate::sql::stream_plan::mark_view_now(&mut stmt);
+        let mut plan = state
+            .statement_to_plan(DFStatement::Statement(stmt))
+            .await?;
+        if int4_literals {
+            plan = crate::sql::rules::type_integer_constants(plan)?;
+        }
+        check_deterministic(&plan)?;
+        let optimized = state.optimize(&plan)?;
+        let catalog = self.catalog();
+        let planner = Planner {
+            state: &state,
+            catalog: &catalog,
+            emit_on_window_close,
+        };
+        let (mut stream_plan, deps) = planner.plan(&optimized)?;
+        stream_plan.schema = view_schema(&plan, &stream_plan.schema)?;
+        Ok((stream_plan, deps))
+    }
+
+    /// Starts a view's actors, fragment by fragment (`StreamPlan::fragments`): its own actor,
+    /// which keeps its rows, and the parallel actors that compute them, connected by channels
+    /// and hash exchanges. The relations the view reads start feeding it at the barrier that
+    /// adds it, with their current contents first.
+    /// Starts a view's actors and connects them to its inputs at the next barrier: with the
+    /// inputs' contents first for a new view, or not, for a view whose state was restored.
+    pub(super) async fn start_view(
+        &self,
+        def: &ViewDef,
+        compiled: Compiled,
+        start: ViewStart<'_>,
+    ) -> Result<()> {
+        let Compiled {
+            inputs: relations,
+            schema,
+            fragments,
+        } = compiled;
+        let errors = ErrorSink::new(&def.name);
+        self.view_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(def.id, errors.clone());
+        let (backfill, handle) = match start {
+            ViewStart::New => (true, None),
+            ViewStart::Restored { sink } => (false, sink),
+        };
+        let counter = def.sink.then(|| Arc::new(SinkCounter::default()));
+        let sink = match &counter {
+            Some(counter) => Some(SinkDriver::new(
+                crate::sink::open(def, handle)?,
+                counter.clone(),
+                self.barriers.durable(),
+            )),
+            None => None,
+        };
+        let view = graph::Identity {
+            name: &def.name,
+            id: def.id,
+            workers: &def.workers,
+            state_tables: &def.state_tables,
+            sink,
+        };
+        let wiring = graph::Wiring {
+            relations: &relations,
+            schema: schema.clone(),
+            backfill,
+            channel_messages_max: self.config.channel_messages_max,
+            errors,
+        };
+        let graph = graph::wire(&self.actors, view, fragments, wiring)?;
+        match counter {
+            Some(counter) => {
+                self.sinks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(def.id, counter);
+            }
+            None => self.catalog_mut().set_schema(def.id, schema),
+        }
+        let ids = graph.ids();
+        let (mutation, backfills) = (graph.mutation, graph.backfills);
+        for actor in graph.actors {
+            actor.spawn();
+        }
+        let mut epoch = self
+            .barriers
+            .inject(Some(mutation), ids.clone(), vec![])
+            .await?;
+        self.barriers.wait_sealed(epoch).await?;
+        // The inputs send their rows a part per barrier: barriers follow each other until the
+        // last part is in, and the view is whole at that epoch. A view that fails meanwhile
+        // shows why in its status, as one failing later does.
+        while backfills.left() > 0 {
+            let failed = {
+                let failed = self
+                    .barriers
+                    .failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                ids.iter().any(|id| failed.contains_key(id))
+                    || relations.iter().any(|id| failed.contains_key(id))
+            };
+            if failed {
+                break;
+            }
+            epoch = self.barriers.inject(None, vec![], vec![]).await?;
+            self.barriers.wait_sealed(epoch).await?;
+        }
+        Ok(())
+    }
+
+    /// The degree of parallelism for the session's next view: its own setting or the server's.
+    pub(super) fn parallelism_for(&self, settings: &HashMap<String, String>) -> Result<usize> {
+        match settings.get("streaming_parallelism") {
+            Some(v) => parse_parallelism(v),
+            None => Ok(self.config.streaming_parallelism.max(1)),
+        }
+    }
+
+    /// EXPLAIN CREATE MATERIALIZED VIEW: the actors and operators the view would run.
+    pub async fn explain_view(
+        &self,
+        cv: &ast::CreateView,
+        settings: &HashMap<String, String>,
+    ) -> Result<Output> {
+        let query = cv.query.to_string();
+        let (plan, _) = self
+            .plan_view(&query, settings, view_options(&cv.options)?, true)
+            .await?;
+        let fragments = cut(plan.clone(), self.parallelism_for(settings)?)?;
+        let names: Vec<String> = {
+            let catalog = self.catalog();
+            plan.inputs
+                .iter()
+                .map(|id| {
+                    catalog
+                        .by_id(*id)
+                        .map(|o| o.name().to_string())
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
+        let lines = Fragment::explain(&fragments, &names);
+        text_rows(&["plan"], lines.into_iter().map(|l| vec![l]).collect())
+    }
+
+    pub async fn create_view(
+        &self,
+        cv: &ast::CreateView,
+        settings: &HashMap<String, String>,
+    ) -> Result<Output> {
+        self.create_view_or_sink(cv, settings, false).await
+    }
+
+    /// `CREATE SINK`: a view whose changes go to a connector instead of being kept. The one
+    /// connector is `blackhole`, which counts them (`weir_catalog.sinks`) and drops them.
+    pub async fn create_sink(
+        &self,
+        cv: &ast::CreateView,
+        settings: &HashMap<String, String>,
+    ) -> Result<Output> {
+        let mut cv = cv.clone();
+        let mut connector = None;
+        if let ast::CreateTableOptions::With(options) = &mut cv.options {
+            options.retain(|o| match o {
+                ast::SqlOption::KeyValue { key, value }
+                    if key.value.eq_ignore_ascii_case("connector") =>
+                {
+                    connector = Some(ddl::option_text(value));
+                    false
+                }
+                _ => true,
+            });
+            if options.is_empty() {
+                cv.options = ast::CreateTableOptions::None;
+            }
+        }
+        if let Some(name) = connector {
+            crate::sink::connector(&name)?;
+        }
+        self.create_view_or_sink(&cv, settings, true).await
+    }
+
+    pub(super) async fn create_view_or_sink(
+        &self,
+        cv: &ast::CreateView,
+        settings: &HashMap<String, String>,
+        sink: bool,
+    ) -> Result<Output> {
+        let tag = if sink {
+            "CREATE SINK"
+        } else {
+            "CREATE MATERIALIZED VIEW"
+        };
+        let _ddl = self.ddl.lock().await;
+        if !cv.materialized {
+            return Err(
+                Error::not_supported("only materialized views are supported")
+                    .with_hint("Use CREATE MATERIALIZED VIEW."),
+            );
+        }
+        if cv.or_replace || cv.or_alter {
+            return Err(Error::not_supported(
+                "CREATE OR REPLACE MATERIALIZED VIEW is not supported",
+            )
+            .with_hint("Drop the view and create it again."));
+        }
+        let name = relation_name(&cv.name)?;
+        if self.catalog().get(&name).is_some() && cv.if_not_exists {
+            return Ok(Output::command(tag));
+        }
+        self.catalog().check_free(&name)?;
+        let query = cv.query.to_string();
+        let emit_on_window_close = view_options(&cv.options)?;
+        let (mut plan, deps) = self
+            .plan_view(&query, settings, emit_on_window_close, true)
+            .await?;
+        if !cv.columns.is_empty() {
+            plan.schema = rename_columns(&plan.schema, &cv.columns)?;
+        }
+        check_unique_names(&plan.schema)?;
+        // A view with nothing to partition by runs as one actor, whatever the setting.
+        let requested = self.parallelism_for(settings)?;
+        let (stored, compiled) = self.kept(compile(plan, requested)?)?;
+        let fragments = &compiled.fragments;
+        let parallelism = if fragments.len() > 1 { requested } else { 1 };
+        let needed: usize = fragments
+            .iter()
+            .map(|f| f.root.state_tables_needed() * f.actors)
+            .sum();
+        let others = fragments.iter().map(|f| f.actors).sum::<usize>() - 1;
+        let ids = self.catalog_mut().allocate_ids(1 + needed + others);
+        let def = ViewDef {
+            id: ids[0],
+            name,
+            query: if cv.columns.is_empty() {
+                query
+            } else {
+                let cols: Vec<String> = cv.columns.iter().map(|c| c.name.to_string()).collect();
+                format!("SELECT * FROM ({query}) AS v ({})", cols.join(", "))
+            },
+            depends_on: deps,
+            state_tables: ids[1..1 + needed].to_vec(),
+            emit_on_window_close,
+            workers: ids[1 + needed..].to_vec(),
+            parallelism,
+            sink,
+            int4_literals: true,
+            plan: Some(stored),
+        };
+        self.start_view(&def, compiled, ViewStart::New).await?;
+        self.add_started(Object::View(def)).await?;
+        self.run_sources_read();
+        Ok(Output::command(tag))
+    }
+}
+
+/// The view's columns: the query's output types, named as PostgreSQL would name them.
+fn view_schema(plan: &LogicalPlan, types: &SchemaRef) -> Result<SchemaRef> {
+    let names: Vec<String> = pg_names(plan)
+        .filter(|n| n.len() == types.fields().len())
+        .unwrap_or_else(|| types.fields().iter().map(|f| f.name().clone()).collect());
+    let fields: Vec<Field> = types
+        .fields()
+        .iter()
+        .zip(names)
+        .map(|(f, n)| Field::new(n, f.data_type().clone(), true))
+        .collect();
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+fn rename_columns(schema: &SchemaRef, columns: &[ast::ViewColumnDef]) -> Result<SchemaRef> {
+    if columns.len() > schema.fields().len() {
+        return Err(Error::plan(
+            "CREATE MATERIALIZED VIEW specifies more column names than columns",
+        ));
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| match columns.get(i) {
+            Some(c) => Field::new(ddl::ident_name(&c.name), f.data_type().clone(), true),
+            None => f.as_ref().clone(),
+        })
+        .collect();
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+fn check_unique_names(schema: &SchemaRef) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for f in schema.fields() {
+        if !seen.insert(f.name().as_str()) {
+            return Err(Error::new(
+                ErrorKind::DuplicateColumn,
+                format!("column \"{}\" specified more than once", f.name()),
+            )
+            .with_hint("Give the view's columns distinct names with AS."));
+        }
+    }
+    Ok(())
+}
+
+/// Rows of text under the given column names (the answers of SHOW statements).
+/// The view's column names on the plan's top operator: a projection's output schema is
+/// replaced, anything else gets an identity projection.
+fn named(root: PlanNode, schema: &SchemaRef) -> PlanNode {
+    match root {
+        PlanNode::Project {
+            input,
+            exprs,
+            input_schema,
+            ..
+        } => PlanNode::Project {
+            input,
+            exprs,
+            input_schema,
+            schema: schema.clone(),
+        },
+        other => PlanNode::Project {
+            input: Box::new(other),
+            exprs: identity_exprs(schema),
+            input_schema: schema.clone(),
+            schema: schema.clone(),
+        },
+    }
+}
+
+/// A view's plan cut into fragments, under the view's own column names.
+fn cut(plan: StreamPlan, parallelism: usize) -> Result<Vec<Fragment>> {
+    let root = named(plan.root, &plan.schema);
+    StreamPlan { root, ..plan }.fragments(parallelism)
+}
+
+/// A view's plan cut into its fragments, ready to start and to keep.
+fn compile(plan: StreamPlan, parallelism: usize) -> Result<Compiled> {
+    Ok(Compiled {
+        inputs: plan.inputs.clone(),
+        schema: plan.schema.clone(),
+        fragments: cut(plan, parallelism)?,
+    })
+}
+
+/// `streaming_parallelism`: a whole number of actors, 1 to the number of virtual nodes.
+pub fn parse_parallelism(value: &str) -> Result<usize> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if (1..=crate::stream::dispatch::VNODE_COUNT).contains(&n) => Ok(n),
+        _ => Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!("invalid value for parameter \"streaming_parallelism\": \"{value}\""),
+        )
+        .with_hint(format!(
+            "Give a whole number from 1 to {}.",
+            crate::stream::dispatch::VNODE_COUNT
+        ))),
+    }
+}
+
+/// A view's `WITH (...)` options: only `emit_on_window_close` (what `EMIT ON WINDOW CLOSE`
+/// is read as).
+fn view_options(options: &ast::CreateTableOptions) -> Result<bool> {
+    let options = match options {
+        ast::CreateTableOptions::None => return Ok(false),
+        ast::CreateTableOptions::With(o) => o,
+        other => {
+            return Err(Error::not_supported(format!(
+                "view options {other} are not supported"
+            )))
+        }
+    };
+    let mut emit_on_window_close = false;
+    for option in options {
+        match option {
+            ast::SqlOption::KeyValue { key, value }
+                if key.value.eq_ignore_ascii_case("emit_on_window_close") =>
+            {
+                emit_on_window_close = match value.to_string().to_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    other => {
+                        return Err(Error::new(
+                            ErrorKind::InvalidParameter,
+                            format!("emit_on_window_close must be true or false, not {other}"),
+                        ))
+                    }
+                };
+            }
+            other => {
+                return Err(Error::not_supported(format!(
+                    "view option {other} is not supported"
+                )))
+            }
+        }
+    }
+    Ok(emit_on_window_close)
+}
