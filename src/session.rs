@@ -141,10 +141,19 @@ impl Session {
             Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name),
             Statement::ShowSources => self.db.show_names(Kind::Source),
             Statement::ShowSinks => self.db.show_names(Kind::Sink),
-            Statement::CreateSource(ct) => self.db.create_source(ct).await,
-            Statement::CreateSink(cv) => {
-                crate::sql::parser::check_supported(&Ast::CreateView(cv.as_ref().clone()))?;
-                self.db.create_sink(cv, &self.settings).await
+            Statement::CreateTable { table, watermark } => {
+                self.db.create_table(table, watermark.as_deref()).await
+            }
+            Statement::CreateSource { table, watermark } => {
+                self.db.create_source(table, watermark.as_deref()).await
+            }
+            Statement::CreateView(cv) => {
+                crate::sql::parser::check_supported(cv.view.as_ref())?;
+                self.db.create_view(cv, &self.settings).await
+            }
+            Statement::CreateSink(sink) => {
+                crate::sql::parser::check_supported(sink.query.as_ref())?;
+                self.db.create_sink(sink, &self.settings).await
             }
             Statement::Drop {
                 kind,
@@ -216,8 +225,6 @@ impl Session {
     async fn execute_sql(&mut self, stmt: &Ast, params: Option<&ParamValues>) -> Result<Output> {
         let db = self.db.clone();
         match stmt {
-            Ast::CreateTable(ct) => db.create_table(ct).await,
-            Ast::CreateView(cv) => db.create_view(cv, &self.settings).await,
             Ast::Drop {
                 object_type,
                 if_exists,
@@ -445,9 +452,11 @@ impl Session {
                 return Ok(none(rows_schema(self.db.show_names(Kind::Source)?)))
             }
             Statement::ShowSinks => return Ok(none(rows_schema(self.db.show_names(Kind::Sink)?))),
-            Statement::CreateSource(_) | Statement::CreateSink(_) | Statement::Drop { .. } => {
-                return Ok(none(None))
-            }
+            Statement::CreateTable { .. }
+            | Statement::CreateSource { .. }
+            | Statement::CreateView(_)
+            | Statement::CreateSink(_)
+            | Statement::Drop { .. } => return Ok(none(None)),
         };
         crate::sql::parser::check_supported(stmt)?;
         if let Ast::Explain { statement, .. } = stmt.as_ref() {

@@ -109,7 +109,7 @@ const FILE_LINES_MAX: usize = 800;
 const FILES_OVER: &[(&str, usize)] = &[
     ("src/bin/weir-oracle/crash.rs", 1054),
     ("src/server/handler.rs", 912),
-    ("src/sql/parser.rs", 914),
+    ("src/sql/parser.rs", 887),
     ("src/sql/stream_plan.rs", 831),
     ("src/stream/operators/hash_agg.rs", 988),
     ("src/stream/plan.rs", 918),

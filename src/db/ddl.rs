@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use crate::catalog::{Kind, Object, ObjectId, SourceDef, TableDef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::ddl::{self, relation_name};
+use crate::sql::extensions::Watermark;
 use crate::stream::actor::SourceRows;
 use crate::stream::expr::ErrorSink;
 use crate::stream::message::{ActorId, Feed, FeedPosition, Mutation};
@@ -89,7 +90,11 @@ impl Database {
         Ok(())
     }
 
-    pub async fn create_table(&self, ct: &ast::CreateTable) -> Result<Output> {
+    pub async fn create_table(
+        &self,
+        ct: &ast::CreateTable,
+        watermark: Option<&Watermark>,
+    ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
         let name = relation_name(&ct.name)?;
         if self.catalog().get(&name).is_some() && ct.if_not_exists {
@@ -97,7 +102,7 @@ impl Database {
         }
         self.catalog().check_free(&name)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let def = ddl::create_table(ct, id)?;
+        let def = ddl::create_table(ct, watermark, id)?;
         // A log left behind by a table of the same id cannot exist (ids are never reused),
         // but make sure the new table starts empty.
         crate::changelog::ChangeLog::remove(&self.tables_dir, id)?;
@@ -164,7 +169,11 @@ impl Database {
         }
     }
 
-    pub async fn create_source(&self, ct: &ast::CreateTable) -> Result<Output> {
+    pub async fn create_source(
+        &self,
+        ct: &ast::CreateTable,
+        watermark: Option<&Watermark>,
+    ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
         let name = relation_name(&ct.name)?;
         if self.catalog().get(&name).is_some() && ct.if_not_exists {
@@ -172,7 +181,7 @@ impl Database {
         }
         self.catalog().check_free(&name)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let def = ddl::create_source(ct, id)?;
+        let def = ddl::create_source(ct, watermark, id)?;
         self.start_source(def.clone(), FeedPosition::default())
             .await?;
         self.add_started(Object::Source(def)).await?;

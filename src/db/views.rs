@@ -14,6 +14,7 @@ use crate::catalog::{Object, ObjectId, ViewDef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::context::PlanFunctions;
 use crate::sql::ddl::{self, relation_name};
+use crate::sql::extensions::{CreateSink, CreateView};
 use crate::sql::stream_plan::{check_deterministic, Planner};
 use crate::stream::expr::ErrorSink;
 use crate::stream::graph;
@@ -49,9 +50,10 @@ impl Database {
                 Compiled::decode(stored, &v.name, &PlanFunctions::of(&ctx))?
             }
             None => {
+                let query = stored_query(&v.query)?;
                 let (plan, _) = self
                     .plan_view(
-                        &v.query,
+                        &query,
                         &HashMap::new(),
                         v.emit_on_window_close,
                         v.int4_literals,
@@ -93,24 +95,17 @@ impl Database {
     /// the relations it reads.
     pub(super) async fn plan_view(
         &self,
-        query: &str,
+        query: &ast::Query,
         settings: &HashMap<String, String>,
         emit_on_window_close: bool,
         int4_literals: bool,
     ) -> Result<(StreamPlan, Vec<ObjectId>)> {
         let ctx = self.context(settings, vec![])?;
         let state = ctx.state();
-        let parsed = crate::sql::parser::parse(query)?;
-        let [p] = parsed.as_slice() else {
-            return Err(Error::syntax("a view is defined by exactly one query"));
-        };
-        let crate::sql::parser::Statement::Sql(stmt) = &p.statement else {
-            return Err(Error::syntax("a view is defined by a SELECT query"));
-        };
-        let mut stmt = stmt.clone();
+        let mut stmt = ast::Statement::Query(Box::new(query.clone()));
         crate::sql::stream_plan::mark_view_now(&mut stmt);
         let mut plan = state
-            .statement_to_plan(DFStatement::Statement(stmt))
+            .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
             .await?;
         if int4_literals {
             plan = crate::sql::rules::type_integer_constants(plan)?;
@@ -233,9 +228,8 @@ impl Database {
         cv: &ast::CreateView,
         settings: &HashMap<String, String>,
     ) -> Result<Output> {
-        let query = cv.query.to_string();
         let (plan, _) = self
-            .plan_view(&query, settings, view_options(&cv.options)?, true)
+            .plan_view(&cv.query, settings, view_options(&cv.options)?, true)
             .await?;
         let fragments = cut(plan.clone(), self.parallelism_for(settings)?)?;
         let names: Vec<String> = {
@@ -256,77 +250,93 @@ impl Database {
 
     pub async fn create_view(
         &self,
-        cv: &ast::CreateView,
+        cv: &CreateView,
         settings: &HashMap<String, String>,
     ) -> Result<Output> {
-        self.create_view_or_sink(cv, settings, false).await
+        let view = &cv.view;
+        if !view.materialized {
+            return Err(
+                Error::not_supported("only materialized views are supported")
+                    .with_hint("Use CREATE MATERIALIZED VIEW."),
+            );
+        }
+        if view.or_replace || view.or_alter {
+            return Err(Error::not_supported(
+                "CREATE OR REPLACE MATERIALIZED VIEW is not supported",
+            )
+            .with_hint("Drop the view and create it again."));
+        }
+        let new = NewView {
+            name: &view.name,
+            if_not_exists: view.if_not_exists,
+            columns: &view.columns,
+            query: &view.query,
+            emit_on_window_close: cv.emit_on_window_close || view_options(&view.options)?,
+            sink: false,
+        };
+        self.create_view_or_sink(new, settings).await
     }
 
     /// `CREATE SINK`: a view whose changes go to a connector instead of being kept. The one
     /// connector is `blackhole`, which counts them (`weir_catalog.sinks`) and drops them.
     pub async fn create_sink(
         &self,
-        cv: &ast::CreateView,
+        sink: &CreateSink,
         settings: &HashMap<String, String>,
     ) -> Result<Output> {
-        let mut cv = cv.clone();
         let mut connector = None;
-        if let ast::CreateTableOptions::With(options) = &mut cv.options {
-            options.retain(|o| match o {
+        let mut rest = Vec::new();
+        for o in &sink.options {
+            match o {
                 ast::SqlOption::KeyValue { key, value }
                     if key.value.eq_ignore_ascii_case("connector") =>
                 {
-                    connector = Some(ddl::option_text(value));
-                    false
+                    connector = Some(ddl::option_text(value))
                 }
-                _ => true,
-            });
-            if options.is_empty() {
-                cv.options = ast::CreateTableOptions::None;
+                other => rest.push(other.clone()),
             }
         }
         if let Some(name) = connector {
             crate::sink::connector(&name)?;
         }
-        self.create_view_or_sink(&cv, settings, true).await
+        let options = match rest.is_empty() {
+            true => ast::CreateTableOptions::None,
+            false => ast::CreateTableOptions::With(rest),
+        };
+        let new = NewView {
+            name: &sink.name,
+            if_not_exists: sink.if_not_exists,
+            columns: &[],
+            query: &sink.query,
+            emit_on_window_close: sink.emit_on_window_close || view_options(&options)?,
+            sink: true,
+        };
+        self.create_view_or_sink(new, settings).await
     }
 
-    pub(super) async fn create_view_or_sink(
+    async fn create_view_or_sink(
         &self,
-        cv: &ast::CreateView,
+        cv: NewView<'_>,
         settings: &HashMap<String, String>,
-        sink: bool,
     ) -> Result<Output> {
-        let tag = if sink {
+        let tag = if cv.sink {
             "CREATE SINK"
         } else {
             "CREATE MATERIALIZED VIEW"
         };
         let _ddl = self.ddl.lock().await;
-        if !cv.materialized {
-            return Err(
-                Error::not_supported("only materialized views are supported")
-                    .with_hint("Use CREATE MATERIALIZED VIEW."),
-            );
-        }
-        if cv.or_replace || cv.or_alter {
-            return Err(Error::not_supported(
-                "CREATE OR REPLACE MATERIALIZED VIEW is not supported",
-            )
-            .with_hint("Drop the view and create it again."));
-        }
-        let name = relation_name(&cv.name)?;
+        let name = relation_name(cv.name)?;
         if self.catalog().get(&name).is_some() && cv.if_not_exists {
             return Ok(Output::command(tag));
         }
         self.catalog().check_free(&name)?;
         let query = cv.query.to_string();
-        let emit_on_window_close = view_options(&cv.options)?;
+        let emit_on_window_close = cv.emit_on_window_close;
         let (mut plan, deps) = self
-            .plan_view(&query, settings, emit_on_window_close, true)
+            .plan_view(cv.query, settings, emit_on_window_close, true)
             .await?;
         if !cv.columns.is_empty() {
-            plan.schema = rename_columns(&plan.schema, &cv.columns)?;
+            plan.schema = rename_columns(&plan.schema, cv.columns)?;
         }
         check_unique_names(&plan.schema)?;
         // A view with nothing to partition by runs as one actor, whatever the setting.
@@ -354,7 +364,7 @@ impl Database {
             emit_on_window_close,
             workers: ids[1 + needed..].to_vec(),
             parallelism,
-            sink,
+            sink: cv.sink,
             int4_literals: true,
             plan: Some(stored),
         };
@@ -362,6 +372,31 @@ impl Database {
         self.add_started(Object::View(def)).await?;
         self.run_sources_read();
         Ok(Output::command(tag))
+    }
+}
+
+/// A view or sink to create, as its statement gives it.
+struct NewView<'a> {
+    name: &'a ast::ObjectName,
+    if_not_exists: bool,
+    columns: &'a [ast::ViewColumnDef],
+    query: &'a ast::Query,
+    emit_on_window_close: bool,
+    sink: bool,
+}
+
+/// The query a catalog of format 2 or before keeps as a view's definition.
+fn stored_query(text: &str) -> Result<ast::Query> {
+    let parsed = crate::sql::parser::parse(text)?;
+    match parsed.as_slice() {
+        [p] => match &p.statement {
+            crate::sql::parser::Statement::Sql(stmt) => match stmt.as_ref() {
+                ast::Statement::Query(q) => Ok(q.as_ref().clone()),
+                _ => Err(Error::syntax("a view is defined by a SELECT query")),
+            },
+            _ => Err(Error::syntax("a view is defined by a SELECT query")),
+        },
+        _ => Err(Error::syntax("a view is defined by exactly one query")),
     }
 }
 

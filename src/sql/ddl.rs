@@ -1,11 +1,10 @@
 //! Reads DDL statements into catalog definitions; no I/O.
 
 use datafusion::sql::sqlparser::ast::{self, ColumnOption, TableConstraint};
-use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::catalog::{ColumnDef, Connector, ObjectId, SourceDef, TableDef, WatermarkDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::dialect::WeirDialect;
+use crate::sql::extensions::Watermark;
 use crate::types::SqlType;
 
 /// An identifier as PostgreSQL folds it: unquoted names are lower-cased.
@@ -36,7 +35,11 @@ pub fn relation_name(name: &ast::ObjectName) -> Result<String> {
     }
 }
 
-pub fn create_table(ct: &ast::CreateTable, id: ObjectId) -> Result<TableDef> {
+pub fn create_table(
+    ct: &ast::CreateTable,
+    watermark: Option<&Watermark>,
+    id: ObjectId,
+) -> Result<TableDef> {
     if ct.query.is_some() || ct.like.is_some() || ct.clone.is_some() {
         return Err(
             Error::not_supported("CREATE TABLE AS and LIKE are not supported")
@@ -69,30 +72,18 @@ pub fn create_table(ct: &ast::CreateTable, id: ObjectId) -> Result<TableDef> {
     for pos in &primary_key {
         columns[*pos].not_null = true;
     }
-    let mut watermark = None;
-    let options = match &ct.table_options {
-        ast::CreateTableOptions::None => &[][..],
-        ast::CreateTableOptions::With(o) => o.as_slice(),
-        _ => return Err(Error::not_supported("table options other than WITH (...)")),
-    };
-    for option in options {
-        match option {
-            ast::SqlOption::KeyValue { key, value } if ident_name(key) == "watermark" => {
-                let ast::Expr::Value(v) = value else {
-                    return Err(bad_watermark(&value.to_string()));
-                };
-                let ast::Value::SingleQuotedString(text) = &v.value else {
-                    return Err(bad_watermark(&value.to_string()));
-                };
-                watermark = Some(watermark_def(text, &columns)?);
-            }
-            other => {
-                return Err(Error::not_supported(format!(
-                    "table option {other} is not supported"
-                )))
-            }
+    match &ct.table_options {
+        ast::CreateTableOptions::None => {}
+        ast::CreateTableOptions::With(o) if o.is_empty() => {}
+        ast::CreateTableOptions::With(o) => {
+            return Err(Error::not_supported(format!(
+                "table option {} is not supported",
+                o[0]
+            )))
         }
+        _ => return Err(Error::not_supported("table options other than WITH (...)")),
     }
+    let watermark = watermark.map(|w| watermark_def(w, &columns)).transpose()?;
     Ok(TableDef {
         id,
         name,
@@ -191,7 +182,11 @@ pub fn option_text(value: &ast::Expr) -> String {
 
 /// Reads `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)`.
 /// A Nexmark source's columns are its stream's; written out, they must be those.
-pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
+pub fn create_source(
+    ct: &ast::CreateTable,
+    watermark: Option<&Watermark>,
+    id: ObjectId,
+) -> Result<SourceDef> {
     let name = relation_name(&ct.name)?;
     let options = match &ct.table_options {
         ast::CreateTableOptions::None => &[][..],
@@ -199,7 +194,6 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
         _ => return Err(Error::not_supported("source options other than WITH (...)")),
     };
     let mut settings: Vec<(String, String)> = Vec::new();
-    let mut watermark_text = None;
     let mut connector_name = None;
     for option in options {
         let ast::SqlOption::KeyValue { key, value } = option else {
@@ -209,7 +203,6 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
         };
         let text = option_text(value);
         match ident_name(key).as_str() {
-            "watermark" => watermark_text = Some(text),
             "connector" => connector_name = Some(text),
             key => settings.push((key.to_string(), text)),
         }
@@ -223,7 +216,7 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
     } else {
         let mut plain = ct.clone();
         plain.table_options = ast::CreateTableOptions::None;
-        let t = create_table(&plain, id)?;
+        let t = create_table(&plain, None, id)?;
         if !t.primary_key.is_empty() {
             return Err(Error::not_supported("sources have no primary key")
                 .with_hint("A source is an append-only stream; keep keys in a table or a view."));
@@ -237,9 +230,7 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
         name: connector.name().to_string(),
         options: kept,
     };
-    let watermark = watermark_text
-        .map(|t| watermark_def(&t, &columns))
-        .transpose()?;
+    let watermark = watermark.map(|w| watermark_def(w, &columns)).transpose()?;
     Ok(SourceDef {
         id,
         name,
@@ -249,13 +240,10 @@ pub fn create_source(ct: &ast::CreateTable, id: ObjectId) -> Result<SourceDef> {
     })
 }
 
-/// Reads `ts` or `ts - INTERVAL '...'` (the text of `WATERMARK FOR ts AS ...`).
-fn watermark_def(text: &str, columns: &[ColumnDef]) -> Result<WatermarkDef> {
-    let expr = Parser::new(&WeirDialect::for_tokens(text.len()))
-        .try_with_sql(text)
-        .and_then(|mut p| p.parse_expr())
-        .map_err(|_| bad_watermark(text))?;
-    let (column, delay_us) = match &expr {
+/// Reads `WATERMARK FOR ts AS ts` or `... AS ts - INTERVAL '...'`.
+fn watermark_def(w: &Watermark, columns: &[ColumnDef]) -> Result<WatermarkDef> {
+    let bad = || bad_watermark(&w.expr.to_string());
+    let (column, delay_us) = match &w.expr {
         ast::Expr::Identifier(c) => (c, 0),
         ast::Expr::BinaryOp {
             left,
@@ -266,9 +254,9 @@ fn watermark_def(text: &str, columns: &[ColumnDef]) -> Result<WatermarkDef> {
                 c,
                 crate::sql::windows::interval_nanos(right, "a watermark")? as i64 / 1000,
             ),
-            _ => return Err(bad_watermark(text)),
+            _ => return Err(bad()),
         },
-        _ => return Err(bad_watermark(text)),
+        _ => return Err(bad()),
     };
     let name = ident_name(column);
     let position = columns.iter().position(|c| c.name == name).ok_or_else(|| {
@@ -332,13 +320,10 @@ mod tests {
 
     fn table(sql: &str) -> Result<TableDef> {
         let p = parse(sql).unwrap().remove(0);
-        let Statement::Sql(s) = p.statement else {
+        let Statement::CreateTable { table, watermark } = p.statement else {
             panic!()
         };
-        let ast::Statement::CreateTable(ct) = *s else {
-            panic!()
-        };
-        create_table(&ct, 1)
+        create_table(&table, watermark.as_deref(), 1)
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod checked;
 pub mod context;
 pub mod ddl;
 pub mod dialect;
+pub mod extensions;
 pub mod parser;
 pub mod provider;
 pub mod rules;

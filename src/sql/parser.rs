@@ -1,7 +1,8 @@
-//! Splits a query string into statements and parses each: standard SQL through DataFusion's
-//! sqlparser (PostgreSQL dialect), and Weir's own statements (FLUSH, CHECKPOINT, SHOW
-//! CHECKPOINTS, SHOW MATERIALIZED VIEWS, SHOW CREATE MATERIALIZED VIEW) by their leading
-//! keywords.
+//! Splits a query string into statements and parses each into a typed syntax tree: standard
+//! SQL through DataFusion's sqlparser (PostgreSQL dialect), with Weir's clauses and `CREATE
+//! SINK` read from the same tokens (`extensions`), and Weir's own commands (FLUSH,
+//! CHECKPOINT, SHOW CHECKPOINTS, SHOW MATERIALIZED VIEWS, SHOW CREATE MATERIALIZED VIEW, DROP
+//! SOURCE/SINK) by their leading keywords. Nothing is printed back to text and parsed again.
 //!
 //! The whole string is parsed before anything runs, as in PostgreSQL: a syntax error in the
 //! third statement means the first two do not run either.
@@ -14,6 +15,7 @@ use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Toke
 
 use crate::error::{Error, Result};
 use crate::sql::dialect::WeirDialect;
+use crate::sql::extensions::{self, CreateSink, CreateView, Watermark};
 
 /// Parentheses, brackets, `CASE` expressions and prefix operators (and so subqueries and
 /// function calls) nest no deeper than this; deeper statements are refused (54001) rather
@@ -51,10 +53,18 @@ pub enum Statement {
     ShowCreateMaterializedView(String),
     ShowSources,
     ShowSinks,
+    /// `CREATE TABLE`, with its watermark.
+    CreateTable {
+        table: Box<ast::CreateTable>,
+        watermark: Option<Box<Watermark>>,
+    },
     /// `CREATE SOURCE`, read as the `CREATE TABLE` it resembles.
-    CreateSource(Box<ast::CreateTable>),
-    /// `CREATE SINK`, read as a materialized view whose options include the connector.
-    CreateSink(Box<ast::CreateView>),
+    CreateSource {
+        table: Box<ast::CreateTable>,
+        watermark: Option<Box<Watermark>>,
+    },
+    CreateView(Box<CreateView>),
+    CreateSink(Box<CreateSink>),
     /// `DROP SOURCE` or `DROP SINK`.
     Drop {
         kind: crate::catalog::Kind,
@@ -145,63 +155,83 @@ fn each_statement(sql: &str, mut f: impl FnMut(Parsed, std::ops::Range<usize>)) 
         let (from, to) = (cursor.byte_at(start), cursor.byte_at(end));
         let range = from..to.max(from);
         let text = sql[range.clone()].to_string();
-        let leading: Vec<String> = meaningful
-            .iter()
-            .take(2)
-            .map(|t| t.token.to_string().to_uppercase())
-            .collect();
-        let source = leading == ["CREATE", "SOURCE"];
         let statement = match weir_statement(&meaningful) {
             Some(s) => s,
-            None if leading == ["CREATE", "SINK"] => {
-                let rewritten = rewrite_sink(sql, group)?;
-                let tokens = Tokenizer::new(&dialect, &rewritten)
-                    .tokenize_with_location()
-                    .map_err(|e| Error::syntax(e.message.to_lowercase()))?;
-                match parse_one(&rewritten, &tokens)? {
-                    ast::Statement::CreateView(cv) => Statement::CreateSink(Box::new(cv)),
-                    _ => return Err(Error::syntax("syntax error in CREATE SINK")),
-                }
-            }
-            None => {
-                // A source is declared as a table is: its columns, a watermark, WITH options.
-                let mut group = group.to_vec();
-                if source {
-                    if let Some(t) = group.iter_mut().find(|t| {
-                        matches!(&t.token, Token::Word(w) if w.value.eq_ignore_ascii_case("source"))
-                    }) {
-                        t.token = Token::make_keyword("TABLE");
-                    }
-                }
-                let group = crate::sql::windows::rewrite_flink_tokens(&group);
-                let mut stmt = match crate::sql::windows::rewrite_streaming_clauses(&group) {
-                    Some(rewritten) => {
-                        let tokens = Tokenizer::new(&dialect, &rewritten)
-                            .tokenize_with_location()
-                            .map_err(|e| Error::syntax(e.message.to_lowercase()))?;
-                        parse_one(&rewritten, &tokens)?
-                    }
-                    None => parse_one(sql, &group)?,
-                };
-                normalize_interval_literals(&mut stmt);
-                crate::sql::windows::rewrite_window_functions(&mut stmt)?;
-                match stmt {
-                    ast::Statement::CreateTable(ct) if source => {
-                        Statement::CreateSource(Box::new(ct))
-                    }
-                    stmt => Statement::Sql(Box::new(stmt)),
-                }
-            }
+            None => statement(sql, group)?,
         };
         f(Parsed { statement, text }, range);
     }
     Ok(())
 }
 
+/// A statement of standard SQL with Weir's clauses (`extensions`), or `CREATE SINK`.
+fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
+    let lead: Vec<String> = group
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .take(3)
+        .map(|t| match &t.token {
+            Token::Word(w) if w.quote_style.is_none() => w.value.to_uppercase(),
+            other => other.to_string(),
+        })
+        .collect();
+    let lead: Vec<&str> = lead.iter().map(String::as_str).collect();
+    if lead.starts_with(&["CREATE", "SINK"]) {
+        let sink = extensions::create_sink(sql, group, |tokens| match parse_sql(sql, tokens)? {
+            ast::Statement::Query(q) => Ok(*q),
+            _ => Err(Error::syntax("a sink is defined by a query")),
+        })?;
+        return Ok(Statement::CreateSink(Box::new(sink)));
+    }
+    let mut tokens = group.to_vec();
+    // A source is declared as a table is: its columns, a watermark, WITH options.
+    let source = lead.starts_with(&["CREATE", "SOURCE"]);
+    if source {
+        if let Some(t) = tokens
+            .iter_mut()
+            .find(|t| matches!(&t.token, Token::Word(w) if w.value.eq_ignore_ascii_case("source")))
+        {
+            t.token = Token::make_keyword("TABLE");
+        }
+    }
+    let watermark = if source || lead.starts_with(&["CREATE", "TABLE"]) {
+        extensions::take_watermark(sql, &mut tokens)?
+    } else {
+        None
+    };
+    let emit_on_window_close = lead == ["CREATE", "MATERIALIZED", "VIEW"]
+        && extensions::take_emit_on_window_close(&mut tokens);
+    Ok(match parse_sql(sql, &tokens)? {
+        ast::Statement::CreateTable(ct) if source => Statement::CreateSource {
+            table: Box::new(ct),
+            watermark,
+        },
+        ast::Statement::CreateTable(ct) => Statement::CreateTable {
+            table: Box::new(ct),
+            watermark,
+        },
+        ast::Statement::CreateView(cv) => Statement::CreateView(Box::new(CreateView {
+            view: Box::new(cv),
+            emit_on_window_close,
+        })),
+        stmt => Statement::Sql(Box::new(stmt)),
+    })
+}
+
+/// A statement of standard SQL: Flink's window syntax read as the function, and the windows
+/// and interval literals rewritten as the planner needs them.
+fn parse_sql(sql: &str, tokens: &[TokenWithSpan]) -> Result<ast::Statement> {
+    let tokens = crate::sql::windows::rewrite_flink_tokens(tokens);
+    let mut stmt = parse_one(sql, &tokens)?;
+    normalize_interval_literals(&mut stmt);
+    crate::sql::windows::rewrite_window_functions(&mut stmt)?;
+    Ok(stmt)
+}
+
 /// Refuses what the planner would answer wrongly: `EXCEPT ALL` and `INTERSECT ALL`, which
 /// DataFusion plans as plain anti and semi joins (dropping or keeping every copy of a row,
 /// instead of as many copies as the other side has).
-pub fn check_supported(stmt: &ast::Statement) -> Result<()> {
+pub fn check_supported(stmt: &impl Visit) -> Result<()> {
     struct Check;
     impl Visitor for Check {
         type Break = String;
@@ -241,6 +271,19 @@ fn bag_operation(body: &ast::SetExpr) -> Option<String> {
 }
 
 fn parse_one(sql: &str, tokens: &[TokenWithSpan]) -> Result<ast::Statement> {
+    let mut statement = parse_with(sql, tokens, |p| p.parse_statement())?;
+    balance_logic(&mut statement);
+    check_expansion(&statement)?;
+    Ok(statement)
+}
+
+/// Parses `tokens` (part of `sql`) with `f`, which must read them all, with the work budget
+/// and recursion limit every statement gets.
+pub(crate) fn parse_with<T>(
+    sql: &str,
+    tokens: &[TokenWithSpan],
+    f: impl FnOnce(&mut Parser) -> std::result::Result<T, ParserError>,
+) -> Result<T> {
     let dialect = WeirDialect::for_tokens(tokens.len());
     let mut tokens = tokens.to_vec();
     let end = tokens
@@ -251,19 +294,15 @@ fn parse_one(sql: &str, tokens: &[TokenWithSpan]) -> Result<ast::Statement> {
     let mut parser = Parser::new(&dialect)
         .with_recursion_limit(PARSER_RECURSION_MAX)
         .with_tokens_with_locations(tokens);
-    let mut statement = parser
-        .parse_statement()
-        .map_err(|e| match dialect.exhausted() {
-            true => too_complex("statement is too complex to parse".into(), SPLIT_HINT),
-            false => syntax_error(sql, e),
-        })?;
+    let parsed = f(&mut parser).map_err(|e| match dialect.exhausted() {
+        true => too_complex("statement is too complex to parse".into(), SPLIT_HINT),
+        false => syntax_error(sql, e),
+    })?;
     let next = parser.peek_token();
     if next.token != Token::EOF {
         return Err(near(sql, &next));
     }
-    balance_logic(&mut statement);
-    check_expansion(&statement)?;
-    Ok(statement)
+    Ok(parsed)
 }
 
 /// Expression nodes a statement may grow by when the planner copies operands.
@@ -635,7 +674,7 @@ fn is_literal(token: &Token) -> bool {
     )
 }
 
-fn near(sql: &str, token: &TokenWithSpan) -> Error {
+pub(crate) fn near(sql: &str, token: &TokenWithSpan) -> Error {
     let message = match &token.token {
         Token::EOF => "syntax error at end of input".to_string(),
         t => format!("syntax error at or near \"{t}\""),
@@ -844,72 +883,6 @@ fn weir_statement(tokens: &[TokenWithSpan]) -> Option<Statement> {
         }
         _ => None,
     }
-}
-
-/// `CREATE SINK [IF NOT EXISTS] name {AS query | FROM relation} [EMIT ON WINDOW CLOSE]
-/// [WITH (options)]` as the materialized view statement it is read as:
-/// `CREATE MATERIALIZED VIEW name WITH (options) AS query`.
-fn rewrite_sink(sql: &str, tokens: &[TokenWithSpan]) -> Result<String> {
-    use crate::sql::windows::{token_text, tokens_text};
-    let words = crate::sql::windows::words(tokens);
-    let text = |range| tokens_text(tokens, range);
-    let upper: Vec<&str> = words.iter().map(|(_, w)| w.as_str()).collect();
-    let bad = |k: usize| match words.get(k) {
-        Some((i, _)) => near(sql, &tokens[*i]),
-        None => Error::syntax("syntax error at end of input"),
-    };
-    let (if_not_exists, name_at) = match upper.get(2..5) {
-        Some(["IF", "NOT", "EXISTS"]) => ("IF NOT EXISTS ", 5),
-        _ => ("", 2),
-    };
-    if !matches!(words.get(name_at), Some((i, _)) if matches!(tokens[*i].token, Token::Word(_))) {
-        return Err(bad(name_at));
-    }
-    let name = token_text(&tokens[words[name_at].0].token);
-    // Trailing `WITH ( ... )`.
-    let mut end = upper.len();
-    let mut options = Vec::new();
-    if upper.last() == Some(&")") {
-        let mut depth = 0;
-        let mut open = None;
-        for k in (0..upper.len()).rev() {
-            match upper[k] {
-                ")" => depth += 1,
-                "(" => {
-                    depth -= 1;
-                    if depth == 0 {
-                        open = Some(k);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        if let Some(open) = open.filter(|o| *o > 0 && upper[o - 1] == "WITH") {
-            options.push(text(words[open].0 + 1..words[upper.len() - 1].0));
-            end = open - 1;
-        }
-    }
-    if end >= 4 && upper[end - 4..end] == ["EMIT", "ON", "WINDOW", "CLOSE"] {
-        options.push("emit_on_window_close = true".into());
-        end -= 4;
-    }
-    let query_end = words.get(end).map(|(i, _)| *i).unwrap_or(tokens.len());
-    let body = match upper.get(name_at + 1) {
-        Some(&"AS") if end > name_at + 2 => text(words[name_at + 2].0..query_end),
-        Some(&"FROM") if end == name_at + 3 => {
-            format!("SELECT * FROM {}", text(words[name_at + 2].0..query_end))
-        }
-        _ => return Err(bad(name_at + 1)),
-    };
-    let with = if options.is_empty() {
-        String::new()
-    } else {
-        format!("WITH ({}) ", options.join(", "))
-    };
-    Ok(format!(
-        "CREATE MATERIALIZED VIEW {if_not_exists}{name} {with}AS {body}"
-    ))
 }
 
 #[cfg(test)]
@@ -1301,47 +1274,103 @@ mod tests {
              CREATE SOURCE p WITH (connector = 'nexmark', stream = 'person')",
         )
         .unwrap();
-        let Statement::CreateSource(ct) = &p[0].statement else {
+        let Statement::CreateSource { table, watermark } = &p[0].statement else {
             panic!("{:?}", p[0].statement)
         };
-        assert_eq!(ct.columns.len(), 2);
-        let options = ct.table_options.to_string();
-        assert!(
-            options.contains("watermark = 'date_time - INTERVAL ''4'' SECOND'"),
-            "{options}"
+        assert_eq!(table.columns.len(), 2);
+        let watermark = watermark.as_ref().unwrap();
+        assert_eq!(watermark.column.value, "date_time");
+        assert_eq!(
+            watermark.expr.to_string(),
+            "date_time - INTERVAL '4' SECOND"
         );
-        assert!(options.contains("connector = 'nexmark'"), "{options}");
-        assert!(matches!(&p[1].statement, Statement::CreateSource(ct) if ct.columns.is_empty()));
+        let options = table.table_options.to_string();
+        assert_eq!(options, "WITH (connector = 'nexmark', stream = 'bid')");
+        assert!(matches!(
+            &p[1].statement,
+            Statement::CreateSource { table, watermark: None } if table.columns.is_empty()
+        ));
         let p = parse(
             "CREATE SINK s AS SELECT a, count(*) FROM t GROUP BY a WITH (connector = 'blackhole');
              create sink IF NOT EXISTS \"S2\" from v; \
              CREATE SINK w AS SELECT 1 FROM t EMIT ON WINDOW CLOSE WITH (connector = 'blackhole')",
         )
         .unwrap();
-        let Statement::CreateSink(cv) = &p[0].statement else {
+        let Statement::CreateSink(sink) = &p[0].statement else {
             panic!("{:?}", p[0].statement)
         };
-        assert_eq!(cv.name.to_string(), "s");
-        assert_eq!(cv.query.to_string(), "SELECT a, count(*) FROM t GROUP BY a");
-        let Statement::CreateSink(cv) = &p[1].statement else {
+        assert_eq!(sink.name.to_string(), "s");
+        assert_eq!(
+            sink.query.to_string(),
+            "SELECT a, count(*) FROM t GROUP BY a"
+        );
+        assert_eq!(sink.options.len(), 1);
+        assert!(!sink.emit_on_window_close);
+        let Statement::CreateSink(sink) = &p[1].statement else {
             panic!("{:?}", p[1].statement)
         };
-        assert!(cv.if_not_exists);
-        assert_eq!(cv.query.to_string(), "SELECT * FROM v");
-        let Statement::CreateSink(cv) = &p[2].statement else {
+        assert!(sink.if_not_exists);
+        assert_eq!(sink.name.to_string(), "\"S2\"");
+        assert_eq!(sink.query.to_string(), "SELECT * FROM v");
+        let Statement::CreateSink(sink) = &p[2].statement else {
             panic!("{:?}", p[2].statement)
         };
-        assert!(cv
-            .options
-            .to_string()
-            .contains("emit_on_window_close = true"));
+        assert!(sink.emit_on_window_close);
+        assert_eq!(sink.query.to_string(), "SELECT 1 FROM t");
         assert!(parse("CREATE SINK s WITH (connector = 'blackhole')").is_err());
-        // An escaped string keeps its value through the rewrite: a quote, a backslash, a tab.
+        // The query is the tree sqlparser read, never text printed and read again: an escaped
+        // string keeps its value (a quote, a backslash, a tab).
         let p = parse(r"CREATE SINK e AS SELECT E'it\'s a\\b\t' AS x FROM t").unwrap();
-        let Statement::CreateSink(cv) = &p[0].statement else {
+        let Statement::CreateSink(sink) = &p[0].statement else {
             panic!("{:?}", p[0].statement)
         };
-        assert_eq!(cv.query.to_string(), "SELECT 'it''s a\\b\t' AS x FROM t");
+        let ast::SetExpr::Select(select) = sink.query.body.as_ref() else {
+            panic!("{}", sink.query)
+        };
+        let ast::SelectItem::ExprWithAlias { expr, .. } = &select.projection[0] else {
+            panic!("{}", sink.query)
+        };
+        assert!(
+            matches!(expr, ast::Expr::Value(v)
+                if v.value == ast::Value::EscapedStringLiteral("it's a\\b\t".into())),
+            "{expr:?}"
+        );
+    }
+
+    #[test]
+    fn streaming_clauses_are_read_from_the_tokens_with_their_positions() {
+        let p = parse(
+            r#"CREATE MATERIALIZED VIEW v AS SELECT 'it''s' AS s, "we""ird" FROM t EMIT ON WINDOW CLOSE;
+               CREATE MATERIALIZED VIEW w AS SELECT 1;
+               CREATE TABLE t (ts timestamp, s text, WATERMARK FOR ts AS ts - INTERVAL '5 seconds')"#,
+        )
+        .unwrap();
+        let Statement::CreateView(v) = &p[0].statement else {
+            panic!("{:?}", p[0].statement)
+        };
+        assert!(v.emit_on_window_close);
+        assert_eq!(
+            v.view.query.to_string(),
+            r#"SELECT 'it''s' AS s, "we""ird" FROM t"#
+        );
+        assert!(matches!(&p[1].statement, Statement::CreateView(w) if !w.emit_on_window_close));
+        let Statement::CreateTable { table, watermark } = &p[2].statement else {
+            panic!("{:?}", p[2].statement)
+        };
+        assert_eq!(table.columns.len(), 2);
+        assert_eq!(table.table_options, ast::CreateTableOptions::None);
+        assert_eq!(
+            watermark.as_ref().unwrap().expr.to_string(),
+            "ts - INTERVAL '5 seconds'"
+        );
+        // An error in the watermark points into the statement as written.
+        let sql = "CREATE TABLE t (ts timestamp, WATERMARK FOR ts AS ts - - )";
+        let e = parse(sql).unwrap_err();
+        assert_eq!(e.position, Some(sql.find(')').unwrap() + 1), "{e:?}");
+    }
+
+    #[test]
+    fn drops_of_sources_and_sinks_are_read() {
         let p = parse("DROP SOURCE IF EXISTS a, \"B\" CASCADE; DROP SINK s").unwrap();
         assert!(
             matches!(&p[0].statement, Statement::Drop { names, if_exists: true, cascade: true, .. }

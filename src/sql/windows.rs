@@ -85,97 +85,6 @@ pub fn rewrite_flink_tokens(tokens: &[TokenWithSpan]) -> Vec<TokenWithSpan> {
         .collect()
 }
 
-/// Rewrites the clauses sqlparser does not read into `WITH` options it does:
-/// `CREATE TABLE t (..., WATERMARK FOR ts AS ts - INTERVAL '5 seconds')` becomes
-/// `CREATE TABLE t (...) WITH (watermark = 'ts - INTERVAL ''5 seconds''')`, and
-/// `CREATE MATERIALIZED VIEW v AS ... EMIT ON WINDOW CLOSE` becomes
-/// `CREATE MATERIALIZED VIEW v WITH (emit_on_window_close = true) AS ...`.
-pub fn rewrite_streaming_clauses(tokens: &[TokenWithSpan]) -> Option<String> {
-    let words = words(tokens);
-    let text = |range| tokens_text(tokens, range);
-    let upper: Vec<&str> = words.iter().map(|(_, w)| w.as_str()).collect();
-    if upper.len() > 3 && upper[..2] == ["CREATE", "TABLE"] {
-        // `, WATERMARK FOR col AS expr` up to the column list's closing parenthesis.
-        let at = upper.windows(2).position(|w| w == ["WATERMARK", "FOR"])?;
-        if at == 0 || upper[at - 1] != "," || upper.get(at + 3) != Some(&"AS") {
-            return None;
-        }
-        let mut depth = 0i32;
-        let mut end = None;
-        for (k, w) in upper.iter().enumerate().skip(at) {
-            match *w {
-                "(" => depth += 1,
-                ")" if depth == 0 => {
-                    end = Some(k);
-                    break;
-                }
-                ")" => depth -= 1,
-                "," if depth == 0 => return None,
-                _ => {}
-            }
-        }
-        let end = end?;
-        let expr = text(words[at + 4].0..words[end].0);
-        let quoted = expr.trim().replace('\'', "''");
-        let before = text(0..words[at - 1].0);
-        // Into the statement's own `WITH (...)` if it has one (a source's options).
-        if upper.get(end + 1) == Some(&"WITH") && upper.get(end + 2) == Some(&"(") {
-            let open = words[end + 2].0;
-            let head = text(words[end].0..open + 1);
-            let rest = text(open + 1..tokens.len());
-            return Some(format!("{before}{head}watermark = '{quoted}', {rest}"));
-        }
-        let after = text(words[end].0..tokens.len());
-        return Some(format!("{before}{after} WITH (watermark = '{quoted}')"));
-    }
-    if upper.len() > 8
-        && upper[..3] == ["CREATE", "MATERIALIZED", "VIEW"]
-        && upper[upper.len() - 4..] == ["EMIT", "ON", "WINDOW", "CLOSE"]
-    {
-        let as_at = upper.iter().position(|w| *w == "AS")?;
-        let head = text(0..words[as_at].0);
-        let body = text(words[as_at].0..words[upper.len() - 4].0);
-        return Some(format!("{head} WITH (emit_on_window_close = true) {body}"));
-    }
-    None
-}
-
-/// The tokens that are not whitespace, upper-cased, with their positions in `tokens`.
-pub(crate) fn words(tokens: &[TokenWithSpan]) -> Vec<(usize, String)> {
-    tokens
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
-        .map(|(i, t)| (i, t.token.to_string().to_uppercase()))
-        .collect()
-}
-
-/// The tokens in `range` as SQL text again.
-pub(crate) fn tokens_text(tokens: &[TokenWithSpan], range: std::ops::Range<usize>) -> String {
-    tokens[range].iter().map(|t| token_text(&t.token)).collect()
-}
-
-/// A token as SQL text again. Tokens print quoted strings and identifiers without escaping
-/// the quotes inside them, so those are written here. An `E'...'` string holds its value with
-/// the escapes already read: it is written back as a plain string of that value.
-pub(crate) fn token_text(token: &Token) -> String {
-    match token {
-        Token::SingleQuotedString(s) | Token::EscapedStringLiteral(s) => {
-            format!("'{}'", s.replace('\'', "''"))
-        }
-        Token::DoubleQuotedString(s) => format!("\"{}\"", s.replace('"', "\"\"")),
-        Token::Word(Word {
-            value,
-            quote_style: Some(q),
-            ..
-        }) => {
-            let doubled: String = [*q, *q].iter().collect();
-            format!("{q}{}{q}", value.replace(*q, &doubled))
-        }
-        other => other.to_string(),
-    }
-}
-
 /// Replaces every `TUMBLE(...)` and `HOP(...)` in `FROM` with its derived table.
 pub fn rewrite_window_functions(stmt: &mut ast::Statement) -> Result<()> {
     struct Rewrite;
@@ -351,26 +260,6 @@ mod tests {
             Statement::Sql(s) => s.to_string(),
             _ => panic!("not SQL"),
         }
-    }
-
-    #[test]
-    fn streaming_clauses_become_options_and_keep_quotes() {
-        let view = sql_of(
-            r#"CREATE MATERIALIZED VIEW v AS SELECT 'it''s' AS s, "we""ird" FROM t EMIT ON WINDOW CLOSE"#,
-        );
-        assert!(
-            view.contains("WITH (emit_on_window_close = true)"),
-            "{view}"
-        );
-        assert!(view.contains("'it''s'"), "{view}");
-        assert!(view.contains(r#""we""ird""#), "{view}");
-        let table = sql_of(
-            "CREATE TABLE t (ts timestamp, s text, WATERMARK FOR ts AS ts - INTERVAL '5 seconds')",
-        );
-        assert!(
-            table.ends_with("WITH (watermark = 'ts - INTERVAL ''5 seconds''')"),
-            "{table}"
-        );
     }
 
     #[test]

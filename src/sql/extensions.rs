@@ -1,0 +1,195 @@
+//! Weir's own syntax around standard statements, read from the statement's tokens and never
+//! printed back to text: `WATERMARK FOR col AS expr` in a table's or a source's column list,
+//! `EMIT ON WINDOW CLOSE` after a materialized view's query, and `CREATE SINK`. Each clause is
+//! cut out of the tokens and parsed on its own by sqlparser's parser; the tokens keep their
+//! positions, so that an error points into the statement as it was written.
+
+use datafusion::sql::sqlparser::ast;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Word};
+
+use super::parser::{near, parse_with};
+use crate::error::{Error, Result};
+
+/// `WATERMARK FOR column AS expr`: rows later than `expr` (`column` or `column - INTERVAL
+/// '...'`) behind the latest are late.
+#[derive(Debug, Clone)]
+pub struct Watermark {
+    pub column: ast::Ident,
+    pub expr: ast::Expr,
+}
+
+/// `CREATE [MATERIALIZED] VIEW` as sqlparser reads it, with `EMIT ON WINDOW CLOSE`.
+#[derive(Debug, Clone)]
+pub struct CreateView {
+    pub view: Box<ast::CreateView>,
+    pub emit_on_window_close: bool,
+}
+
+/// `CREATE SINK [IF NOT EXISTS] name {AS query | FROM relation} [EMIT ON WINDOW CLOSE]
+/// [WITH (options)]`.
+#[derive(Debug, Clone)]
+pub struct CreateSink {
+    pub name: ast::ObjectName,
+    pub if_not_exists: bool,
+    /// The query, or `SELECT * FROM relation`.
+    pub query: Box<ast::Query>,
+    pub emit_on_window_close: bool,
+    pub options: Vec<ast::SqlOption>,
+}
+
+/// The word a token spells, upper-cased, if it is an unquoted word.
+fn keyword(t: &TokenWithSpan) -> Option<String> {
+    match &t.token {
+        Token::Word(Word {
+            value,
+            quote_style: None,
+            ..
+        }) => Some(value.to_uppercase()),
+        _ => None,
+    }
+}
+
+fn is(t: Option<&TokenWithSpan>, word: &str) -> bool {
+    t.and_then(keyword).is_some_and(|k| k == word)
+}
+
+/// The positions in `tokens` of those that are not whitespace.
+fn meaningful(tokens: &[TokenWithSpan]) -> Vec<usize> {
+    (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_)))
+        .collect()
+}
+
+/// Cuts `, WATERMARK FOR column AS expr` (up to the column list's closing parenthesis) out of
+/// a `CREATE TABLE` or `CREATE SOURCE`, and reads it. A statement without the clause, or with
+/// it elsewhere, is left as it is, for the statement's parser to accept or refuse.
+pub fn take_watermark(
+    sql: &str,
+    tokens: &mut Vec<TokenWithSpan>,
+) -> Result<Option<Box<Watermark>>> {
+    let m = meaningful(tokens);
+    let at = |k: usize| m.get(k).map(|&i| &tokens[i]);
+    let Some(w) = (1..m.len()).find(|&k| is(at(k), "WATERMARK") && is(at(k + 1), "FOR")) else {
+        return Ok(None);
+    };
+    if at(w - 1).map(|t| &t.token) != Some(&Token::Comma) || !is(at(w + 3), "AS") {
+        return Ok(None);
+    }
+    let mut depth = 0usize;
+    let mut end = None;
+    for k in w + 4..m.len() {
+        match tokens[m[k]].token {
+            Token::LParen => depth += 1,
+            Token::RParen if depth == 0 => {
+                end = Some(k);
+                break;
+            }
+            Token::RParen => depth -= 1,
+            Token::Comma if depth == 0 => return Ok(None),
+            _ => {}
+        }
+    }
+    let Some(end) = end else { return Ok(None) };
+    let column = parse_with(sql, &tokens[m[w + 2]..m[w + 3]], |p| p.parse_identifier())?;
+    let expr = parse_with(sql, &tokens[m[w + 4]..m[end]], |p| p.parse_expr())?;
+    tokens.drain(m[w - 1]..m[end]);
+    Ok(Some(Box::new(Watermark { column, expr })))
+}
+
+/// Cuts a trailing `EMIT ON WINDOW CLOSE` off a `CREATE MATERIALIZED VIEW`; whether it was there.
+pub fn take_emit_on_window_close(tokens: &mut Vec<TokenWithSpan>) -> bool {
+    let m = meaningful(tokens);
+    let Some(first) = m.len().checked_sub(4) else {
+        return false;
+    };
+    let clause = ["EMIT", "ON", "WINDOW", "CLOSE"];
+    if !clause
+        .iter()
+        .enumerate()
+        .all(|(j, w)| is(Some(&tokens[m[first + j]]), w))
+    {
+        return false;
+    }
+    tokens.truncate(m[first]);
+    true
+}
+
+/// Reads `CREATE SINK ...`; `query` parses a query's tokens as any statement's are.
+pub fn create_sink(
+    sql: &str,
+    tokens: &[TokenWithSpan],
+    query: impl Fn(&[TokenWithSpan]) -> Result<ast::Query>,
+) -> Result<CreateSink> {
+    let m: Vec<TokenWithSpan> = meaningful(tokens)
+        .into_iter()
+        .map(|i| tokens[i].clone())
+        .collect();
+    let bad = |k: usize| match m.get(k) {
+        Some(t) => near(sql, t),
+        None => Error::syntax("syntax error at end of input"),
+    };
+    let if_not_exists = is(m.get(2), "IF") && is(m.get(3), "NOT") && is(m.get(4), "EXISTS");
+    let name_at = if if_not_exists { 5 } else { 2 };
+    if !matches!(m.get(name_at).map(|t| &t.token), Some(Token::Word(_))) {
+        return Err(bad(name_at));
+    }
+    let name = parse_with(sql, &m[name_at..name_at + 1], |p| {
+        p.parse_object_name(false)
+    })?;
+    // A trailing `WITH ( ... )`.
+    let mut end = m.len();
+    let mut options = Vec::new();
+    if m.last().map(|t| &t.token) == Some(&Token::RParen) {
+        let mut depth = 0usize;
+        let mut open = None;
+        for k in (0..m.len()).rev() {
+            match m[k].token {
+                Token::RParen => depth += 1,
+                Token::LParen => {
+                    depth -= 1;
+                    if depth == 0 {
+                        open = Some(k);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(open) = open.filter(|&o| o > name_at + 1 && is(m.get(o - 1), "WITH")) {
+            options = parse_with(sql, &m[open - 1..], |p| p.parse_options(Keyword::WITH))?;
+            end = open - 1;
+        }
+    }
+    let emit_on_window_close = end >= 4
+        && ["EMIT", "ON", "WINDOW", "CLOSE"]
+            .iter()
+            .enumerate()
+            .all(|(j, w)| is(m.get(end - 4 + j), w));
+    if emit_on_window_close {
+        end -= 4;
+    }
+    let query = match m.get(name_at + 1).and_then(keyword).as_deref() {
+        Some("AS") if end > name_at + 2 => query(&m[name_at + 2..end])?,
+        Some("FROM") if end == name_at + 3 => {
+            // `SELECT * FROM relation`, with the relation's own token.
+            let from = &m[name_at + 1];
+            let word = |w: &str| TokenWithSpan::new(Token::make_keyword(w), from.span);
+            let tokens = [
+                word("SELECT"),
+                TokenWithSpan::new(Token::Mul, from.span),
+                word("FROM"),
+                m[name_at + 2].clone(),
+            ];
+            query(&tokens)?
+        }
+        _ => return Err(bad(name_at + 1)),
+    };
+    Ok(CreateSink {
+        name,
+        if_not_exists,
+        query: Box::new(query),
+        emit_on_window_close,
+        options,
+    })
+}
