@@ -243,6 +243,12 @@ pub const CATALOG_FORMAT: u32 = 3;
 struct Persisted {
     #[serde(default)]
     format: u32,
+    /// `changelog::FORMAT` and `state::FORMAT` of the newest encodings the data directory
+    /// may hold (1 where a catalog does not say: the encodings before they had numbers).
+    #[serde(default = "first_format")]
+    change_log_format: u32,
+    #[serde(default = "first_format")]
+    state_format: u32,
     next_id: ObjectId,
     /// Tables and views in creation order, so that a restart recreates them in an order where
     /// each view's inputs exist before it.
@@ -307,27 +313,50 @@ impl Object {
     }
 }
 
-/// A catalog read as `what`: one that does not decode is damaged; one of a newer format than
-/// this version writes is refused.
-fn decode(read: serde_json::Result<Persisted>, what: &str) -> Result<Persisted> {
-    let data = read.map_err(|e| {
+/// The encodings a catalog's data directory (and a checkpoint recording the catalog) may
+/// hold, each of which a reader refuses when it is newer than it reads: the catalog's own,
+/// the change logs' and the state store's.
+const ENCODINGS: [(&str, &str, u32); 3] = [
+    ("format", "of format", CATALOG_FORMAT),
+    (
+        "change_log_format",
+        "has change logs of format",
+        crate::changelog::FORMAT,
+    ),
+    ("state_format", "has state of format", crate::state::FORMAT),
+];
+
+/// A catalog read as `what`: one written by a newer version (in any of its `ENCODINGS`) is
+/// refused before the rest is read; one that does not decode is damaged.
+fn decode(read: serde_json::Result<serde_json::Value>, what: &str) -> Result<Persisted> {
+    let damaged = |e: serde_json::Error| {
         Error::new(
             ErrorKind::DataCorruption,
             format!("cannot read {what}: {e}"),
         )
-    })?;
-    if data.format > CATALOG_FORMAT {
-        return Err(Error::not_supported(format!(
-            "{what} is of format {}, newer than this version of Weir reads (up to {CATALOG_FORMAT})",
-            data.format
-        ))
-        .with_hint("Start the version of Weir that wrote it, or a newer one."));
+    };
+    let value = read.map_err(damaged)?;
+    for (field, says, reads) in ENCODINGS {
+        let written = value.get(field).and_then(|f| f.as_u64()).unwrap_or(0);
+        if written > reads as u64 {
+            return Err(Error::not_supported(format!(
+                "{what} {says} {written}, newer than this version of Weir reads (up to {reads})"
+            ))
+            .with_hint("Start the version of Weir that wrote it, or a newer one."));
+        }
     }
-    // Written back in this version's format from now on.
+    let data: Persisted = serde_json::from_value(value).map_err(damaged)?;
+    // Written back in this version's formats from now on.
     Ok(Persisted {
         format: CATALOG_FORMAT,
+        change_log_format: crate::changelog::FORMAT,
+        state_format: crate::state::FORMAT,
         ..data
     })
+}
+
+fn first_format() -> u32 {
+    1
 }
 
 /// The catalog in memory. Callers serialise DDL; each change is saved before it returns.
@@ -352,6 +381,8 @@ impl Catalog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
                 Persisted {
                     format: CATALOG_FORMAT,
+                    change_log_format: crate::changelog::FORMAT,
+                    state_format: crate::state::FORMAT,
                     next_id: FIRST_USER_ID,
                     objects: Vec::new(),
                 },
@@ -396,10 +427,7 @@ impl Catalog {
 
     /// Writes a checkpoint's catalog as the catalog of `dir` (a restore without local data).
     pub fn install(dir: &Path, saved: &serde_json::Value) -> Result<()> {
-        let data = decode(
-            serde_json::from_value(saved.clone()),
-            "a checkpoint's catalog",
-        )?;
+        let data = decode(Ok(saved.clone()), "a checkpoint's catalog")?;
         let catalog = Catalog {
             path: dir.join("catalog.json"),
             data,
@@ -410,11 +438,7 @@ impl Catalog {
 
     /// The objects of a catalog as a checkpoint's manifest holds it (`catalog.json`'s form).
     pub fn objects_in(saved: &serde_json::Value) -> Result<Vec<Object>> {
-        Ok(decode(
-            serde_json::from_value(saved.clone()),
-            "a checkpoint's catalog",
-        )?
-        .objects)
+        Ok(decode(Ok(saved.clone()), "a checkpoint's catalog")?.objects)
     }
 
     /// Objects in creation order.
@@ -640,5 +664,37 @@ mod tests {
             Catalog::objects_in(&value).err().unwrap().kind,
             ErrorKind::NotSupported
         );
+        // Refused before the rest is read, however different its shape.
+        let reshaped = format!(r#"{{"format": {}, "objects": 7}}"#, CATALOG_FORMAT + 1);
+        let value: serde_json::Value = serde_json::from_str(&reshaped).unwrap();
+        assert_eq!(
+            Catalog::objects_in(&value).err().unwrap().kind,
+            ErrorKind::NotSupported
+        );
+    }
+
+    #[test]
+    fn a_catalog_records_the_encodings_of_its_logs_and_state_and_newer_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.json");
+        Catalog::load(dir.path()).unwrap();
+        let saved: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(saved["change_log_format"], crate::changelog::FORMAT);
+        assert_eq!(saved["state_format"], crate::state::FORMAT);
+        for (field, current) in [
+            ("change_log_format", crate::changelog::FORMAT),
+            ("state_format", crate::state::FORMAT),
+        ] {
+            let mut newer = saved.clone();
+            newer[field] = (current + 1).into();
+            std::fs::write(&path, newer.to_string()).unwrap();
+            let e = Catalog::load(dir.path()).err().unwrap();
+            assert_eq!(e.kind, ErrorKind::NotSupported, "{e}");
+            assert!(
+                e.message.contains(&format!("format {}", current + 1)),
+                "{e}"
+            );
+        }
     }
 }

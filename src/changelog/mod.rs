@@ -16,6 +16,11 @@ use datafusion::arrow::ipc::writer::StreamWriter;
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::chunk::StreamChunk;
 
+/// The encoding of a log's records, as the catalog records it (`catalog::Catalog`): a reader
+/// refuses a data directory whose logs may hold a newer one. A change to the record layout
+/// or to the payload's encoding bumps it, and the reader goes on reading the earlier ones.
+pub const FORMAT: u32 = 1;
+
 /// Upper bound on one record, so that a corrupt length cannot make the reader allocate wildly.
 pub const RECORD_BYTES_MAX: u32 = 256 * 1024 * 1024;
 

@@ -187,9 +187,21 @@ impl Manifest {
         if crc32fast::hash(json.as_bytes()) != crc {
             return Err(damaged("checksum mismatch"));
         }
-        let manifest: Manifest = serde_json::from_str(json).map_err(|e| damaged(&e.to_string()))?;
-        if !(1..=FORMAT).contains(&manifest.format) {
-            return Err(damaged(&format!("unknown format {}", manifest.format)));
+        let value: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| damaged(&e.to_string()))?;
+        // A newer version's manifest is refused before the rest is read, whatever its shape.
+        let format = value.get("format").and_then(|f| f.as_u64()).unwrap_or(0);
+        if format > FORMAT as u64 {
+            return Err(Error::not_supported(format!(
+                "checkpoint manifest of format {format}, newer than this version of Weir \
+                 reads (up to {FORMAT})"
+            ))
+            .with_hint("Start the version of Weir that wrote it, or a newer one."));
+        }
+        let manifest: Manifest =
+            serde_json::from_value(value).map_err(|e| damaged(&e.to_string()))?;
+        if manifest.format == 0 {
+            return Err(damaged("unknown format 0"));
         }
         Ok(manifest)
     }
@@ -268,7 +280,14 @@ mod tests {
         let read = Manifest::decode(bytes.as_bytes()).unwrap();
         assert_eq!((read.format, read.mode), (1, Mode::Base));
         assert!(read.deltas.is_empty());
+        // A newer version's manifest is refused as such (not as damage), whatever its shape.
         m.format = FORMAT + 1;
-        assert!(Manifest::decode(&m.encode().unwrap()).is_err());
+        let refused = Manifest::decode(&m.encode().unwrap()).unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::NotSupported, "{refused}");
+        let text = format!(r#"{{"format": {}, "files": "elsewhere"}}"#, FORMAT + 1);
+        let crc = crc32fast::hash(text.as_bytes());
+        let refused =
+            Manifest::decode(format!("{text}\ncrc32 {crc:08x}\n").as_bytes()).unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::NotSupported, "{refused}");
     }
 }

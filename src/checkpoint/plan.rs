@@ -17,7 +17,7 @@ pub struct StoreContents {
     /// Every object and its size.
     pub objects: BTreeMap<String, u64>,
     /// Every manifest object, in id order, as it decoded (or why it did not).
-    pub manifests: Vec<(String, std::result::Result<Manifest, String>)>,
+    pub manifests: Vec<(String, Result<Manifest>)>,
 }
 
 impl StoreContents {
@@ -43,17 +43,22 @@ pub struct RecoveryPlan {
     pub damaged: Vec<Damaged>,
 }
 
-pub fn recovery_plan(store: &StoreContents) -> RecoveryPlan {
+/// The checkpoints to try, newest first, and the damaged ones. A manifest or catalog written
+/// by a newer version of Weir refuses the start (0A000): this version would restore an older
+/// checkpoint in its place, or misread it.
+pub fn recovery_plan(store: &StoreContents) -> Result<RecoveryPlan> {
     let mut plan = RecoveryPlan {
         candidates: Vec::new(),
         damaged: Vec::new(),
     };
     for (name, decoded) in store.manifests.iter().rev() {
         let problem = match decoded {
-            Err(e) => e.clone(),
+            Err(e) if e.kind == ErrorKind::NotSupported => return Err(newer(name, e)),
+            Err(e) => e.message.clone(),
             // A catalog that cannot be read is as damaging as a missing file: the state
             // cannot be told apart without it.
             Ok(m) => match crate::catalog::Catalog::objects_in(&m.catalog) {
+                Err(e) if e.kind == ErrorKind::NotSupported => return Err(newer(name, &e)),
                 Err(e) => e.message,
                 Ok(_) => match m.objects().find_map(|f| missing(f, &store.objects)) {
                     Some(reason) => reason,
@@ -69,7 +74,15 @@ pub fn recovery_plan(store: &StoreContents) -> RecoveryPlan {
             reason: problem,
         });
     }
-    plan
+    Ok(plan)
+}
+
+fn newer(manifest: &str, e: &Error) -> Error {
+    Error::not_supported(format!(
+        "the checkpoint store holds {manifest}, written by a newer version of Weir: {}",
+        e.message
+    ))
+    .with_hint("Start the version of Weir that wrote it, or a newer one.")
 }
 
 fn missing(file: &FileRef, objects: &BTreeMap<String, u64>) -> Option<String> {
@@ -131,7 +144,7 @@ pub fn adopted<'a>(
             (decoded, Some(d)) => {
                 unusable.push((name.as_str(), decoded.as_ref().ok(), d.reason.clone()))
             }
-            (Err(e), None) => unusable.push((name.as_str(), None, e.clone())),
+            (Err(e), None) => unusable.push((name.as_str(), None, e.message.clone())),
         }
     }
     usable.sort_by_key(|m| m.id);
@@ -187,10 +200,7 @@ mod tests {
 
     /// A store holding `objects` and the manifests (a manifest is `Err` where it did not
     /// decode).
-    fn store(
-        objects: &[(&str, u64)],
-        manifests: Vec<(u64, std::result::Result<Manifest, String>)>,
-    ) -> StoreContents {
+    fn store(objects: &[(&str, u64)], manifests: Vec<(u64, Result<Manifest>)>) -> StoreContents {
         let mut all: BTreeMap<String, u64> =
             objects.iter().map(|(n, s)| (n.to_string(), *s)).collect();
         for (id, _) in &manifests {
@@ -222,11 +232,17 @@ mod tests {
                     )),
                 ),
                 (4, Ok(Manifest::for_tests(4, vec![short]))),
-                (5, Err("damaged checkpoint manifest".into())),
+                (
+                    5,
+                    Err(Error::new(
+                        ErrorKind::DataCorruption,
+                        "damaged checkpoint manifest",
+                    )),
+                ),
                 (6, Ok(no_catalog)),
             ],
         );
-        let plan = recovery_plan(&s);
+        let plan = recovery_plan(&s).unwrap();
         let ids: Vec<u64> = plan.candidates.iter().map(|m| m.id).collect();
         assert_eq!(ids, [2, 1]);
         let reasons: Vec<(&str, &str)> = (plan.damaged.iter())
@@ -242,8 +258,29 @@ mod tests {
         assert!(reasons[2].1.contains("has 6 bytes, the manifest says 7"));
         assert!(reasons[3].1.contains("shared/r-3.sst is missing"));
         assert!(recovery_plan(&StoreContents::default())
+            .unwrap()
             .candidates
             .is_empty());
+    }
+
+    #[test]
+    fn a_checkpoint_of_a_newer_version_refuses_the_start_instead_of_an_older_restore() {
+        let a = file("shared/r-1.sst", 5);
+        let newer_manifest = Error::not_supported("checkpoint manifest of format 99");
+        let mut newer_catalog = Manifest::for_tests(2, vec![a.clone()]);
+        newer_catalog.catalog = serde_json::json!({"format": 99, "objects": []});
+        for newest in [Err(newer_manifest), Ok(newer_catalog)] {
+            let s = store(
+                &[("shared/r-1.sst", 5)],
+                vec![
+                    (1, Ok(Manifest::for_tests(1, vec![a.clone()]))),
+                    (2, newest),
+                ],
+            );
+            let refused = recovery_plan(&s).unwrap_err();
+            assert_eq!(refused.kind, ErrorKind::NotSupported, "{refused}");
+            assert!(refused.message.contains(&name(2)), "{refused}");
+        }
     }
 
     #[test]
@@ -271,7 +308,7 @@ mod tests {
             vec![
                 (1, Ok(Manifest::for_tests(1, vec![]))),
                 (2, Ok(Manifest::for_tests(2, vec![]))),
-                (3, Err("undecodable".into())),
+                (3, Err(Error::new(ErrorKind::DataCorruption, "undecodable"))),
             ],
         );
         let damaged = [Damaged {
@@ -318,7 +355,13 @@ mod tests {
             ]
         );
         // An unreadable manifest may name anything: nothing goes.
-        let s = store(&objects, vec![(1, Ok(base)), (2, Err("bad".into()))]);
+        let s = store(
+            &objects,
+            vec![
+                (1, Ok(base)),
+                (2, Err(Error::new(ErrorKind::DataCorruption, "bad"))),
+            ],
+        );
         let readable: Vec<&Manifest> = s
             .manifests
             .iter()

@@ -39,7 +39,7 @@ pub async fn read_store(storage: &Storage) -> Result<StoreContents> {
     let mut manifests = Vec::new();
     for name in StoreContents::manifest_names(&objects) {
         let bytes = storage.get(&name).await?;
-        let decoded = Manifest::decode(&bytes).map_err(|e| e.to_string());
+        let decoded = Manifest::decode(&bytes);
         manifests.push((name, decoded));
     }
     Ok(StoreContents { objects, manifests })
@@ -287,9 +287,9 @@ mod tests {
         assert_eq!(read.objects.get(&a.object), Some(&5));
         assert_eq!(read.manifests.len(), 2);
         assert_eq!(read.manifests[0].1.as_ref().map(|m| m.id), Ok(1));
-        let damaged = read.manifests[1].1.as_ref().unwrap_err();
+        let damaged = &read.manifests[1].1.as_ref().unwrap_err().message;
         assert!(damaged.contains("damaged checkpoint manifest"), "{damaged}");
-        let plan = super::super::plan::recovery_plan(&read);
+        let plan = super::super::plan::recovery_plan(&read).unwrap();
         assert_eq!(
             plan.candidates.iter().map(|m| m.id).collect::<Vec<_>>(),
             [1]

@@ -116,7 +116,7 @@ pub(super) async fn restore_state(
     Option<crate::checkpoint::manifest::Manifest>,
 )> {
     let state_dir = config.data_dir.join("state");
-    let plan = plan::recovery_plan(contents);
+    let plan = plan::recovery_plan(contents)?;
     recovery.damaged = plan.damaged;
     let rebuilding = config.data_dir.join("state.restoring");
     for m in plan.candidates {

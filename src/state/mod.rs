@@ -86,6 +86,12 @@ pub struct StateStore {
     block_cache: rocksdb::Cache,
 }
 
+/// The encoding of what the state store holds below the operators' own layouts (which
+/// `stream::stored::PLAN_FORMAT` versions): table and virtual-node key prefixes, the row
+/// encoding of relations' rows and keys, the errors table. The catalog records it
+/// (`catalog::Catalog`), and a reader refuses a data directory or checkpoint of a newer one.
+pub const FORMAT: u32 = 1;
+
 /// The block cache's size, unless the memory limit is small (RocksDB's default).
 const BLOCK_CACHE_BYTES: usize = 32 << 20;
 
