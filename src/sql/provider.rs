@@ -22,7 +22,7 @@ use datafusion::physical_plan::{
 
 use crate::error::{Error, ErrorKind};
 use crate::state::{Snapshot, TableId};
-use crate::stream::operators::materialize::{read_added, read_snapshot_part, RowChanges};
+use crate::stream::relation::{read_added, read_snapshot_part, RowChanges};
 use crate::stream::rows::RowCodec;
 
 /// Distinct rows per batch when reading a relation.
@@ -424,7 +424,7 @@ mod tests {
     use super::*;
     use crate::state::{EpochWrites, StateStore};
     use crate::stream::chunk::test_util::{chunk, schema};
-    use crate::stream::operators::materialize::Materialize;
+    use crate::stream::relation::Materialize;
     use datafusion::arrow::array::{AsArray, RecordBatch};
     use datafusion::arrow::datatypes::{DataType, Int64Type};
     use futures::TryStreamExt;

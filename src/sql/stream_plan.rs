@@ -21,12 +21,11 @@ use datafusion::physical_plan::PhysicalExpr;
 use crate::catalog::{Catalog, Object, ObjectId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::context::VIEW_NOW;
-use crate::stream::operators::hash_agg::{AggCall, AggKind};
-use crate::stream::operators::join::{JoinKind, JoinSpec};
-use crate::stream::operators::project::monotonic_in;
-use crate::stream::operators::temporal_filter::{TemporalSpec, Visible};
-use crate::stream::operators::top_n::{OrderField, RankKind, TopNSpec};
 use crate::stream::plan::{PlanNode, StreamPlan};
+use crate::stream::spec::{
+    monotonic_in, AggCall, AggKind, JoinKind, JoinSpec, OrderField, RankKind, TemporalSpec,
+    TopNSpec, Visible,
+};
 use datafusion::sql::sqlparser::ast;
 
 /// At most this many aggregates per view: state keys number them with one byte.
@@ -427,10 +426,12 @@ impl Planner<'_> {
                     .collect()
             }
             PlanNode::Filter { input, .. } => self.watermark_columns(input, build),
-            PlanNode::Aggregate {
-                close_on: Some(j), ..
-            } => vec![*j],
-            _ => Vec::new(),
+            PlanNode::Aggregate { close_on, .. } => close_on.iter().copied().collect(),
+            // Every other kind of node is named, so that a new one is decided here.
+            PlanNode::Join { .. }
+            | PlanNode::Union { .. }
+            | PlanNode::TopN { .. }
+            | PlanNode::TemporalFilter { .. } => Vec::new(),
         }
     }
 

@@ -20,4 +20,13 @@ pub mod operators;
 pub mod plan;
 pub mod rows;
 pub mod sink;
+pub mod spec;
 pub mod stored;
+
+/// A relation's rows as its actor's `Materialize` keeps them, for readers outside the
+/// dataflow: batch queries (`sql::provider`) and table writers (`table`).
+pub mod relation {
+    pub use super::operators::materialize::{
+        read_added, read_snapshot_part, Materialize, RowChanges,
+    };
+}

@@ -28,7 +28,7 @@ use crate::state::Snapshot;
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::coordinator::BarrierClient;
 use crate::stream::message::{Feed, Watermark};
-use crate::stream::operators::materialize::{read_snapshot_part, RowChanges};
+use crate::stream::relation::{read_snapshot_part, RowChanges};
 use crate::stream::rows::RowCodec;
 use crate::types::SqlType;
 

@@ -41,6 +41,7 @@ use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
 use crate::stream::message::Watermark;
 use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
+use crate::stream::spec::{AggCall, AggKind};
 
 /// Group keys start with a 2-byte virtual node.
 const VNODE_BYTES: usize = 2;
@@ -48,33 +49,6 @@ const VNODE_BYTES: usize = 2;
 /// Past this many cached groups, the cache is emptied at the next barrier (state stays in
 /// RocksDB; the cache only saves reads).
 const CACHED_GROUPS_MAX: usize = 200_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum AggKind {
-    Count,
-    Sum,
-    Avg,
-    Min,
-    Max,
-    BoolAnd,
-    BoolOr,
-    /// The final step of a two-step `count`: the sum of the partial counts, 0 over none.
-    SumCounts,
-}
-
-#[derive(Clone)]
-pub struct AggCall {
-    pub kind: AggKind,
-    pub arg: Arc<dyn PhysicalExpr>,
-    /// The type of the argument (as evaluated over the input).
-    pub arg_type: DataType,
-    /// The type of the result, as the query's plan gives it.
-    pub output_type: DataType,
-    /// Each distinct value counts once (`count(DISTINCT x)`).
-    pub distinct: bool,
-    /// Only rows on which this is true count (`FILTER (WHERE ...)`).
-    pub filter: Option<Arc<dyn PhysicalExpr>>,
-}
 
 /// Output rows of groups: the batch, each row's encoding, and the error of each row that has
 /// an aggregate out of range (NULL there).

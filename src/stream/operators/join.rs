@@ -27,36 +27,7 @@ use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
 use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum JoinKind {
-    Inner,
-    Left,
-    Right,
-    Full,
-    LeftSemi,
-    LeftAnti,
-    RightSemi,
-    RightAnti,
-}
-
-#[derive(Clone)]
-pub struct JoinSpec {
-    pub kind: JoinKind,
-    /// The equi-join keys: expressions over the left input and over the right input.
-    pub left_keys: Vec<Arc<dyn PhysicalExpr>>,
-    pub right_keys: Vec<Arc<dyn PhysicalExpr>>,
-    /// The type both sides' keys are compared in.
-    pub key_types: Vec<DataType>,
-    /// Whether NULL keys match each other (`IS NOT DISTINCT FROM`, INTERSECT, EXCEPT).
-    pub nulls_equal: bool,
-    /// The rest of the ON condition, over the left columns followed by the right ones.
-    pub condition: Option<Arc<dyn PhysicalExpr>>,
-    pub left_schema: SchemaRef,
-    pub right_schema: SchemaRef,
-    /// The output: left then right columns, or one side's alone for semi and anti joins.
-    pub schema: SchemaRef,
-}
+use crate::stream::spec::{JoinKind, JoinSpec};
 
 /// What a side's row produces on its own, without a partner row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,6 @@ use std::sync::Arc;
 use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::common::ScalarValue;
-use datafusion::logical_expr::Operator as BinaryOp;
-use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
-use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_plan::PhysicalExpr;
 
 use crate::error::Result;
@@ -19,6 +16,7 @@ use crate::stream::chunk::StreamChunk;
 use crate::stream::expr::{eval_columns, ErrorSink};
 use crate::stream::message::Watermark;
 use crate::stream::operator::{Emit, Operator};
+use crate::stream::spec::monotonic_in;
 
 pub struct Project {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
@@ -55,33 +53,6 @@ impl Project {
             errors,
         }
     }
-}
-
-/// The input column `e` is a non-decreasing function of, alone.
-pub fn monotonic_in(e: &Arc<dyn PhysicalExpr>) -> Option<usize> {
-    if let Some(c) = e.downcast_ref::<Column>() {
-        return Some(c.index());
-    }
-    let is_literal = |e: &Arc<dyn PhysicalExpr>| e.is::<Literal>();
-    if let Some(b) = e.downcast_ref::<BinaryExpr>() {
-        return match b.op() {
-            BinaryOp::Plus | BinaryOp::Minus if is_literal(b.right()) => monotonic_in(b.left()),
-            BinaryOp::Plus if is_literal(b.left()) => monotonic_in(b.right()),
-            _ => None,
-        };
-    }
-    if let Some(f) = e.downcast_ref::<ScalarFunctionExpr>() {
-        let args = f.args();
-        return match (f.name(), args) {
-            ("date_bin", [stride, source, origin]) if is_literal(stride) && is_literal(origin) => {
-                monotonic_in(source)
-            }
-            ("date_bin", [stride, source]) if is_literal(stride) => monotonic_in(source),
-            ("date_trunc", [unit, source]) if is_literal(unit) => monotonic_in(source),
-            _ => None,
-        };
-    }
-    None
 }
 
 impl Operator for Project {
@@ -150,6 +121,7 @@ mod tests {
     use crate::stream::chunk::test_util::{chunk, schema};
     use datafusion::arrow::datatypes::DataType;
     use datafusion::logical_expr::Operator as BinOp;
+    use datafusion::physical_expr::expressions::BinaryExpr;
     use datafusion::physical_expr::expressions::{col, lit};
 
     #[test]

@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
-use datafusion::physical_plan::PhysicalExpr;
+use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
@@ -22,19 +21,7 @@ use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::expr::{eval_column, ErrorSink};
 use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
-
-/// How `now` compares with a row's bound `b` while the row is visible.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Visible {
-    /// `now < b`: the row expires when `now` reaches `b`.
-    Before,
-    /// `now <= b`.
-    UntilAfter,
-    /// `now > b`: the row appears once `now` passes `b`.
-    After,
-    /// `now >= b`.
-    From,
-}
+use crate::stream::spec::{TemporalSpec, Visible};
 
 impl Visible {
     fn at(self, b: i64, now: i64) -> bool {
@@ -49,16 +36,6 @@ impl Visible {
     fn expires(self) -> bool {
         matches!(self, Visible::Before | Visible::UntilAfter)
     }
-}
-
-#[derive(Clone)]
-pub struct TemporalSpec {
-    /// The row's time (microseconds since the epoch once cast to a timestamp).
-    pub row_time: Arc<dyn PhysicalExpr>,
-    /// `b = row_time - offset_us`: the condition was `row_time <op> now() + offset`.
-    pub offset_us: i64,
-    pub visible: Visible,
-    pub schema: SchemaRef,
 }
 
 pub struct TemporalFilter {
@@ -233,6 +210,7 @@ mod tests {
     use super::*;
     use crate::stream::chunk::test_util::{chunk, render_sorted, schema};
     use crate::stream::operator::test_util::Epochs;
+    use datafusion::arrow::datatypes::SchemaRef;
     use datafusion::physical_expr::expressions::col;
 
     struct Harness {

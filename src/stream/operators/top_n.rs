@@ -13,10 +13,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::compute::SortOptions;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
-use datafusion::physical_plan::PhysicalExpr;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
@@ -25,38 +22,7 @@ use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, ErrorSink};
 use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
-
-/// The window function whose value a per-partition Top-N outputs as its last column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum RankKind {
-    RowNumber,
-    Rank,
-    DenseRank,
-}
-
-/// The type and direction of one column of a sort key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrderField {
-    pub data_type: DataType,
-    pub options: SortOptions,
-}
-
-#[derive(Clone)]
-pub struct TopNSpec {
-    pub partition: Vec<Arc<dyn PhysicalExpr>>,
-    pub partition_types: Vec<DataType>,
-    /// The sort key, with each column's type, direction and NULL placement.
-    pub order: Vec<Arc<dyn PhysicalExpr>>,
-    pub order_fields: Vec<OrderField>,
-    /// Rows (or ranks, for `rank`) before the first one kept.
-    pub offset: u64,
-    /// How many are kept; all, when `None`.
-    pub limit: Option<u64>,
-    /// `Some` for the window form: the rank column appended to each row.
-    pub rank: Option<RankKind>,
-    pub input_schema: SchemaRef,
-    pub schema: SchemaRef,
-}
+use crate::stream::spec::{RankKind, TopNSpec};
 
 pub struct TopN {
     spec: TopNSpec,
@@ -311,7 +277,9 @@ mod tests {
     use super::*;
     use crate::stream::chunk::test_util::{chunk, render_sorted, schema};
     use crate::stream::operator::test_util::Epochs;
+    use crate::stream::spec::OrderField;
     use datafusion::arrow::compute::SortOptions;
+    use datafusion::arrow::datatypes::{DataType, SchemaRef};
     use datafusion::physical_expr::expressions::col;
 
     struct Harness {

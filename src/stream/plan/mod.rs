@@ -14,6 +14,8 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 use tokio::sync::mpsc;
 
+mod explain;
+
 use super::actor::{Actor, ActorErrors, OpNode};
 use super::align::AlignedInputs;
 use super::coordinator::ActorEvent;
@@ -21,13 +23,14 @@ use super::dispatch::VnodeOf;
 use super::expr::{ErrorSink, ERRORS_TABLE};
 use super::message::{ActorId, Message};
 use super::operators::filter::Filter;
-use super::operators::hash_agg::{AggCall, AggKind, HashAgg};
-use super::operators::join::{HashJoin, JoinSpec};
+use super::operators::hash_agg::HashAgg;
+use super::operators::join::HashJoin;
 use super::operators::materialize::Materialize;
 use super::operators::project::Project;
-use super::operators::temporal_filter::{TemporalFilter, TemporalSpec};
-use super::operators::top_n::{TopN, TopNSpec};
+use super::operators::temporal_filter::TemporalFilter;
+use super::operators::top_n::TopN;
 use super::operators::union::Union;
+use super::spec::{AggCall, AggKind, JoinSpec, TemporalSpec, TopNSpec};
 use crate::error::{Error, Result};
 use crate::state::{StateStore, StateTable, TableId};
 
@@ -108,106 +111,6 @@ impl PlanNode {
     }
 }
 
-impl PlanNode {
-    /// The operator tree as indented lines, for EXPLAIN; `inputs` names the relations read.
-    pub fn explain(&self, depth: usize, inputs: &[String], out: &mut Vec<String>) {
-        let list = |exprs: &[Arc<dyn PhysicalExpr>]| {
-            exprs
-                .iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let line = match self {
-            PlanNode::Input(i) => format!(
-                "Input: {}",
-                inputs.get(*i).map(String::as_str).unwrap_or("?")
-            ),
-            PlanNode::Project { exprs, .. } => format!("Project: {}", list(exprs)),
-            PlanNode::Filter { predicate, .. } => format!("Filter: {predicate}"),
-            PlanNode::Aggregate {
-                group_exprs,
-                calls,
-                close_on,
-                ..
-            } => {
-                let calls: Vec<String> = calls
-                    .iter()
-                    .map(|c| {
-                        format!(
-                            "{:?}({}{})",
-                            c.kind,
-                            if c.distinct { "DISTINCT " } else { "" },
-                            c.arg
-                        )
-                    })
-                    .collect();
-                format!(
-                    "HashAgg: group by [{}], aggregates [{}]{}",
-                    list(group_exprs),
-                    calls.join(", "),
-                    if close_on.is_some() {
-                        ", emit on window close"
-                    } else {
-                        ""
-                    }
-                )
-            }
-            PlanNode::Join { spec, .. } => {
-                let on: Vec<String> = spec
-                    .left_keys
-                    .iter()
-                    .zip(&spec.right_keys)
-                    .map(|(l, r)| format!("{l} = {r}"))
-                    .collect();
-                let condition = spec
-                    .condition
-                    .as_ref()
-                    .map(|c| format!(", condition {c}"))
-                    .unwrap_or_default();
-                format!(
-                    "HashJoin {:?}: on [{}]{condition}",
-                    spec.kind,
-                    on.join(", ")
-                )
-            }
-            PlanNode::Union { inputs, .. } => format!("Union: {} inputs", inputs.len()),
-            PlanNode::TopN { spec, .. } => format!(
-                "TopN: partition by [{}], order by [{}], offset {}, limit {}{}",
-                list(&spec.partition),
-                list(&spec.order),
-                spec.offset,
-                spec.limit.map_or("none".to_string(), |l| l.to_string()),
-                spec.rank.map(|r| format!(", {r:?}")).unwrap_or_default()
-            ),
-            PlanNode::TemporalFilter { spec, .. } => format!(
-                "TemporalFilter: visible {:?} now() vs {} - {} us",
-                spec.visible, spec.row_time, spec.offset_us
-            ),
-        };
-        out.push(format!("{}{line}", "  ".repeat(depth)));
-        match self {
-            PlanNode::Input(_) => {}
-            PlanNode::Project { input, .. }
-            | PlanNode::Filter { input, .. }
-            | PlanNode::Aggregate { input, .. }
-            | PlanNode::TopN { input, .. }
-            | PlanNode::TemporalFilter { input, .. } => input.explain(depth + 1, inputs, out),
-            PlanNode::Join { left, right, .. } => {
-                left.explain(depth + 1, inputs, out);
-                right.explain(depth + 1, inputs, out);
-            }
-            PlanNode::Union {
-                inputs: children, ..
-            } => {
-                for c in children {
-                    c.explain(depth + 1, inputs, out);
-                }
-            }
-        }
-    }
-}
-
 impl StreamPlan {
     /// How many state tables the plan's operators need besides the view's own Materialize.
     pub fn state_tables_needed(&self) -> usize {
@@ -270,11 +173,6 @@ impl Keys {
             types: self.types.clone(),
         })
     }
-
-    fn explain(&self) -> String {
-        let exprs: Vec<String> = self.exprs.iter().map(|e| e.to_string()).collect();
-        exprs.join(", ")
-    }
 }
 
 /// Where one input channel of a fragment's actors comes from.
@@ -297,56 +195,6 @@ pub struct Fragment {
     /// How the output is split among the actors of the fragment that reads it (`None`: all
     /// to its one actor).
     pub output: Option<Keys>,
-}
-
-impl Fragment {
-    /// The fragments' actors and operators, for EXPLAIN; `relations` names the plan's inputs.
-    pub fn explain(fragments: &[Fragment], relations: &[String]) -> Vec<String> {
-        let actors: usize = fragments.iter().map(|f| f.actors).sum();
-        let mut lines = vec![format!(
-            "Materialized view: {} fragment{}, {actors} actor{}",
-            fragments.len(),
-            if fragments.len() == 1 { "" } else { "s" },
-            if actors == 1 { "" } else { "s" },
-        )];
-        for (i, f) in fragments.iter().enumerate() {
-            let consumer = fragments.iter().position(|c| {
-                c.sources
-                    .iter()
-                    .any(|s| matches!(s, Source::Fragment { fragment, .. } if *fragment == i))
-            });
-            let role = match (consumer, &f.output) {
-                (None, _) => "the view's own actor, which keeps its rows".to_string(),
-                (Some(c), None) => format!("output to fragment {c}"),
-                (Some(c), Some(keys)) => {
-                    format!("output split by [{}] to fragment {c}", keys.explain())
-                }
-            };
-            lines.push(format!(
-                "Fragment {i}: {} actor{}, {role}",
-                f.actors,
-                if f.actors == 1 { "" } else { "s" }
-            ));
-            let names: Vec<String> = f
-                .sources
-                .iter()
-                .map(|s| match s {
-                    Source::Relation { input, keys } => {
-                        let name = relations.get(*input).map(String::as_str).unwrap_or("?");
-                        match keys {
-                            Some(keys) => format!("{name}, split by [{}]", keys.explain()),
-                            None => name.to_string(),
-                        }
-                    }
-                    Source::Fragment { fragment, actor } => {
-                        format!("fragment {fragment}, actor {}", actor + 1)
-                    }
-                })
-                .collect();
-            f.root.explain(1, &names, &mut lines);
-        }
-        lines
-    }
 }
 
 /// `expr` over the output of a projection computing `exprs`, rewritten over its input.
@@ -517,20 +365,27 @@ fn input_keys(node: &PlanNode) -> Option<Vec<Keys>> {
         exprs: exprs.to_vec(),
         types: types.to_vec(),
     };
+    // Every kind of node is named: a new keyed operator missing here would run unparallelised.
     match node {
         PlanNode::Aggregate {
             group_exprs,
             group_types,
             ..
-        } if !group_exprs.is_empty() => Some(vec![keys(group_exprs, group_types)]),
-        PlanNode::Join { spec, .. } if !spec.left_keys.is_empty() => Some(vec![
-            keys(&spec.left_keys, &spec.key_types),
-            keys(&spec.right_keys, &spec.key_types),
-        ]),
-        PlanNode::TopN { spec, .. } if !spec.partition.is_empty() => {
-            Some(vec![keys(&spec.partition, &spec.partition_types)])
+        } => (!group_exprs.is_empty()).then(|| vec![keys(group_exprs, group_types)]),
+        PlanNode::Join { spec, .. } => (!spec.left_keys.is_empty()).then(|| {
+            vec![
+                keys(&spec.left_keys, &spec.key_types),
+                keys(&spec.right_keys, &spec.key_types),
+            ]
+        }),
+        PlanNode::TopN { spec, .. } => {
+            (!spec.partition.is_empty()).then(|| vec![keys(&spec.partition, &spec.partition_types)])
         }
-        _ => None,
+        PlanNode::Input(_)
+        | PlanNode::Project { .. }
+        | PlanNode::Filter { .. }
+        | PlanNode::Union { .. }
+        | PlanNode::TemporalFilter { .. } => None,
     }
 }
 

@@ -23,11 +23,10 @@ use expr::StoredExpr;
 use types::{corrupt, StoredSchema, Type};
 
 use super::message::ActorId;
-use super::operators::hash_agg::{AggCall, AggKind};
-use super::operators::join::{JoinKind, JoinSpec};
-use super::operators::temporal_filter::{TemporalSpec, Visible};
-use super::operators::top_n::{OrderField, RankKind, TopNSpec};
 use super::plan::{Fragment, Keys, PlanNode, Source};
+use super::spec::{
+    AggCall, AggKind, JoinKind, JoinSpec, OrderField, RankKind, TemporalSpec, TopNSpec, Visible,
+};
 use crate::error::{Error, Result};
 
 /// The format this version writes; it reads every one up to it.
