@@ -34,7 +34,7 @@ mod recovery;
 mod system_tables;
 mod views;
 
-pub use query::{pg_column_name, result_schema};
+pub use crate::sql::names::{pg_column_name, result_schema};
 pub use system_tables::text_rows;
 pub use views::parse_parallelism;
 
@@ -108,9 +108,6 @@ pub struct Database {
 
 /// The directory of the sources' ledgers, in the data directory.
 const SOURCES_DIR: &str = "sources";
-
-/// A DML statement's command tag, and the rows it deletes and inserts.
-type DmlRows = (&'static str, Option<RecordBatch>, Option<RecordBatch>);
 
 /// See [`Database::closed`].
 #[derive(Debug, Clone)]

@@ -22,8 +22,9 @@ use crate::stream::plan::{Fragment, PlanNode, StreamPlan};
 use crate::stream::sink::{SinkCounter, SinkDriver};
 use crate::stream::stored::Compiled;
 
-use super::query::{identity_exprs, pg_names};
+use super::query::identity_exprs;
 use super::{text_rows, Database, Output};
+use crate::sql::names::pg_names;
 
 /// How a view starts.
 #[derive(Debug, Clone, Copy)]

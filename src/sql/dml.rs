@@ -1,0 +1,149 @@
+//! DML planning: an INSERT, UPDATE or DELETE planned over a context whose tables are read at
+//! their latest rows, and run into the rows it deletes and the rows it inserts, in the
+//! table's types. The database locks the tables, builds the context and writes the rows.
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, LogicalPlan, Projection, WriteOp};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// A DML statement's command tag, and the rows it deletes and inserts.
+pub type DmlRows = (&'static str, Option<RecordBatch>, Option<RecordBatch>);
+
+/// Whether `statement` reads relations: every DML statement but an INSERT of VALUES only.
+pub fn reads(statement: &ast::Statement) -> bool {
+    !matches!(statement, ast::Statement::Insert(i)
+        if i.source.as_ref().is_some_and(|q| matches!(q.body.as_ref(), ast::SetExpr::Values(_))))
+}
+
+/// Plans and runs a DML statement's input over `ctx` (whose tables the statement reads
+/// at their latest rows): its command tag, and the rows it deletes and inserts in `schema`.
+pub async fn rows(
+    ctx: &SessionContext,
+    statement: &ast::Statement,
+    params: Option<&ParamValues>,
+    schema: &SchemaRef,
+) -> Result<DmlRows> {
+    let state = ctx.state();
+    let plan = state
+        .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
+        .await?;
+    let mut plan = crate::sql::rules::type_integer_constants(plan)?;
+    if let Some(p) = params {
+        plan = plan.with_param_values(p.clone())?;
+    }
+    let LogicalPlan::Dml(dml) = plan else {
+        return Err(Error::internal("DML statement did not plan as DML"));
+    };
+    let width = schema.fields().len();
+    let (tag, deleted, inserted) = match &dml.op {
+        WriteOp::Insert(InsertOp::Append) => {
+            let rows = run(ctx, dml.input.as_ref().clone()).await?;
+            ("INSERT", None, Some(conform(schema, &rows, 0)?))
+        }
+        WriteOp::Insert(_) => {
+            return Err(Error::not_supported(
+                "INSERT OVERWRITE and REPLACE are not supported",
+            ))
+        }
+        WriteOp::Delete => {
+            let rows = run(ctx, dml.input.as_ref().clone()).await?;
+            ("DELETE", Some(conform(schema, &rows, 0)?), None)
+        }
+        WriteOp::Update => {
+            let LogicalPlan::Projection(p) = dml.input.as_ref() else {
+                return Err(Error::internal("UPDATE did not plan as a projection"));
+            };
+            let input_schema = p.input.schema().clone();
+            if input_schema.fields().len() != width {
+                return Err(Error::not_supported("UPDATE ... FROM is not supported"));
+            }
+            // One pass computes each row's old and new values together.
+            let mut exprs: Vec<Expr> = input_schema
+                .columns()
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| Expr::Column(c).alias(format!("__old_{i}")))
+                .collect();
+            exprs.extend(p.expr.iter().cloned());
+            let both = LogicalPlan::Projection(Projection::try_new(exprs, p.input.clone())?);
+            let rows = run(ctx, both).await?;
+            (
+                "UPDATE",
+                Some(conform(schema, &rows, 0)?),
+                Some(conform(schema, &rows, width)?),
+            )
+        }
+        other => return Err(Error::not_supported(format!("{other} is not supported"))),
+    };
+    Ok((tag, deleted, inserted))
+}
+
+/// Executes a DML statement's input to completion. Its rows become one change-log record,
+/// which cannot exceed `RECORD_BYTES_MAX`; so the input is refused (54000) as soon as its
+/// batches hold twice that in memory (which overstates what they encode to), instead of
+/// being gathered whole first.
+async fn run(ctx: &SessionContext, plan: LogicalPlan) -> Result<RecordBatch> {
+    use futures::StreamExt;
+    let mut rows = ctx
+        .execute_logical_plan(plan)
+        .await?
+        .execute_stream()
+        .await?;
+    let schema = rows.schema();
+    let limit = 2 * crate::changelog::RECORD_BYTES_MAX as usize;
+    let (mut batches, mut bytes) = (Vec::new(), 0usize);
+    while let Some(batch) = rows.next().await {
+        let batch = batch?;
+        bytes += batch.get_array_memory_size();
+        if bytes > limit {
+            return Err(Error::new(
+                ErrorKind::ProgramLimitExceeded,
+                format!(
+                    "a single statement's changes exceed {} bytes",
+                    crate::changelog::RECORD_BYTES_MAX
+                ),
+            )
+            .with_hint("Split the statement into smaller ones."));
+        }
+        batches.push(batch);
+    }
+    Ok(concat_batches(&schema, &batches)?)
+}
+
+/// Takes `schema.len()` columns of `rows` starting at `offset`, cast to the table's types.
+pub fn conform(schema: &SchemaRef, rows: &RecordBatch, offset: usize) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let c = rows.column(offset + i);
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                let options = datafusion::arrow::compute::CastOptions {
+                    safe: false,
+                    ..Default::default()
+                };
+                Ok(datafusion::arrow::compute::cast_with_options(
+                    c,
+                    f.data_type(),
+                    &options,
+                )?)
+            }
+        })
+        .collect::<Result<Vec<ArrayRef>>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
+    )?)
+}
