@@ -15,6 +15,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sql::context::PlanFunctions;
 use crate::sql::ddl::{self, relation_name};
 use crate::sql::extensions::{CreateSink, CreateView};
+use crate::sql::names::pg_names;
 use crate::sql::stream_plan::{check_deterministic, Planner};
 use crate::stream::expr::ErrorSink;
 use crate::stream::graph;
@@ -24,7 +25,6 @@ use crate::stream::stored::Compiled;
 
 use super::query::identity_exprs;
 use super::{text_rows, Database, Output};
-use crate::sql::names::pg_names;
 
 /// How a view starts.
 #[derive(Debug, Clone, Copy)]
@@ -61,7 +61,7 @@ impl Database {
                     )
                     .await?;
                 let compiled = compile(plan, v.parallelism())?;
-                let (stored, compiled) = self.kept(compiled)?;
+                let (stored, compiled) = self.kept(compiled, &v.name)?;
                 self.catalog_mut().set_view_plan(v.id, stored)?;
                 compiled
             }
@@ -72,7 +72,7 @@ impl Database {
     /// `compiled` as the catalog keeps it, and the plan read back from that: what the view
     /// runs from its creation on, so that a plan that cannot be kept is refused then, and
     /// every restart runs the same one.
-    fn kept(&self, compiled: Compiled) -> Result<(serde_json::Value, Compiled)> {
+    fn kept(&self, compiled: Compiled, view: &str) -> Result<(serde_json::Value, Compiled)> {
         let relations = {
             let catalog = self.catalog();
             compiled
@@ -87,8 +87,7 @@ impl Database {
         };
         let stored = compiled.encode(&relations)?;
         let ctx = self.context(&HashMap::new(), vec![])?;
-        let name = "being created";
-        let read = Compiled::decode(&stored, name, &PlanFunctions::of(&ctx))?;
+        let read = Compiled::decode(&stored, view, &PlanFunctions::of(&ctx))?;
         Ok((stored, read))
     }
 
@@ -342,7 +341,7 @@ impl Database {
         check_unique_names(&plan.schema)?;
         // A view with nothing to partition by runs as one actor, whatever the setting.
         let requested = self.parallelism_for(settings)?;
-        let (stored, compiled) = self.kept(compile(plan, requested)?)?;
+        let (stored, compiled) = self.kept(compile(plan, requested)?, &name)?;
         let fragments = &compiled.fragments;
         let parallelism = if fragments.len() > 1 { requested } else { 1 };
         let needed: usize = fragments
