@@ -47,8 +47,7 @@ impl Database {
     ) -> Result<()> {
         let compiled = match &v.plan {
             Some(stored) => {
-                let ctx = self.context(&HashMap::new(), vec![])?;
-                Compiled::decode(stored, &v.name, &PlanFunctions::of(&ctx))?
+                Compiled::decode(stored, &v.name, &PlanFunctions::new(&self.query_runtime))?
             }
             None => {
                 let query = stored_query(&v.query)?;
@@ -86,8 +85,7 @@ impl Database {
                 .collect::<Result<Vec<_>>>()?
         };
         let stored = compiled.encode(&relations)?;
-        let ctx = self.context(&HashMap::new(), vec![])?;
-        let read = Compiled::decode(&stored, view, &PlanFunctions::of(&ctx))?;
+        let read = Compiled::decode(&stored, view, &PlanFunctions::new(&self.query_runtime))?;
         Ok((stored, read))
     }
 

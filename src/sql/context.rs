@@ -219,7 +219,12 @@ pub fn register_system_tables(
 pub struct PlanFunctions(datafusion::execution::SessionState);
 
 impl PlanFunctions {
-    pub fn of(ctx: &SessionContext) -> PlanFunctions {
+    /// The functions every context has, in a context without relations: reading a plan needs
+    /// no table, and building every relation's provider and the system tables per view would
+    /// cost a start time in the square of the catalog's size.
+    pub fn new(runtime: &Arc<RuntimeEnv>) -> PlanFunctions {
+        let ctx = new_context(runtime);
+        register_functions(&ctx, &HashMap::new());
         PlanFunctions(ctx.state())
     }
 }

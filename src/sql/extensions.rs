@@ -55,7 +55,7 @@ fn is(t: Option<&TokenWithSpan>, word: &str) -> bool {
 }
 
 /// The positions in `tokens` of those that are not whitespace.
-fn meaningful(tokens: &[TokenWithSpan]) -> Vec<usize> {
+pub(crate) fn meaningful(tokens: &[TokenWithSpan]) -> Vec<usize> {
     (0..tokens.len())
         .filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_)))
         .collect()

@@ -31,9 +31,7 @@ const ORIGIN: &str = "TIMESTAMP '1970-01-01 00:00:00'";
 /// at the token level (sqlparser reads neither `TABLE t` nor `DESCRIPTOR(ts)` as arguments).
 pub fn rewrite_flink_tokens(tokens: &[TokenWithSpan]) -> Vec<TokenWithSpan> {
     let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(w));
-    let meaningful: Vec<usize> = (0..tokens.len())
-        .filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_)))
-        .collect();
+    let meaningful = crate::sql::extensions::meaningful(tokens);
     let at = |k: usize| meaningful.get(k).map(|&i| &tokens[i]);
     let mut drop = vec![false; tokens.len()];
     for k in 0..meaningful.len() {

@@ -85,24 +85,8 @@ impl PlanNode {
             ),
         };
         out.push(format!("{}{line}", "  ".repeat(depth)));
-        match self {
-            PlanNode::Input(_) => {}
-            PlanNode::Project { input, .. }
-            | PlanNode::Filter { input, .. }
-            | PlanNode::Aggregate { input, .. }
-            | PlanNode::TopN { input, .. }
-            | PlanNode::TemporalFilter { input, .. } => input.explain(depth + 1, inputs, out),
-            PlanNode::Join { left, right, .. } => {
-                left.explain(depth + 1, inputs, out);
-                right.explain(depth + 1, inputs, out);
-            }
-            PlanNode::Union {
-                inputs: children, ..
-            } => {
-                for c in children {
-                    c.explain(depth + 1, inputs, out);
-                }
-            }
+        for child in self.children() {
+            child.explain(depth + 1, inputs, out);
         }
     }
 }

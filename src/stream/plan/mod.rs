@@ -556,6 +556,20 @@ impl PlanNode {
         }
     }
 
+    /// The node's inputs, in order.
+    pub(super) fn children(&self) -> Vec<&PlanNode> {
+        match self {
+            PlanNode::Input(_) => vec![],
+            PlanNode::Project { input, .. }
+            | PlanNode::Filter { input, .. }
+            | PlanNode::Aggregate { input, .. }
+            | PlanNode::TopN { input, .. }
+            | PlanNode::TemporalFilter { input, .. } => vec![input],
+            PlanNode::Join { left, right, .. } => vec![left, right],
+            PlanNode::Union { inputs, .. } => inputs.iter().collect(),
+        }
+    }
+
     /// The node with each child replaced by `child(child)`, and a leaf by `leaf(input)`.
     fn try_map_children(
         self,

@@ -247,19 +247,6 @@ fn output_schema(node: &PlanNode, inputs: &[SchemaRef]) -> Result<SchemaRef> {
     }
 }
 
-fn children(node: &PlanNode) -> Vec<&PlanNode> {
-    match node {
-        PlanNode::Input(_) => vec![],
-        PlanNode::Project { input, .. }
-        | PlanNode::Filter { input, .. }
-        | PlanNode::Aggregate { input, .. }
-        | PlanNode::TopN { input, .. }
-        | PlanNode::TemporalFilter { input, .. } => vec![input],
-        PlanNode::Join { left, right, .. } => vec![left, right],
-        PlanNode::Union { inputs, .. } => inputs.iter().collect(),
-    }
-}
-
 fn exprs(list: &[Arc<dyn PhysicalExpr>]) -> Result<Vec<StoredExpr>> {
     list.iter().map(StoredExpr::encode).collect()
 }
@@ -281,7 +268,7 @@ fn encode_fragment(f: &Fragment, input_schemas: &[SchemaRef]) -> Result<StoredFr
     let mut done: Vec<usize> = Vec::new();
     let mut stack: Vec<(&PlanNode, bool)> = vec![(&f.root, false)];
     while let Some((n, expanded)) = stack.pop() {
-        let below = children(n);
+        let below = n.children();
         if !expanded {
             stack.push((n, true));
             stack.extend(below.into_iter().rev().map(|c| (c, false)));
