@@ -40,6 +40,21 @@ pub struct AggCall {
     pub filter: Option<Arc<dyn PhysicalExpr>>,
 }
 
+/// A GROUP BY: its grouping expressions and aggregate calls, and how its windows close.
+#[derive(Clone)]
+pub struct AggSpec {
+    pub group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    pub group_types: Vec<DataType>,
+    pub calls: Vec<AggCall>,
+    /// The group columns, then one column per call.
+    pub schema: SchemaRef,
+    /// EMIT ON WINDOW CLOSE on this grouping column (a window bound with a watermark).
+    pub close_on: Option<usize>,
+    /// The input only ever inserts (it reads sources through filters, projections, inner
+    /// joins and unions): MIN and MAX keep just the extreme, not every value.
+    pub append_only: bool,
+}
+
 // Joins (`operators::join`).
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

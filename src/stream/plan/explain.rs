@@ -24,13 +24,9 @@ impl PlanNode {
             ),
             PlanNode::Project { exprs, .. } => format!("Project: {}", list(exprs)),
             PlanNode::Filter { predicate, .. } => format!("Filter: {predicate}"),
-            PlanNode::Aggregate {
-                group_exprs,
-                calls,
-                close_on,
-                ..
-            } => {
-                let calls: Vec<String> = calls
+            PlanNode::Aggregate { spec, .. } => {
+                let calls: Vec<String> = spec
+                    .calls
                     .iter()
                     .map(|c| {
                         format!(
@@ -43,9 +39,9 @@ impl PlanNode {
                     .collect();
                 format!(
                     "HashAgg: group by [{}], aggregates [{}]{}",
-                    list(group_exprs),
+                    list(&spec.group_exprs),
                     calls.join(", "),
-                    if close_on.is_some() {
+                    if spec.close_on.is_some() {
                         ", emit on window close"
                     } else {
                         ""

@@ -30,7 +30,7 @@ use super::operators::project::Project;
 use super::operators::temporal_filter::TemporalFilter;
 use super::operators::top_n::TopN;
 use super::operators::union::Union;
-use super::spec::{AggCall, AggKind, JoinSpec, TemporalSpec, TopNSpec};
+use super::spec::{AggCall, AggKind, AggSpec, JoinSpec, TemporalSpec, TopNSpec};
 use crate::error::{Error, Result};
 use crate::state::{StateStore, StateTable, TableId};
 
@@ -60,15 +60,7 @@ pub enum PlanNode {
     },
     Aggregate {
         input: Box<PlanNode>,
-        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
-        group_types: Vec<DataType>,
-        calls: Vec<AggCall>,
-        schema: SchemaRef,
-        /// EMIT ON WINDOW CLOSE on this grouping column (a window bound with a watermark).
-        close_on: Option<usize>,
-        /// The input only ever inserts (it reads sources through filters, projections, inner
-        /// joins and unions): MIN and MAX keep just the extreme, not every value.
-        append_only: bool,
+        spec: AggSpec,
     },
     Join {
         left: Box<PlanNode>,
@@ -224,25 +216,19 @@ fn below_projection(
 fn two_step(node: PlanNode) -> Result<PlanNode> {
     let node = node.try_map_children(&mut two_step, &mut |i| Ok(PlanNode::Input(i)))?;
     Ok(match node {
-        PlanNode::Aggregate {
-            input,
-            group_exprs,
-            group_types,
-            calls,
-            schema,
-            close_on,
-            append_only,
-        } if group_exprs.is_empty()
-            && close_on.is_none()
+        PlanNode::Aggregate { input, spec }
+            if spec.group_exprs.is_empty()
+            && spec.close_on.is_none()
             // avg needs its sum and count carried apart; DISTINCT needs every value in one
             // place.
-            && calls
+            && spec.calls
                 .iter()
                 .all(|c| !c.distinct && c.kind != AggKind::Avg) =>
         {
-            match partial_aggregate(*input, &calls, append_only)? {
+            match partial_aggregate(*input, &spec.calls, spec.append_only)? {
                 Ok(partial) => {
-                    let finals = calls
+                    let finals = spec
+                        .calls
                         .iter()
                         .enumerate()
                         .map(|(i, c)| AggCall {
@@ -261,22 +247,16 @@ fn two_step(node: PlanNode) -> Result<PlanNode> {
                     // append-only.
                     PlanNode::Aggregate {
                         input: Box::new(partial),
-                        group_exprs,
-                        group_types,
-                        calls: finals,
-                        schema,
-                        close_on,
-                        append_only: false,
+                        spec: AggSpec {
+                            calls: finals,
+                            append_only: false,
+                            ..spec
+                        },
                     }
                 }
                 Err(input) => PlanNode::Aggregate {
                     input: Box::new(input),
-                    group_exprs,
-                    group_types,
-                    calls,
-                    schema,
-                    close_on,
-                    append_only,
+                    spec,
                 },
             }
         }
@@ -349,12 +329,14 @@ fn partial_aggregate(
     );
     Ok(Ok(PlanNode::Aggregate {
         input: Box::new(input),
-        group_exprs: vec![Arc::new(VnodeOf::of_row(&row_schema))],
-        group_types: vec![DataType::Int32],
-        calls,
-        schema: Arc::new(Schema::new(fields)),
-        close_on: None,
-        append_only,
+        spec: AggSpec {
+            group_exprs: vec![Arc::new(VnodeOf::of_row(&row_schema))],
+            group_types: vec![DataType::Int32],
+            calls,
+            schema: Arc::new(Schema::new(fields)),
+            close_on: None,
+            append_only,
+        },
     }))
 }
 
@@ -367,11 +349,9 @@ fn input_keys(node: &PlanNode) -> Option<Vec<Keys>> {
     };
     // Every kind of node is named: a new keyed operator missing here would run unparallelised.
     match node {
-        PlanNode::Aggregate {
-            group_exprs,
-            group_types,
-            ..
-        } => (!group_exprs.is_empty()).then(|| vec![keys(group_exprs, group_types)]),
+        PlanNode::Aggregate { spec, .. } => {
+            (!spec.group_exprs.is_empty()).then(|| vec![keys(&spec.group_exprs, &spec.group_types)])
+        }
         PlanNode::Join { spec, .. } => (!spec.left_keys.is_empty()).then(|| {
             vec![
                 keys(&spec.left_keys, &spec.key_types),
@@ -547,9 +527,10 @@ impl PlanNode {
         match self {
             PlanNode::Input(_) => None,
             PlanNode::Filter { input, .. } => input.schema(),
-            PlanNode::Project { schema, .. }
-            | PlanNode::Aggregate { schema, .. }
-            | PlanNode::Union { schema, .. } => Some(schema.clone()),
+            PlanNode::Project { schema, .. } | PlanNode::Union { schema, .. } => {
+                Some(schema.clone())
+            }
+            PlanNode::Aggregate { spec, .. } => Some(spec.schema.clone()),
             PlanNode::Join { spec, .. } => Some(spec.schema.clone()),
             PlanNode::TopN { spec, .. } => Some(spec.schema.clone()),
             PlanNode::TemporalFilter { spec, .. } => Some(spec.schema.clone()),
@@ -594,22 +575,9 @@ impl PlanNode {
                 input: boxed(input)?,
                 predicate,
             },
-            PlanNode::Aggregate {
-                input,
-                group_exprs,
-                group_types,
-                calls,
-                schema,
-                close_on,
-                append_only,
-            } => PlanNode::Aggregate {
+            PlanNode::Aggregate { input, spec } => PlanNode::Aggregate {
                 input: boxed(input)?,
-                group_exprs,
-                group_types,
-                calls,
-                schema,
-                close_on,
-                append_only,
+                spec,
             },
             PlanNode::Join { left, right, spec } => PlanNode::Join {
                 left: boxed(left)?,
@@ -718,29 +686,9 @@ fn build_node(
             Box::new(Filter::new(predicate, errors.clone())),
             build_node(ctx, *input, tables, errors)?,
         ),
-        PlanNode::Aggregate {
-            input,
-            group_exprs,
-            group_types,
-            calls,
-            schema,
-            close_on,
-            append_only,
-        } => {
-            let groups = next_table(tables);
-            let extremes = next_table(tables);
-            let agg = HashAgg::new(
-                ctx.store.clone(),
-                groups,
-                extremes,
-                group_exprs,
-                group_types,
-                calls,
-                schema,
-                close_on,
-                append_only,
-                errors.clone(),
-            )?;
+        PlanNode::Aggregate { input, spec } => {
+            let own = [next_table(tables), next_table(tables)];
+            let agg = HashAgg::new(ctx.store.clone(), own, spec, errors.clone())?;
             OpNode::unary(Box::new(agg), build_node(ctx, *input, tables, errors)?)
         }
         PlanNode::Join { left, right, spec } => {

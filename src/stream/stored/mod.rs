@@ -25,7 +25,8 @@ use types::{corrupt, StoredSchema, Type};
 use super::message::ActorId;
 use super::plan::{Fragment, Keys, PlanNode, Source};
 use super::spec::{
-    AggCall, AggKind, JoinKind, JoinSpec, OrderField, RankKind, TemporalSpec, TopNSpec, Visible,
+    AggCall, AggKind, AggSpec, JoinKind, JoinSpec, OrderField, RankKind, TemporalSpec, TopNSpec,
+    Visible,
 };
 use crate::error::{Error, Result};
 
@@ -325,12 +326,15 @@ fn encode_node(n: &PlanNode, kids: &[usize]) -> Result<StoredNode> {
             predicate: StoredExpr::encode(predicate)?,
         },
         PlanNode::Aggregate {
-            group_exprs,
-            group_types,
-            calls,
-            schema,
-            close_on,
-            append_only,
+            spec:
+                AggSpec {
+                    group_exprs,
+                    group_types,
+                    calls,
+                    schema,
+                    close_on,
+                    append_only,
+                },
             ..
         } => StoredNode::Aggregate(StoredAggregate {
             input: kid(0),
@@ -607,12 +611,14 @@ impl StoredAggregate {
         Ok((
             PlanNode::Aggregate {
                 input,
-                group_exprs: decode_exprs(group_exprs, &below, functions)?,
-                group_types: decode_types(group_types)?,
-                calls,
-                schema: schema.clone(),
-                close_on: *close_on,
-                append_only: *append_only,
+                spec: AggSpec {
+                    group_exprs: decode_exprs(group_exprs, &below, functions)?,
+                    group_types: decode_types(group_types)?,
+                    calls,
+                    schema: schema.clone(),
+                    close_on: *close_on,
+                    append_only: *append_only,
+                },
             },
             schema,
         ))

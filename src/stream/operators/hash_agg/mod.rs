@@ -1,0 +1,798 @@
+//! HashAgg: GROUP BY with COUNT, SUM, AVG, MIN, MAX, BOOL_AND and BOOL_OR, each optionally
+//! DISTINCT and with a FILTER, under insertions and deletions.
+//!
+//! Each group keeps its row count and one accumulator per aggregate in the `groups` state
+//! table. MIN and MAX cannot be retracted from a single value, so each keeps the group's
+//! multiset of non-NULL values in the `values` table, ordered by value: the minimum is the
+//! first entry of the group's range, the maximum the last, also after the current extreme is
+//! deleted. A DISTINCT aggregate keeps its multiset there too, and a value reaches the
+//! accumulator only when its count moves between zero and one. Output changes are emitted once per epoch, at the barrier, for the groups the
+//! epoch touched: the group's previous output row is retracted and its new one inserted.
+//! Without GROUP BY there is exactly one group, which exists even when empty, so the view
+//! holds one row (COUNT = 0, SUM = NULL) over an empty input, as in PostgreSQL.
+//!
+//! Group keys start with their virtual node (`stream::dispatch`), so that the groups of one of
+//! a view's parallel actors are its vnodes' ranges.
+//!
+//! With EMIT ON WINDOW CLOSE, one grouping column is a window bound that carries a watermark.
+//! Group keys are stored with that column first, so the closed windows are the front of each
+//! vnode's key range. A group emits nothing while its window is open; when the watermark passes it,
+//! its one final row is emitted and its state deleted, so state holds open windows only.
+//! Changes that arrive for a closed window are late and ignored.
+
+mod accumulator;
+mod codec;
+mod window;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::ScalarValue;
+use datafusion::physical_plan::PhysicalExpr;
+
+use self::accumulator::{Acc, Added, Values};
+use self::codec::{decode_i64, decode_state, encode_state, GroupState};
+use crate::error::{Error, ErrorKind, Result};
+use crate::state::{EpochWrites, StateStore, StateTable, TableId};
+use crate::stream::chunk::{Op, StreamChunk};
+use crate::stream::dispatch::vnodes;
+use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
+use crate::stream::message::Watermark;
+use crate::stream::operator::{Emit, Operator};
+use crate::stream::rows::RowCodec;
+use crate::stream::spec::{AggCall, AggKind, AggSpec};
+
+/// Group keys start with a 2-byte virtual node.
+const VNODE_BYTES: usize = 2;
+
+/// Past this many cached groups, the cache is emptied at the next barrier (state stays in
+/// RocksDB; the cache only saves reads).
+const CACHED_GROUPS_MAX: usize = 200_000;
+
+/// Output rows of groups: the batch, each row's encoding, and the error of each row that has
+/// an aggregate out of range (NULL there).
+struct OutputRows {
+    batch: RecordBatch,
+    encoded: Vec<Vec<u8>>,
+    failures: Vec<Option<Error>>,
+}
+
+/// Counts a group's output as failed or not from now on, in the view's errors.
+fn set_failed(errors: &ErrorSink, state: &mut GroupState, failure: Option<&Error>) {
+    match (state.failed, failure) {
+        (false, Some(e)) => errors.record(e, 1),
+        (true, None) => errors.cleared(),
+        _ => {}
+    }
+    state.failed = failure.is_some();
+}
+
+/// The key of one value in the `values` table: the group's key, the call, the value's bytes.
+fn value_key(group: &[u8], call: usize, value: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(group.len() + 1 + value.len());
+    k.extend_from_slice(group);
+    k.push(call as u8);
+    k.extend_from_slice(value);
+    k
+}
+
+/// What each call reads from one chunk.
+struct CallInputs {
+    /// Which rows its FILTER keeps.
+    filters: Vec<Option<BooleanArray>>,
+    /// For a DISTINCT call (other than MIN/MAX), each row's value as bytes.
+    distinct: Vec<Option<Vec<Vec<u8>>>>,
+    values: Vec<Values>,
+}
+
+pub struct HashAgg {
+    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    calls: Vec<AggCall>,
+    schema: SchemaRef,
+    group_codec: RowCodec,
+    output_codec: RowCodec,
+    /// For MIN/MAX and DISTINCT calls, the codec of their argument's values.
+    value_codecs: Vec<Option<RowCodec>>,
+    groups: StateTable,
+    /// Per group and call, the multiset of values of MIN/MAX (unless `append_only`) and
+    /// DISTINCT calls.
+    values: StateTable,
+    /// The input only inserts: MIN and MAX keep their extreme in the group's state.
+    append_only: bool,
+    cache: HashMap<Vec<u8>, GroupState>,
+    dirty: HashSet<Vec<u8>>,
+    global: bool,
+    /// Whether the single group of a global aggregate has been emitted yet.
+    global_emitted: bool,
+    /// The order group columns are stored in: the window column first with EMIT ON WINDOW
+    /// CLOSE, else as given.
+    key_order: Vec<usize>,
+    /// With EMIT ON WINDOW CLOSE: the window column's position among the group columns, its
+    /// codec alone, and the watermark up to which windows are closed.
+    close_on: Option<(usize, RowCodec)>,
+    closed_below: Option<i64>,
+    /// Changes that arrived for windows already closed.
+    late_rows: u64,
+    errors: ErrorSink,
+}
+
+impl HashAgg {
+    /// An aggregate keeping its groups in `tables[0]` and its calls' values in `tables[1]`.
+    pub fn new(
+        store: Arc<StateStore>,
+        tables: [TableId; 2],
+        spec: AggSpec,
+        errors: ErrorSink,
+    ) -> Result<HashAgg> {
+        let AggSpec {
+            group_exprs,
+            group_types,
+            calls,
+            schema,
+            close_on,
+            append_only,
+        } = spec;
+        let value_codecs = calls
+            .iter()
+            .map(|c| match c.kind {
+                AggKind::Min | AggKind::Max => RowCodec::new(vec![c.arg_type.clone()]).map(Some),
+                _ if c.distinct => RowCodec::new(vec![c.arg_type.clone()]).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        let global = group_exprs.is_empty();
+        let mut key_order: Vec<usize> = (0..group_types.len()).collect();
+        if let Some(w) = close_on {
+            key_order.retain(|i| *i != w);
+            key_order.insert(0, w);
+        }
+        let close_on = match close_on {
+            Some(w) => Some((w, RowCodec::new(vec![group_types[w].clone()])?)),
+            None => None,
+        };
+        let stored_types = key_order.iter().map(|i| group_types[*i].clone()).collect();
+        let [groups_table, values_table] = tables;
+        Ok(HashAgg {
+            group_codec: RowCodec::new(stored_types)?,
+            key_order,
+            close_on,
+            closed_below: None,
+            late_rows: 0,
+            output_codec: RowCodec::for_schema(&schema)?,
+            value_codecs,
+            groups: StateTable::new(store.clone(), groups_table),
+            values: StateTable::new(store, values_table),
+            append_only,
+            cache: HashMap::new(),
+            dirty: HashSet::new(),
+            global,
+            global_emitted: false,
+            group_exprs,
+            calls,
+            schema,
+            errors,
+        })
+    }
+
+    fn empty_state(&self) -> GroupState {
+        GroupState {
+            rows: 0,
+            accs: self.calls.iter().map(Acc::empty).collect(),
+            emitted: None,
+            failed: false,
+        }
+    }
+
+    /// The group's state, read into the cache if it is not there.
+    fn load(&mut self, key: &[u8]) -> Result<&mut GroupState> {
+        if !self.cache.contains_key(key) {
+            let state = match self.groups.get(key)? {
+                Some(bytes) => decode_state(&bytes)?,
+                None => self.empty_state(),
+            };
+            self.cache.insert(key.to_vec(), state);
+        }
+        Ok(self.cache.get_mut(key).expect("just inserted"))
+    }
+
+    /// Empties the group cache once it holds too many groups.
+    fn trim_cache(&mut self) {
+        if self.cache.len() > CACHED_GROUPS_MAX {
+            self.cache.clear();
+        }
+    }
+
+    /// Each row's group key: its virtual node, then the group columns in stored order.
+    fn group_keys(&self, group_columns: &[ArrayRef], rows: usize) -> Result<Vec<Vec<u8>>> {
+        if self.global {
+            return Ok(vec![Vec::new(); rows]);
+        }
+        let stored: Vec<ArrayRef> = self
+            .key_order
+            .iter()
+            .map(|i| group_columns[*i].clone())
+            .collect();
+        // Each group's key starts with its virtual node: a parallel actor's groups are its
+        // vnodes' ranges.
+        Ok(self
+            .group_codec
+            .encode(&stored)?
+            .into_iter()
+            .zip(vnodes(group_columns)?)
+            .map(|(key, vnode)| {
+                let mut k = Vec::with_capacity(VNODE_BYTES + key.len());
+                k.extend_from_slice(&vnode.to_be_bytes());
+                k.extend_from_slice(&key);
+                k
+            })
+            .collect())
+    }
+
+    /// Decodes stored group keys into the group columns, in the query's order.
+    fn decode_keys<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
+        let stored = self
+            .group_codec
+            .decode(keys.into_iter().map(|k| &k[VNODE_BYTES..]))?;
+        let mut columns: Vec<Option<ArrayRef>> = vec![None; stored.len()];
+        for (array, position) in stored.into_iter().zip(&self.key_order) {
+            columns[*position] = Some(array);
+        }
+        Ok(columns.into_iter().flatten().collect())
+    }
+
+    /// Evaluates each call's argument, FILTER and DISTINCT values over a chunk.
+    fn call_inputs(&self, chunk: &StreamChunk) -> Result<CallInputs> {
+        let batch = &chunk.data;
+        let args: Vec<ArrayRef> = eval_columns(
+            &self.calls.iter().map(|c| c.arg.clone()).collect::<Vec<_>>(),
+            batch,
+            &chunk.ops,
+            &self.errors,
+        )?;
+        let mut inputs = CallInputs {
+            filters: Vec::with_capacity(self.calls.len()),
+            distinct: Vec::with_capacity(self.calls.len()),
+            values: Vec::with_capacity(self.calls.len()),
+        };
+        for ((call, array), codec) in self.calls.iter().zip(args).zip(&self.value_codecs) {
+            inputs.filters.push(match &call.filter {
+                Some(f) => Some(eval_predicate(f, batch, &chunk.ops, &self.errors)?),
+                None => None,
+            });
+            let counted_once = call.distinct && !matches!(call.kind, AggKind::Min | AggKind::Max);
+            inputs.distinct.push(match (codec, counted_once) {
+                (Some(codec), true) => Some(codec.encode(std::slice::from_ref(&array))?),
+                _ => None,
+            });
+            inputs
+                .values
+                .push(Values::read(call, array, codec.as_ref())?);
+        }
+        Ok(inputs)
+    }
+
+    /// What each call adds for one row of weight `w`: `w`, or nothing when its FILTER drops
+    /// the row or, for DISTINCT, when the value was already there (or still is).
+    fn weights(&mut self, key: &[u8], row: usize, w: i64, inputs: &CallInputs) -> Result<Vec<i64>> {
+        let mut weights = vec![w; self.calls.len()];
+        for (idx, weight) in weights.iter_mut().enumerate() {
+            if let Some(mask) = &inputs.filters[idx] {
+                if !(mask.is_valid(row) && mask.value(row)) {
+                    *weight = 0;
+                    continue;
+                }
+            }
+            if let Some(bytes) = &inputs.distinct[idx] {
+                if !inputs.values[idx].is_valid(row) {
+                    continue;
+                }
+                let (before, after) = self.count_value(value_key(key, idx, &bytes[row]), w)?;
+                if (before == 0) == (after == 0) {
+                    *weight = 0;
+                }
+            }
+        }
+        Ok(weights)
+    }
+
+    /// Adds one row of weight `w` to its group, each call by its weight.
+    fn accumulate(
+        &mut self,
+        key: &[u8],
+        row: usize,
+        w: i64,
+        weights: &[i64],
+        values: &[Values],
+    ) -> Result<()> {
+        self.load(key)?;
+        let state = self.cache.get_mut(key).expect("loaded");
+        state.rows += w;
+        let mut counted: Vec<usize> = Vec::new();
+        for (idx, (acc, call)) in state.accs.iter_mut().zip(&self.calls).enumerate() {
+            let w = weights[idx];
+            if w != 0 {
+                if let Added::CountValue =
+                    acc.add(call.kind, &values[idx], row, w, self.append_only)?
+                {
+                    counted.push(idx);
+                }
+            }
+        }
+        for idx in counted {
+            let value = values[idx]
+                .ordered(row)
+                .ok_or_else(|| Error::internal("min/max value without bytes"))?;
+            self.count_value(value_key(key, idx, value), weights[idx])?;
+        }
+        self.dirty.insert(key.to_vec());
+        Ok(())
+    }
+
+    /// The output rows of the given (cached) groups, each row's encoding, and the error of
+    /// the rows where an aggregate is out of range (NULL there).
+    fn output_rows(&self, keys: &[&[u8]]) -> Result<Option<OutputRows>> {
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let mut agg_values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.calls.len()];
+        let mut failures: Vec<Option<Error>> = vec![None; keys.len()];
+        for (row, key) in keys.iter().enumerate() {
+            for (idx, acc) in self.cache[*key].accs.iter().enumerate() {
+                let v = match self.output_value(key, idx, acc) {
+                    Ok(v) => v,
+                    Err(e) if e.kind == ErrorKind::NumericOutOfRange => {
+                        failures[row] = Some(e);
+                        ScalarValue::try_from(&self.calls[idx].output_type)?
+                    }
+                    Err(e) => return Err(e),
+                };
+                agg_values[idx].push(v);
+            }
+        }
+        let mut columns = if self.global {
+            Vec::new()
+        } else {
+            self.decode_keys(keys.iter().copied())?
+        };
+        for (idx, vals) in agg_values.into_iter().enumerate() {
+            let array = ScalarValue::iter_to_array(vals)?;
+            let array = if array.data_type() != &self.calls[idx].output_type {
+                cast(&array, &self.calls[idx].output_type)?
+            } else {
+                array
+            };
+            columns.push(array);
+        }
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let encoded = self.output_codec.encode(batch.columns())?;
+        Ok(Some(OutputRows {
+            batch,
+            encoded,
+            failures,
+        }))
+    }
+
+    /// The output value of one aggregate for a group.
+    fn output_value(&self, key: &[u8], idx: usize, acc: &Acc) -> Result<ScalarValue> {
+        let call = &self.calls[idx];
+        // The group's least (or greatest) value of the call, from the `values` table.
+        let extreme = || {
+            let mut prefix = key.to_vec();
+            prefix.push(idx as u8);
+            let mut found: Option<Vec<u8>> = None;
+            self.values
+                .scan(&prefix, call.kind == AggKind::Max, &mut |k, _| {
+                    found = Some(k[prefix.len()..].to_vec());
+                    false
+                })?;
+            found.ok_or_else(|| Error::internal("min/max state has values counted but none stored"))
+        };
+        acc.output(call, self.value_codecs[idx].as_ref(), extreme)
+    }
+
+    /// Changes the count of one value of a MIN/MAX or DISTINCT call; returns it before and
+    /// after.
+    fn count_value(&mut self, key: Vec<u8>, w: i64) -> Result<(i64, i64)> {
+        let before = match self.values.get(&key)? {
+            Some(v) => decode_i64(&v)?,
+            None => 0,
+        };
+        let after = before + w;
+        assert!(
+            after >= 0,
+            "aggregate value retracted more often than added"
+        );
+        if after == 0 {
+            self.values.delete(key);
+        } else {
+            self.values.put(key, after.to_le_bytes().to_vec());
+        }
+        Ok((before, after))
+    }
+
+    /// Emits the changes of the epoch's touched groups: each one's previous output row
+    /// retracted and its new one inserted, where they differ; then saves or deletes their
+    /// state.
+    fn emit_changes(&mut self, dirty: &[Vec<u8>], out: &mut dyn Emit) -> Result<()> {
+        // New output rows for the groups that still exist.
+        let mut live_keys: Vec<&[u8]> = Vec::new();
+        for key in dirty {
+            let state = &self.cache[key];
+            assert!(state.rows >= 0, "group retracted more rows than it had");
+            if state.rows > 0 || self.global {
+                live_keys.push(key);
+            }
+        }
+        let mut new_rows: HashMap<&[u8], (Vec<u8>, Option<Error>)> = HashMap::new();
+        let mut inserted: Option<RecordBatch> = None;
+        if let Some(rows) = self.output_rows(&live_keys)? {
+            for ((key, row), failure) in live_keys.iter().zip(rows.encoded).zip(rows.failures) {
+                new_rows.insert(key, (row, failure));
+            }
+            inserted = Some(rows.batch);
+        }
+        // Compare with what was emitted before.
+        let mut retract: Vec<Vec<u8>> = Vec::new();
+        let mut keep_insert: Vec<u32> = Vec::new();
+        for (pos, key) in live_keys.iter().enumerate() {
+            let (new, failure) = &new_rows[key];
+            let state = self.cache.get_mut(*key).expect("cached");
+            set_failed(&self.errors, state, failure.as_ref());
+            if state.emitted.as_ref() == Some(new) {
+                continue;
+            }
+            if let Some(old) = state.emitted.take() {
+                retract.push(old);
+            }
+            state.emitted = Some(new.clone());
+            keep_insert.push(pos as u32);
+        }
+        for key in dirty {
+            let state = self.cache.get_mut(key).expect("cached");
+            if state.rows == 0 && !self.global {
+                if let Some(old) = state.emitted.take() {
+                    retract.push(old);
+                }
+                set_failed(&self.errors, state, None);
+                self.groups.delete(key.clone());
+                self.cache.remove(key);
+            } else {
+                self.groups.put(key.clone(), encode_state(state));
+            }
+        }
+        if !retract.is_empty() {
+            let columns = self
+                .output_codec
+                .decode(retract.iter().map(Vec::as_slice))?;
+            let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+            out.emit(StreamChunk::new(vec![Op::Delete; batch.num_rows()], batch))?;
+        }
+        if let Some(batch) = inserted {
+            if !keep_insert.is_empty() {
+                let chunk = StreamChunk::inserts(batch).take(&keep_insert)?;
+                out.emit(chunk)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Operator for HashAgg {
+    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, _out: &mut dyn Emit) -> Result<()> {
+        let rows = chunk.data.num_rows();
+        let group_columns = eval_columns(&self.group_exprs, &chunk.data, &chunk.ops, &self.errors)?;
+        let keys = self.group_keys(&group_columns, rows)?;
+        let late = self.late(&group_columns, rows)?;
+        let inputs = self.call_inputs(&chunk)?;
+        for (row, (key, op)) in keys.iter().zip(&chunk.ops).enumerate() {
+            if late[row] {
+                self.late_rows += 1;
+                continue;
+            }
+            let w = op.weight();
+            let weights = self.weights(key, row, w, &inputs)?;
+            self.accumulate(key, row, w, &weights, &inputs.values)?;
+        }
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        watermark: Watermark,
+        out: &mut dyn Emit,
+    ) -> Result<Vec<Watermark>> {
+        self.close_windows(watermark, out)
+    }
+
+    fn on_barrier(
+        &mut self,
+        _epoch: u64,
+        out: &mut dyn Emit,
+        writes: &mut EpochWrites,
+    ) -> Result<()> {
+        if self.close_on.is_some() {
+            self.save_open_windows();
+        } else {
+            if self.global && !self.global_emitted {
+                self.load(&[])?;
+                self.dirty.insert(Vec::new());
+                self.global_emitted = true;
+            }
+            let mut dirty: Vec<Vec<u8>> = self.dirty.drain().collect();
+            dirty.sort();
+            self.emit_changes(&dirty, out)?;
+        }
+        self.trim_cache();
+        self.groups.take_writes(writes);
+        self.values.take_writes(writes);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::chunk::test_util::{chunk, render_sorted, schema};
+    use crate::stream::operator::test_util::Epochs;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::physical_expr::expressions::{col, lit};
+
+    struct Harness {
+        epochs: Epochs,
+        agg: HashAgg,
+        input: SchemaRef,
+    }
+
+    /// `SELECT g, count(*), count(v), sum(v), min(v), max(v), avg(v) FROM t [GROUP BY g]` over
+    /// a table t(g int, v bigint).
+    fn harness(grouped: bool) -> Harness {
+        harness_with(grouped, false)
+    }
+
+    fn harness_with(grouped: bool, append_only: bool) -> Harness {
+        let epochs = Epochs::new();
+        let input = schema(&[("g", DataType::Int32), ("v", DataType::Int64)]);
+        let v = col("v", &input).unwrap();
+        let call = |kind, arg: Arc<dyn PhysicalExpr>, arg_type: DataType, out: DataType| AggCall {
+            kind,
+            arg,
+            arg_type,
+            output_type: out,
+            distinct: false,
+            filter: None,
+        };
+        let calls = vec![
+            call(AggKind::Count, lit(1i64), DataType::Int64, DataType::Int64),
+            call(AggKind::Count, v.clone(), DataType::Int64, DataType::Int64),
+            call(AggKind::Sum, v.clone(), DataType::Int64, DataType::Int64),
+            call(AggKind::Min, v.clone(), DataType::Int64, DataType::Int64),
+            call(AggKind::Max, v.clone(), DataType::Int64, DataType::Int64),
+            call(AggKind::Avg, v, DataType::Int64, DataType::Float64),
+        ];
+        let mut cols = vec![];
+        if grouped {
+            cols.push(("g", DataType::Int32));
+        }
+        cols.extend([
+            ("cnt", DataType::Int64),
+            ("cnt_v", DataType::Int64),
+            ("sum", DataType::Int64),
+            ("min", DataType::Int64),
+            ("max", DataType::Int64),
+            ("avg", DataType::Float64),
+        ]);
+        let (group_exprs, group_types) = if grouped {
+            (vec![col("g", &input).unwrap()], vec![DataType::Int32])
+        } else {
+            (vec![], vec![])
+        };
+        let spec = AggSpec {
+            group_exprs,
+            group_types,
+            calls,
+            schema: schema(&cols),
+            close_on: None,
+            append_only,
+        };
+        let agg = HashAgg::new(epochs.store.clone(), [1, 2], spec, ErrorSink::new("v")).unwrap();
+        Harness { epochs, agg, input }
+    }
+
+    impl Harness {
+        /// Feeds one epoch of changes and returns the output of its barrier.
+        async fn epoch(&mut self, changes: &str) -> String {
+            let mut out = vec![];
+            self.agg
+                .on_chunk(0, chunk(&self.input, changes), &mut out)
+                .unwrap();
+            assert!(out.is_empty(), "output waits for the barrier");
+            self.epochs.end(&mut self.agg, &mut out).await;
+            render_sorted(&out)
+        }
+    }
+
+    #[tokio::test]
+    async fn min_and_max_survive_deleting_the_extreme() {
+        let mut h = harness(true);
+        assert_eq!(
+            h.epoch("+ 1 5\n+ 1 3\n+ 1 9\n+ 2 7").await,
+            "+ 1 3 3 17 3 9 5.666666666666667\n+ 2 1 1 7 7 7 7.0"
+        );
+        assert_eq!(
+            h.epoch("- 1 3\n- 1 9").await,
+            "+ 1 1 1 5 5 5 5.0\n- 1 3 3 17 3 9 5.666666666666667"
+        );
+        // Empty the cache so the next epoch reads its state back from RocksDB.
+        h.agg.cache.clear();
+        assert_eq!(
+            h.epoch("+ 1 4").await,
+            "+ 1 2 2 9 4 5 4.5\n- 1 1 1 5 5 5 5.0"
+        );
+    }
+
+    #[tokio::test]
+    async fn over_an_append_only_input_min_and_max_keep_only_the_extreme() {
+        let mut kept = harness(true);
+        let mut append_only = harness_with(true, true);
+        let epochs = [
+            "+ 1 5\n+ 1 3\n+ 1 9\n+ 2 7",
+            "+ 1 2\n+ 2 8\n+ 1 4",
+            "+ 1 10\n+ 3 -1",
+        ];
+        for (i, changes) in epochs.iter().enumerate() {
+            if i == 2 {
+                // The extremes come back from RocksDB with the groups' state.
+                append_only.agg.cache.clear();
+            }
+            assert_eq!(
+                append_only.epoch(changes).await,
+                kept.epoch(changes).await,
+                "{changes}"
+            );
+        }
+        let mut values = 0;
+        append_only
+            .agg
+            .values
+            .scan(&[], false, &mut |_, _| {
+                values += 1;
+                true
+            })
+            .unwrap();
+        assert_eq!(values, 0, "no value multiset is kept");
+    }
+
+    #[tokio::test]
+    async fn deleting_the_last_row_removes_the_group() {
+        let mut h = harness(true);
+        h.epoch("+ 1 5\n+ 2 6").await;
+        assert_eq!(h.epoch("- 2 6").await, "- 2 1 1 6 6 6 6.0");
+        assert_eq!(h.epoch("+ 2 6\n- 2 6").await, "");
+    }
+
+    #[tokio::test]
+    async fn nulls_count_as_rows_but_not_as_values() {
+        let mut h = harness(true);
+        assert_eq!(h.epoch("+ 1 NULL").await, "+ 1 1 0 NULL NULL NULL NULL");
+        assert_eq!(
+            h.epoch("+ 1 4").await,
+            "+ 1 2 1 4 4 4 4.0\n- 1 1 0 NULL NULL NULL NULL"
+        );
+    }
+
+    #[tokio::test]
+    async fn global_aggregate_has_one_row_even_when_empty() {
+        let mut h = harness(false);
+        assert_eq!(h.epoch("").await, "+ 0 0 NULL NULL NULL NULL");
+        assert_eq!(
+            h.epoch("+ 1 2\n+ 1 4").await,
+            "+ 2 2 6 2 4 3.0\n- 0 0 NULL NULL NULL NULL"
+        );
+        assert_eq!(
+            h.epoch("- 1 2\n- 1 4").await,
+            "+ 0 0 NULL NULL NULL NULL\n- 2 2 6 2 4 3.0"
+        );
+    }
+
+    /// `SELECT w, count(*), min(v) FROM t GROUP BY w EMIT ON WINDOW CLOSE` over an endless
+    /// stream of windows, each with a late row for a window already closed.
+    #[tokio::test]
+    async fn closed_windows_leave_no_state_behind() {
+        use datafusion::arrow::array::TimestampMicrosecondArray;
+        use datafusion::arrow::datatypes::TimeUnit;
+        let mut epochs = Epochs::new();
+        let store = epochs.store.clone();
+        let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let input = schema(&[("w", ts.clone()), ("v", DataType::Int64)]);
+        let call = |kind, arg| AggCall {
+            kind,
+            arg,
+            arg_type: DataType::Int64,
+            output_type: DataType::Int64,
+            distinct: false,
+            filter: None,
+        };
+        let spec = AggSpec {
+            group_exprs: vec![col("w", &input).unwrap()],
+            group_types: vec![ts.clone()],
+            calls: vec![
+                call(AggKind::Count, lit(1i64)),
+                call(AggKind::Min, col("v", &input).unwrap()),
+            ],
+            schema: schema(&[("w", ts), ("c", DataType::Int64), ("lo", DataType::Int64)]),
+            close_on: Some(0),
+            append_only: false,
+        };
+        let mut agg = HashAgg::new(store.clone(), [1, 2], spec, ErrorSink::new("v")).unwrap();
+        let entries = |table| {
+            let mut n = 0;
+            StateTable::new(store.clone(), table)
+                .scan(&[], false, &mut |_, _| {
+                    n += 1;
+                    true
+                })
+                .unwrap();
+            n
+        };
+        let mut emitted = Vec::new();
+        for i in 0..1000i64 {
+            // From the third window on, a row for the window before last, closed already.
+            let late = if i >= 2 { 1 } else { 0 };
+            let windows = TimestampMicrosecondArray::from(
+                [i * 10, i * 10, (i - 2) * 10][..2 + late].to_vec(),
+            );
+            let values = Int64Array::from([i, i + 1, -1][..2 + late].to_vec());
+            let batch =
+                RecordBatch::try_new(input.clone(), vec![Arc::new(windows), Arc::new(values)])
+                    .unwrap();
+            let mut out = vec![];
+            agg.on_chunk(0, StreamChunk::inserts(batch), &mut out)
+                .unwrap();
+            let passed = agg
+                .on_watermark(
+                    0,
+                    Watermark {
+                        column: 0,
+                        value: i * 10,
+                    },
+                    &mut out,
+                )
+                .unwrap();
+            assert_eq!(
+                passed,
+                [Watermark {
+                    column: 0,
+                    value: i * 10
+                }]
+            );
+            epochs.end(&mut agg, &mut out).await;
+            emitted.extend(out.iter().flat_map(|c| {
+                c.to_string()
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            }));
+            // Only the open window is kept: one group, its two values.
+            assert!(
+                entries(1) <= 1 && entries(2) <= 2,
+                "state grows at window {i}"
+            );
+        }
+        assert_eq!(emitted.len(), 999);
+        assert!(
+            emitted[0].starts_with("+ 1970-01-01T00:00:00 2 0"),
+            "{}",
+            emitted[0]
+        );
+        assert!(
+            emitted.iter().all(|r| r.contains(" 2 ")),
+            "late rows counted"
+        );
+        assert!(agg.late_rows > 0);
+    }
+}
