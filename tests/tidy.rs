@@ -109,12 +109,9 @@ const FILE_LINES_MAX: usize = 800;
 const FILES_OVER: &[(&str, usize)] = &[
     ("src/bin/weir-oracle/crash.rs", 1054),
     ("src/server/handler.rs", 912),
-    ("src/sql/parser.rs", 887),
 ];
 const FUNCTIONS_OVER: &[(&str, &str, usize)] = &[
     ("src/bin/weir-oracle/crash.rs", "run", 205),
-    ("src/sql/parser.rs", "of", 138),
-    ("src/stream/dispatch.rs", "feed", 155),
 ];
 
 /// The crate's modules `src/db/` may import, at most.

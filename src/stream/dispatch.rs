@@ -15,8 +15,8 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int32Array, RecordBatch
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::datatypes::{
-    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
-    Int64Type, Int8Type, IntervalMonthDayNanoType, TimeUnit, TimestampMicrosecondType,
+    ArrowPrimitiveType, DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type,
+    Int32Type, Int64Type, Int8Type, IntervalMonthDayNanoType, TimeUnit, TimestampMicrosecondType,
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
     UInt64Type, UInt8Type,
 };
@@ -68,25 +68,43 @@ mod tag {
     pub const BINARY: u8 = 10;
 }
 
-fn feed(hashes: &mut [u64], column: &ArrayRef) -> Result<()> {
-    let n = column.len();
-    let mut each = |f: &mut dyn FnMut(usize, &mut Vec<u8>)| {
-        let mut buf = Vec::with_capacity(32);
-        for (i, h) in hashes.iter_mut().enumerate().take(n) {
-            buf.clear();
-            if column.is_null(i) {
-                buf.push(tag::NULL);
-            } else {
-                f(i, &mut buf);
-            }
-            *h = fnv(*h, &buf);
+/// Hashes each row's value of `column` into its running hash: `value(i, buf)` writes row i's
+/// canonical encoding (NULLs are written here).
+fn each(hashes: &mut [u64], column: &ArrayRef, mut value: impl FnMut(usize, &mut Vec<u8>)) {
+    let mut buf = Vec::with_capacity(32);
+    for (i, h) in hashes.iter_mut().enumerate().take(column.len()) {
+        buf.clear();
+        if column.is_null(i) {
+            buf.push(tag::NULL);
+        } else {
+            value(i, &mut buf);
         }
-    };
-    let integer = |buf: &mut Vec<u8>, v: i64| {
-        buf.push(tag::INTEGER);
-        buf.extend_from_slice(&v.to_le_bytes());
-    };
-    let float = |buf: &mut Vec<u8>, v: f64| {
+        *h = fnv(*h, &buf);
+    }
+}
+
+fn integer(buf: &mut Vec<u8>, v: i64) {
+    buf.push(tag::INTEGER);
+    buf.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Integers of every width hash alike: 1 as a smallint is 1 as a bigint.
+fn integers<T: ArrowPrimitiveType>(hashes: &mut [u64], column: &ArrayRef)
+where
+    T::Native: Into<i64>,
+{
+    let a = column.as_primitive::<T>();
+    each(hashes, column, |i, b| integer(b, a.value(i).into()));
+}
+
+/// Floats hash as 64 bits, with -0.0 as 0.0 and every NaN alike.
+fn floats<T: ArrowPrimitiveType>(hashes: &mut [u64], column: &ArrayRef)
+where
+    T::Native: Into<f64>,
+{
+    let a = column.as_primitive::<T>();
+    each(hashes, column, |i, buf| {
+        let v: f64 = a.value(i).into();
         let v = if v == 0.0 { 0.0 } else { v };
         let bits = if v.is_nan() {
             f64::NAN.to_bits()
@@ -95,44 +113,38 @@ fn feed(hashes: &mut [u64], column: &ArrayRef) -> Result<()> {
         };
         buf.push(tag::FLOAT);
         buf.extend_from_slice(&bits.to_le_bytes());
-    };
-    let timestamp = |buf: &mut Vec<u8>, v: i64, unit: u8| {
-        buf.push(tag::TIMESTAMP);
-        buf.push(unit);
-        buf.extend_from_slice(&v.to_le_bytes());
-    };
+    });
+}
+
+fn timestamps(hashes: &mut [u64], column: &ArrayRef, unit: TimeUnit) {
+    fn of<T: ArrowPrimitiveType<Native = i64>>(hashes: &mut [u64], column: &ArrayRef, unit: u8) {
+        let a = column.as_primitive::<T>();
+        each(hashes, column, |i, buf| {
+            buf.push(tag::TIMESTAMP);
+            buf.push(unit);
+            buf.extend_from_slice(&a.value(i).to_le_bytes());
+        });
+    }
+    match unit {
+        TimeUnit::Second => of::<TimestampSecondType>(hashes, column, 0),
+        TimeUnit::Millisecond => of::<TimestampMillisecondType>(hashes, column, 1),
+        TimeUnit::Microsecond => of::<TimestampMicrosecondType>(hashes, column, 2),
+        TimeUnit::Nanosecond => of::<TimestampNanosecondType>(hashes, column, 3),
+    }
+}
+
+fn feed(hashes: &mut [u64], column: &ArrayRef) -> Result<()> {
     match column.data_type() {
-        DataType::Int8 => {
-            let a = column.as_primitive::<Int8Type>();
-            each(&mut |i, b| integer(b, a.value(i) as i64));
-        }
-        DataType::Int16 => {
-            let a = column.as_primitive::<Int16Type>();
-            each(&mut |i, b| integer(b, a.value(i) as i64));
-        }
-        DataType::Int32 => {
-            let a = column.as_primitive::<Int32Type>();
-            each(&mut |i, b| integer(b, a.value(i) as i64));
-        }
-        DataType::Int64 => {
-            let a = column.as_primitive::<Int64Type>();
-            each(&mut |i, b| integer(b, a.value(i)));
-        }
-        DataType::UInt8 => {
-            let a = column.as_primitive::<UInt8Type>();
-            each(&mut |i, b| integer(b, a.value(i) as i64));
-        }
-        DataType::UInt16 => {
-            let a = column.as_primitive::<UInt16Type>();
-            each(&mut |i, b| integer(b, a.value(i) as i64));
-        }
-        DataType::UInt32 => {
-            let a = column.as_primitive::<UInt32Type>();
-            each(&mut |i, b| integer(b, a.value(i) as i64));
-        }
+        DataType::Int8 => integers::<Int8Type>(hashes, column),
+        DataType::Int16 => integers::<Int16Type>(hashes, column),
+        DataType::Int32 => integers::<Int32Type>(hashes, column),
+        DataType::Int64 => integers::<Int64Type>(hashes, column),
+        DataType::UInt8 => integers::<UInt8Type>(hashes, column),
+        DataType::UInt16 => integers::<UInt16Type>(hashes, column),
+        DataType::UInt32 => integers::<UInt32Type>(hashes, column),
         DataType::UInt64 => {
             let a = column.as_primitive::<UInt64Type>();
-            each(&mut |i, b| match i64::try_from(a.value(i)) {
+            each(hashes, column, |i, b| match i64::try_from(a.value(i)) {
                 Ok(v) => integer(b, v),
                 Err(_) => {
                     b.push(tag::LARGE_UNSIGNED);
@@ -140,18 +152,12 @@ fn feed(hashes: &mut [u64], column: &ArrayRef) -> Result<()> {
                 }
             });
         }
-        DataType::Float32 => {
-            let a = column.as_primitive::<Float32Type>();
-            each(&mut |i, b| float(b, a.value(i) as f64));
-        }
-        DataType::Float64 => {
-            let a = column.as_primitive::<Float64Type>();
-            each(&mut |i, b| float(b, a.value(i)));
-        }
+        DataType::Float32 => floats::<Float32Type>(hashes, column),
+        DataType::Float64 => floats::<Float64Type>(hashes, column),
         DataType::Decimal128(_, scale) => {
             let a = column.as_primitive::<Decimal128Type>();
             let scale = *scale as u8;
-            each(&mut |i, b| {
+            each(hashes, column, |i, b| {
                 b.push(tag::DECIMAL);
                 b.push(scale);
                 b.extend_from_slice(&a.value(i).to_le_bytes());
@@ -159,55 +165,44 @@ fn feed(hashes: &mut [u64], column: &ArrayRef) -> Result<()> {
         }
         DataType::Utf8 => {
             let a = column.as_string::<i32>();
-            each(&mut |i, b| text(b, a.value(i).as_bytes(), tag::TEXT));
+            each(hashes, column, |i, b| {
+                text(b, a.value(i).as_bytes(), tag::TEXT)
+            });
         }
         DataType::LargeUtf8 => {
             let a = column.as_string::<i64>();
-            each(&mut |i, b| text(b, a.value(i).as_bytes(), tag::TEXT));
+            each(hashes, column, |i, b| {
+                text(b, a.value(i).as_bytes(), tag::TEXT)
+            });
         }
         DataType::Utf8View => {
             let a = column.as_string_view();
-            each(&mut |i, b| text(b, a.value(i).as_bytes(), tag::TEXT));
+            each(hashes, column, |i, b| {
+                text(b, a.value(i).as_bytes(), tag::TEXT)
+            });
         }
         DataType::Binary => {
             let a = column.as_binary::<i32>();
-            each(&mut |i, b| text(b, a.value(i), tag::BINARY));
+            each(hashes, column, |i, b| text(b, a.value(i), tag::BINARY));
         }
         DataType::Boolean => {
             let a = column.as_boolean();
-            each(&mut |i, b| {
+            each(hashes, column, |i, b| {
                 b.push(tag::BOOLEAN);
                 b.push(a.value(i) as u8);
             });
         }
         DataType::Date32 => {
             let a = column.as_primitive::<Date32Type>();
-            each(&mut |i, b| {
+            each(hashes, column, |i, b| {
                 b.push(tag::DATE);
                 b.extend_from_slice(&(a.value(i) as i64).to_le_bytes());
             });
         }
-        DataType::Timestamp(unit, _) => match unit {
-            TimeUnit::Second => {
-                let a = column.as_primitive::<TimestampSecondType>();
-                each(&mut |i, b| timestamp(b, a.value(i), 0));
-            }
-            TimeUnit::Millisecond => {
-                let a = column.as_primitive::<TimestampMillisecondType>();
-                each(&mut |i, b| timestamp(b, a.value(i), 1));
-            }
-            TimeUnit::Microsecond => {
-                let a = column.as_primitive::<TimestampMicrosecondType>();
-                each(&mut |i, b| timestamp(b, a.value(i), 2));
-            }
-            TimeUnit::Nanosecond => {
-                let a = column.as_primitive::<TimestampNanosecondType>();
-                each(&mut |i, b| timestamp(b, a.value(i), 3));
-            }
-        },
+        DataType::Timestamp(unit, _) => timestamps(hashes, column, *unit),
         DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano) => {
             let a = column.as_primitive::<IntervalMonthDayNanoType>();
-            each(&mut |i, b| {
+            each(hashes, column, |i, b| {
                 let v = a.value(i);
                 b.push(tag::INTERVAL);
                 b.extend_from_slice(&v.months.to_le_bytes());
