@@ -106,13 +106,8 @@ const FILE_LINES_MAX: usize = 800;
 
 /// The files over `FILE_LINES_MAX` and functions over `FUNCTION_LINES_MAX`, as long as they
 /// are now: to be split, none may grow, and each leaves its list once it is within the limit.
-const FILES_OVER: &[(&str, usize)] = &[
-    ("src/bin/weir-oracle/crash.rs", 1054),
-    ("src/server/handler.rs", 912),
-];
-const FUNCTIONS_OVER: &[(&str, &str, usize)] = &[
-    ("src/bin/weir-oracle/crash.rs", "run", 205),
-];
+const FILES_OVER: &[(&str, usize)] = &[("src/bin/weir-oracle/crash.rs", 1054)];
+const FUNCTIONS_OVER: &[(&str, &str, usize)] = &[("src/bin/weir-oracle/crash.rs", "run", 205)];
 
 /// The crate's modules `src/db/` may import, at most.
 const DB_IMPORTS_MAX: usize = 15;

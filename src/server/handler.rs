@@ -1,6 +1,5 @@
 //! pgwire handlers for one connection: startup, the simple and the extended query protocol.
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -11,10 +10,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{ParamValues, ScalarValue};
 use futures::{stream, FutureExt, Sink, SinkExt, StreamExt};
-use pgwire::api::auth::{
-    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
-    ServerParameterProvider, StartupHandler,
-};
+use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{
@@ -27,81 +23,25 @@ use pgwire::api::results::{
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers,
-    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type, DEFAULT_NAME, METADATA_DATABASE,
+    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type, DEFAULT_NAME,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::data::{DataRow, RowDescription};
 use pgwire::messages::extendedquery::{Execute, PortalSuspended};
 use pgwire::messages::response::EmptyQueryResponse;
 use pgwire::messages::simplequery::Query;
-use pgwire::messages::startup::SecretKey;
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
-use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit};
+use pgwire::messages::PgWireBackendMessage;
+use tokio::sync::{Mutex, OwnedSemaphorePermit};
 
+use super::cancel::{Canceller, Cancels};
 use super::encode::{binary_value, decode_binary_param, text_value};
 use super::sqlstate::sqlstate;
+use super::startup::Startup;
 use crate::db::{Database, Output};
 use crate::error::{Error, ErrorKind, Result};
-use crate::session::{Interrupts, Session};
+use crate::session::Session;
 use crate::sql::parser::{parse, parse_message, Parsed};
 use crate::types::pg_type_of;
-
-/// The sessions a CancelRequest can reach: each connection's process id, with its secret key
-/// and the signal that stops its running query.
-#[derive(Default)]
-pub struct Cancels {
-    sessions: std::sync::Mutex<HashMap<i32, (SecretKey, Arc<Notify>)>>,
-    /// Numbers process ids in turn and draws each session's random key.
-    keys: RandomPidSecretKeyGenerator,
-}
-
-impl Cancels {
-    /// Registers a new session under a process id no other session has; returns the id, its
-    /// key and the session's cancel signal.
-    fn register<C: ClientInfo>(&self, client: &C) -> (i32, SecretKey, Arc<Notify>) {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            let (pid, key) = self.keys.generate(client);
-            if let std::collections::hash_map::Entry::Vacant(slot) = sessions.entry(pid) {
-                let signal = Arc::new(Notify::new());
-                slot.insert((key.clone(), signal.clone()));
-                return (pid, key, signal);
-            }
-        }
-    }
-
-    fn remove(&self, pid: i32) {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&pid);
-    }
-}
-
-#[async_trait]
-impl CancelHandler for Canceller {
-    /// Stops the query the session with this process id and key is running, if any, as
-    /// PostgreSQL does; a request naming no session, or with the wrong key, does nothing.
-    async fn on_cancel_request(&self, request: CancelRequest) {
-        let signal = self
-            .cancels
-            .sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&request.pid)
-            .filter(|(key, _)| key.eq_value(&request.secret_key))
-            .map(|(_, signal)| signal.clone());
-        if let Some(signal) = signal {
-            signal.notify_waiters();
-        }
-    }
-}
-
-struct Canceller {
-    cancels: Arc<Cancels>,
-}
 
 /// The handlers of one connection, holding its session.
 pub struct Connection {
@@ -183,110 +123,6 @@ impl PgWireServerHandlers for Connection {
         Arc::new(Canceller {
             cancels: self.cancels.clone(),
         })
-    }
-}
-
-struct Startup {
-    admitted: bool,
-    session: Arc<Mutex<Option<Session>>>,
-    db: Arc<Database>,
-    cancels: Arc<Cancels>,
-    pid: Arc<std::sync::Mutex<Option<i32>>>,
-    socket: Arc<std::sync::Mutex<Option<tokio::net::TcpStream>>>,
-}
-
-fn fatal(code: &str, message: String) -> PgWireError {
-    PgWireError::UserError(Box::new(ErrorInfo::new(
-        "FATAL".into(),
-        code.into(),
-        message,
-    )))
-}
-
-#[async_trait]
-impl StartupHandler for Startup {
-    async fn on_startup<C>(
-        &self,
-        client: &mut C,
-        message: PgWireFrontendMessage,
-    ) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let PgWireFrontendMessage::Startup(ref startup) = message else {
-            return Ok(());
-        };
-        protocol_negotiation(client, startup).await?;
-        save_startup_parameters_to_metadata(client, startup);
-        if !client.socket_addr().ip().is_loopback() && !self.db.config.trust_remote_clients {
-            return Err(fatal(
-                sqlstate(ErrorKind::InvalidAuthorization),
-                format!(
-                    "no authentication is configured: connections from {} are refused",
-                    client.socket_addr().ip()
-                ),
-            ));
-        }
-        if !self.admitted {
-            return Err(fatal(
-                sqlstate(ErrorKind::TooManyConnections),
-                "sorry, too many clients already".into(),
-            ));
-        }
-        let database = client
-            .metadata()
-            .get(METADATA_DATABASE)
-            .cloned()
-            .unwrap_or_default();
-        if database != crate::DATABASE_NAME {
-            return Err(fatal(
-                sqlstate(ErrorKind::UndefinedDatabase),
-                format!("database \"{database}\" does not exist"),
-            ));
-        }
-        let (pid, key, cancel) = self.cancels.register(client);
-        *self.pid.lock().unwrap_or_else(|p| p.into_inner()) = Some(pid);
-        client.set_pid_and_secret_key(pid, key);
-        let interrupts = Interrupts {
-            cancel,
-            socket: self
-                .socket
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .map(Arc::new),
-        };
-        *self.session.lock().await =
-            Some(Session::new(self.db.clone(), client.metadata(), interrupts));
-        finish_authentication(client, &Parameters).await
-    }
-}
-
-/// The ParameterStatus values PostgreSQL 15 sends after authentication.
-struct Parameters;
-
-impl ServerParameterProvider for Parameters {
-    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
-        let meta = client.metadata();
-        let get = |k: &str| meta.get(k).cloned().unwrap_or_default();
-        let pairs = [
-            ("application_name", get("application_name")),
-            ("client_encoding", "UTF8".to_string()),
-            ("DateStyle", "ISO, MDY".to_string()),
-            ("default_transaction_read_only", "off".to_string()),
-            ("in_hot_standby", "off".to_string()),
-            ("integer_datetimes", "on".to_string()),
-            ("IntervalStyle", "postgres".to_string()),
-            ("is_superuser", "on".to_string()),
-            ("server_encoding", "UTF8".to_string()),
-            ("server_version", crate::PG_VERSION.to_string()),
-            ("session_authorization", get("user")),
-            ("standard_conforming_strings", "on".to_string()),
-            ("TimeZone", "UTC".to_string()),
-        ];
-        Some(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
     }
 }
 

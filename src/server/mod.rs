@@ -4,10 +4,12 @@
 //! Invariant: this is the only module that imports `pgwire`, and the only one that knows
 //! SQLSTATE codes.
 
+mod cancel;
 mod encode;
 mod framing;
 mod handler;
 mod sqlstate;
+mod startup;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,7 +27,8 @@ use tokio_util::codec::Framed;
 
 use crate::db::Database;
 
-pub use handler::{Cancels, Connection};
+pub use cancel::Cancels;
+pub use handler::Connection;
 
 /// Serves connections on `listener` until `shutdown` completes.
 pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
