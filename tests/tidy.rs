@@ -104,11 +104,6 @@ const FUNCTION_LINES_MAX: usize = 120;
 /// A file holds at most this many lines of production code (before its `#[cfg(test)]` module).
 const FILE_LINES_MAX: usize = 800;
 
-/// The files over `FILE_LINES_MAX` and functions over `FUNCTION_LINES_MAX`, as long as they
-/// are now: to be split, none may grow, and each leaves its list once it is within the limit.
-const FILES_OVER: &[(&str, usize)] = &[("src/bin/weir-oracle/crash.rs", 1054)];
-const FUNCTIONS_OVER: &[(&str, &str, usize)] = &[("src/bin/weir-oracle/crash.rs", "run", 205)];
-
 /// The crate's modules `src/db/` may import, at most.
 const DB_IMPORTS_MAX: usize = 15;
 
@@ -178,60 +173,23 @@ fn functions(lines: &[&str]) -> Vec<(String, usize)> {
 #[test]
 fn functions_and_files_stay_within_their_size_limits() {
     let mut problems = Vec::new();
-    let mut seen_files = Vec::new();
-    let mut seen_functions = Vec::new();
     for (path, text) in sources() {
         if path.ends_with("/tests.rs") {
             continue;
         }
         let lines = production(&text);
-        let allowed = FILES_OVER.iter().find(|(p, _)| *p == path).map(|(_, n)| *n);
-        match allowed {
-            Some(n) if lines.len() > n => problems.push(format!(
-                "{path} grew to {} production lines (at most {n} until it is split)",
-                lines.len()
-            )),
-            Some(_) if lines.len() <= FILE_LINES_MAX => problems.push(format!(
-                "{path} is within {FILE_LINES_MAX} lines now: take it off FILES_OVER"
-            )),
-            None if lines.len() > FILE_LINES_MAX => problems.push(format!(
+        if lines.len() > FILE_LINES_MAX {
+            problems.push(format!(
                 "{path} has {} production lines, over {FILE_LINES_MAX}: split it",
                 lines.len()
-            )),
-            _ => {}
-        }
-        if allowed.is_some() {
-            seen_files.push(path.clone());
+            ));
         }
         for (name, length) in functions(&lines) {
-            let allowed = FUNCTIONS_OVER
-                .iter()
-                .find(|(p, f, _)| *p == path && *f == name)
-                .map(|(_, _, n)| *n);
-            match allowed {
-                Some(n) if length > n => problems.push(format!(
-                    "{path}: fn {name} grew to {length} lines (at most {n} until it is split)"
-                )),
-                None if length > FUNCTION_LINES_MAX => problems.push(format!(
+            if length > FUNCTION_LINES_MAX {
+                problems.push(format!(
                     "{path}: fn {name} has {length} lines, over {FUNCTION_LINES_MAX}: split it"
-                )),
-                _ => {}
+                ));
             }
-            if allowed.is_some() && length > FUNCTION_LINES_MAX {
-                seen_functions.push((path.clone(), name));
-            }
-        }
-    }
-    for (path, _) in FILES_OVER {
-        if !seen_files.iter().any(|p| p == path) {
-            problems.push(format!("FILES_OVER names {path}, which is gone"));
-        }
-    }
-    for (path, name, _) in FUNCTIONS_OVER {
-        if !seen_functions.iter().any(|(p, f)| p == path && f == name) {
-            problems.push(format!(
-                "{path}: fn {name} is within {FUNCTION_LINES_MAX} lines or gone: take it off FUNCTIONS_OVER"
-            ));
         }
     }
     assert!(problems.is_empty(), "{problems:#?}");

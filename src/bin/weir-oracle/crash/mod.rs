@@ -15,15 +15,18 @@
 //! Usage: `weir-oracle crash [--kills N] [--seed S] [--pg CONN] [--weir PATH] [--keep DIR]`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 use weir::rng::Rng;
 
+mod model;
+mod server;
+
+use self::model::{Change, Model, Statement};
+use self::server::{print_log_tail, Death, Launcher, Server};
 use crate::replay::{connect, describe, difference, exec, float_columns, rows};
 
 /// The failpoints armed in turn, every other kill.
@@ -110,9 +113,6 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_filter", "SELECT id, k, w FROM t2 WHERE w % 3 = 0"),
 ];
 
-/// Rows a writer's table grows to before its deletes outpace its inserts.
-const ROWS_SOFT_MAX: usize = 2000;
-
 /// Views created (and later dropped) between kills, so that restarts meet views created and
 /// dropped since the checkpoint they restore.
 const LATER_VIEWS: &[&str] = &[
@@ -153,157 +153,6 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
         }
     }
     Ok(out)
-}
-
-/// One statement a writer sent, and how to tell afterwards whether Weir applied it.
-#[derive(Debug, Clone)]
-struct Statement {
-    sql: String,
-    table: &'static str,
-    change: Change,
-}
-
-#[derive(Debug, Clone)]
-enum Change {
-    Insert(Vec<Row>),
-    Delete(Vec<i64>),
-    /// Row `id` gets the never-used value `to` in its value column (`v` or `w`).
-    Update {
-        id: i64,
-        to: i64,
-    },
-}
-
-#[derive(Debug, Clone)]
-struct Row {
-    id: i64,
-    value: i64,
-}
-
-/// What one writer believes its table holds: the id and value column of every row. Its rows
-/// are the acknowledged ones, and the in-doubt ones once resolved.
-struct Model {
-    table: &'static str,
-    rows: BTreeMap<i64, i64>,
-    rng: Rng,
-    /// Ids and values are never reused, so a row's presence and an update's value tell
-    /// whether a statement was applied.
-    next_id: i64,
-    next_value: i64,
-    /// The largest id the other table has issued: `t2.k` points into `t1`'s ids.
-    foreign_ids: i64,
-}
-
-impl Model {
-    fn new(table: &'static str, seed: u64) -> Model {
-        Model {
-            table,
-            rows: BTreeMap::new(),
-            rng: Rng::new(seed),
-            next_id: 1,
-            next_value: 1000,
-            foreign_ids: 1,
-        }
-    }
-
-    fn fresh_value(&mut self) -> i64 {
-        self.next_value += 1 + self.rng.below(3) as i64;
-        self.next_value
-    }
-
-    fn existing(&mut self) -> Option<i64> {
-        if self.rows.is_empty() {
-            return None;
-        }
-        let i = self.rng.below(self.rows.len() as u64) as usize;
-        self.rows.keys().nth(i).copied()
-    }
-
-    fn next(&mut self) -> Statement {
-        let roll = self.rng.below(100);
-        let table = self.table;
-        // A bounded table keeps every round about as fast as the first, however long the run:
-        // past ROWS_SOFT_MAX rows, fewer inserts and longer deletes shrink it.
-        let large = self.rows.len() > ROWS_SOFT_MAX;
-        let (insert_below, update_below) = if large { (25, 60) } else { (55, 80) };
-        if roll < insert_below || self.rows.len() < 5 {
-            let n = 1 + self.rng.below(4) as usize;
-            let mut rows = Vec::new();
-            let mut values = Vec::new();
-            for _ in 0..n {
-                let id = self.next_id;
-                self.next_id += 1;
-                let (value, text) = if table == "t1" {
-                    let value = self.fresh_value();
-                    let g = self.rng.below(7);
-                    let n = format!("{}.{:02}", self.rng.below(1000), self.rng.below(100));
-                    let s = ["'a'", "'b'", "'c'", "'dd'", "NULL"][self.rng.below(5) as usize];
-                    (value, format!("({id}, {g}, {value}, {n}, {s})"))
-                } else {
-                    let value = self.rng.below(100) as i64;
-                    let k = 1 + self.rng.below(self.foreign_ids.max(1) as u64 + 3) as i64;
-                    (value, format!("({id}, {k}, {value})"))
-                };
-                rows.push(Row { id, value });
-                values.push(text);
-            }
-            return Statement {
-                sql: format!("INSERT INTO {table} VALUES {}", values.join(", ")),
-                table,
-                change: Change::Insert(rows),
-            };
-        }
-        let column = if table == "t1" { "v" } else { "w" };
-        let id = self.existing().unwrap_or(0);
-        if roll < update_below {
-            let to = self.fresh_value();
-            let also = if table == "t1" && self.rng.chance(50) {
-                format!(", g = {}", self.rng.below(7))
-            } else {
-                String::new()
-            };
-            return Statement {
-                sql: format!("UPDATE {table} SET {column} = {to}{also} WHERE id = {id}"),
-                table,
-                change: Change::Update { id, to },
-            };
-        }
-        let mut ids = vec![id];
-        let more = if large {
-            1 + self.rng.below(4)
-        } else {
-            u64::from(self.rng.chance(30))
-        };
-        for _ in 0..more {
-            if let Some(other) = self.existing().filter(|o| !ids.contains(o)) {
-                ids.push(other);
-            }
-        }
-        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
-        Statement {
-            sql: format!("DELETE FROM {table} WHERE id IN ({})", list.join(", ")),
-            table,
-            change: Change::Delete(ids),
-        }
-    }
-
-    fn apply(&mut self, change: &Change) {
-        match change {
-            Change::Insert(rows) => {
-                for r in rows {
-                    self.rows.insert(r.id, r.value);
-                }
-            }
-            Change::Delete(ids) => {
-                for id in ids {
-                    self.rows.remove(id);
-                }
-            }
-            Change::Update { id, to } => {
-                self.rows.insert(*id, *to);
-            }
-        }
-    }
 }
 
 /// The counts the run reports.
@@ -410,6 +259,61 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
     }
 }
 
+/// What one round arms before the server starts: a failpoint, or an I/O fault of the change
+/// log, catalog or state store, and the `WEIR_FAILPOINTS` spec that arms it.
+struct Armed {
+    failpoint: Option<&'static str>,
+    io_fault: Option<&'static str>,
+    spec: Option<String>,
+}
+
+impl Armed {
+    /// Every other round arms the next failpoint, at one of its first few hits.
+    fn for_round(round: u64, rng: &mut Rng) -> Armed {
+        let armed = (round % 2 == 1).then(|| FAILPOINTS[(round as usize / 2) % FAILPOINTS.len()]);
+        let io_fault = armed.filter(|name| name.contains(':'));
+        let failpoint = armed.filter(|name| !name.contains(':'));
+        let spec = match (failpoint, io_fault) {
+            // A catalog is saved only by DDL: from its first save on.
+            (_, Some(fault)) if fault.starts_with("catalog.") => Some(io_fault_spec(fault, 1)),
+            (_, Some(fault)) => Some(io_fault_spec(fault, 1 + rng.below(20))),
+            (Some(name), None) => {
+                let at = if name.starts_with("recovery.") {
+                    1
+                } else {
+                    1 + rng.below(3)
+                };
+                Some(format!("{name}@{at}"))
+            }
+            (None, None) => None,
+        };
+        Armed {
+            failpoint,
+            io_fault,
+            spec,
+        }
+    }
+
+    /// The failpoint armed for after the start (recovery's fire during it).
+    fn after_start(&self) -> Option<&'static str> {
+        self.failpoint.filter(|n| !n.starts_with("recovery."))
+    }
+}
+
+/// What a run carries from round to round.
+struct Run {
+    models: Vec<Model>,
+    /// The views compared with PostgreSQL after every restart.
+    views: Vec<String>,
+    /// Views created by a round, dropped by a later one.
+    later: Vec<String>,
+    in_doubt: Vec<Statement>,
+    /// Views whose creation met an injected catalog fault: they must never exist.
+    refused: Vec<String>,
+    kills: u64,
+    round: u64,
+}
+
 async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<(), String> {
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
     let config = work.join("weir.toml");
@@ -437,174 +341,32 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     };
 
     let mut rng = Rng::new(args.seed);
-    let mut models = vec![
-        Model::new("t1", args.seed.wrapping_mul(31) + 1),
-        Model::new("t2", args.seed.wrapping_mul(31) + 2),
-    ];
-    let mut views: Vec<String> = VIEWS.iter().map(|(n, _)| n.to_string()).collect();
-    let mut later: Vec<String> = Vec::new();
-    let mut in_doubt: Vec<Statement> = Vec::new();
-    let mut refused: Vec<String> = Vec::new();
-    let mut kills = 0;
-    let mut round: u64 = 0;
-    while kills < args.kills {
-        // Every other round arms the next failpoint, at one of its first few hits.
-        let armed = (round % 2 == 1).then(|| FAILPOINTS[(round as usize / 2) % FAILPOINTS.len()]);
-        let io_fault = armed.filter(|name| name.contains(':'));
-        let armed = armed.filter(|name| !name.contains(':'));
-        let spec = match (armed, io_fault) {
-            // A catalog is saved only by DDL: from its first save on.
-            (_, Some(fault)) if fault.starts_with("catalog.") => Some(io_fault_spec(fault, 1)),
-            (_, Some(fault)) => Some(io_fault_spec(fault, 1 + rng.below(20))),
-            (Some(name), None) => {
-                let at = if name.starts_with("recovery.") {
-                    1
-                } else {
-                    1 + rng.below(3)
-                };
-                Some(format!("{name}@{at}"))
-            }
-            (None, None) => None,
-        };
-        if let Some(fault) = io_fault {
-            *tally.injected.entry(fault).or_default() += 1;
+    let mut run = Run {
+        models: vec![
+            Model::new("t1", args.seed.wrapping_mul(31) + 1),
+            Model::new("t2", args.seed.wrapping_mul(31) + 2),
+        ],
+        views: VIEWS.iter().map(|(n, _)| n.to_string()).collect(),
+        later: Vec::new(),
+        in_doubt: Vec::new(),
+        refused: Vec::new(),
+        kills: 0,
+        round: 0,
+    };
+    while run.kills < args.kills {
+        let armed = Armed::for_round(run.round, &mut rng);
+        if round(&launcher, &pg, &pg_conn, &armed, &mut run, &mut rng, tally).await? {
+            run.kills += 1;
         }
-        if armed == Some("recovery.during_download") {
-            // A lost state directory: the restore downloads every file.
-            let state = launcher.data.join("state");
-            if state.exists() {
-                std::fs::remove_dir_all(&state).map_err(|e| e.to_string())?;
-            }
-        }
-        if armed.is_none() && round % 4 == 2 {
-            // A kill at a random moment of the restart itself.
-            launcher
-                .start_and_kill(Duration::from_millis(rng.below(400)))
-                .await?;
-            tally.kills_random += 1;
-            kills += 1;
-        }
-        let mut server = match launcher.start(spec.as_deref()).await? {
-            Some(server) => server,
-            None => {
-                // A recovery failpoint aborted the start: a crash during recovery. Recover
-                // again.
-                *tally.fired.entry(armed.unwrap_or_default()).or_default() += 1;
-                kills += 1;
-                launcher
-                    .start(None)
-                    .await?
-                    .ok_or("the server aborted at a start with no failpoint armed")?
-            }
-        };
-        let armed_later = armed.filter(|n| !n.starts_with("recovery."));
-        // With a checkpoint failpoint armed, the server may die at any moment from here on:
-        // while the last round's statements are resolved and the views checked, too.
-        let ready = async {
-            let weir = server.connect().await?;
-            if round == 0 {
-                for sql in SCHEMA {
-                    exec_both(&weir, &pg, sql, sql).await?;
-                }
-                for (name, query) in VIEWS {
-                    exec_both(
-                        &weir,
-                        &pg,
-                        &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
-                        &format!("CREATE VIEW {name} AS {query}"),
-                    )
-                    .await?;
-                }
-            }
-            resolve(&weir, &pg, &mut models, &mut in_doubt, tally).await?;
-            check(&weir, &pg, &views, tally).await?;
-            // DDL only where the server cannot die during it, so that it is never in doubt.
-            if armed_later.is_none() && io_fault.is_none() && round % 4 == 2 {
-                change_views(&weir, &pg, round, &mut views, &mut later).await?;
-            }
-            if io_fault.is_some_and(|f| f.starts_with("catalog.")) {
-                refuse_view(&weir, round, &mut refused).await?;
-            }
-            // A refused view never came to be, in this run or any later one.
-            for name in &refused {
-                let sql = format!("SELECT count(*) FROM weir_catalog.views WHERE name = '{name}'");
-                let found = rows(&weir, &sql).await?;
-                if found != [vec![Some("0".to_string())]] {
-                    return Err(format!("view {name}, refused, exists"));
-                }
-            }
-            Ok::<(), String>(())
-        }
-        .await;
-        if let Err(e) = ready {
-            match (server.exited().await?, armed_later) {
-                (Some(Death::Aborted), Some(name)) => {
-                    *tally.fired.entry(name).or_default() += 1;
-                    kills += 1;
-                    round += 1;
-                    continue;
-                }
-                // The state store's fault came during the check: its views refuse reads as a
-                // full disk (53100) until the restart, after which the next round checks them.
-                (None, None)
-                    if io_fault.is_some_and(|f| f.starts_with("state."))
-                        && e.contains(": 53100: ") =>
-                {
-                    server.wait_or_kill(Duration::ZERO).await?;
-                    tally.kills_random += 1;
-                    kills += 1;
-                    round += 1;
-                    continue;
-                }
-                _ => return Err(e),
-            }
-        }
-
-        // The writers run until the server dies under them: at the armed failpoint, or
-        // killed at a random moment (also when the failpoint is not reached in time).
-        let foreign_ids = models[0].next_id;
-        let mut writers = Vec::new();
-        for mut model in models.drain(..) {
-            model.foreign_ids = foreign_ids;
-            let pg = connect(&pg_conn).await?;
-            let weir = format!("host=127.0.0.1 port={} user=crash dbname=weir", server.port);
-            writers.push(tokio::spawn(write_until_failure(weir, pg, model)));
-        }
-        let wait = match armed_later {
-            Some(_) => Duration::from_secs(10),
-            None => Duration::from_millis(rng.below(2500)),
-        };
-        let death = server.wait_or_kill(wait).await?;
-        match (death, armed_later) {
-            (Death::Aborted, Some(name)) => *tally.fired.entry(name).or_default() += 1,
-            (Death::Killed, Some(_)) => {
-                tally.not_reached += 1;
-                tally.kills_random += 1;
-            }
-            (Death::Killed, None) => tally.kills_random += 1,
-            (Death::Aborted, None) => {
-                return Err("the server aborted with no failpoint armed".into());
-            }
-        }
-        kills += 1;
-        for writer in writers {
-            let (model, outcome) = writer.await.map_err(|e| format!("writer: {e}"))?;
-            models.push(model);
-            let outcome = outcome?;
-            tally.acknowledged += outcome.acknowledged;
-            tally.refused += outcome.refused;
-            in_doubt.extend(outcome.in_doubt);
-        }
-        models.sort_by_key(|m| m.table);
-        round += 1;
+        run.round += 1;
     }
     let mut server = launcher
         .start(None)
         .await?
         .ok_or("the server aborted at a start with no failpoint armed")?;
     let weir = server.connect().await?;
-    resolve(&weir, &pg, &mut models, &mut in_doubt, tally).await?;
-    check(&weir, &pg, &views, tally).await?;
+    resolve(&weir, &pg, &mut run.models, &mut run.in_doubt, tally).await?;
+    check(&weir, &pg, &run.views, tally).await?;
     drop(weir);
     server.stop().await?;
     drop(pg);
@@ -613,6 +375,171 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         &format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"),
     )
     .await?;
+    Ok(())
+}
+
+/// One round: a start (killed at random during it, or aborted by a recovery failpoint, now
+/// and then), the last round's statements resolved and the views checked, and writers until
+/// the server dies. Returns whether the round ended in a death that counts as a kill (the
+/// extra kills during a start are counted in `run.kills` here).
+async fn round(
+    launcher: &Launcher,
+    pg: &Client,
+    pg_conn: &str,
+    armed: &Armed,
+    run: &mut Run,
+    rng: &mut Rng,
+    tally: &mut Tally,
+) -> Result<bool, String> {
+    if let Some(fault) = armed.io_fault {
+        *tally.injected.entry(fault).or_default() += 1;
+    }
+    if armed.failpoint == Some("recovery.during_download") {
+        // A lost state directory: the restore downloads every file.
+        let state = launcher.data.join("state");
+        if state.exists() {
+            std::fs::remove_dir_all(&state).map_err(|e| e.to_string())?;
+        }
+    }
+    if armed.failpoint.is_none() && run.round % 4 == 2 {
+        // A kill at a random moment of the restart itself.
+        launcher
+            .start_and_kill(Duration::from_millis(rng.below(400)))
+            .await?;
+        tally.kills_random += 1;
+        run.kills += 1;
+    }
+    let mut server = match launcher.start(armed.spec.as_deref()).await? {
+        Some(server) => server,
+        None => {
+            // A recovery failpoint aborted the start: a crash during recovery. Recover again.
+            *tally
+                .fired
+                .entry(armed.failpoint.unwrap_or_default())
+                .or_default() += 1;
+            run.kills += 1;
+            launcher
+                .start(None)
+                .await?
+                .ok_or("the server aborted at a start with no failpoint armed")?
+        }
+    };
+    // With a checkpoint failpoint armed, the server may die at any moment from here on:
+    // while the last round's statements are resolved and the views checked, too.
+    let ready = async {
+        let weir = server.connect().await?;
+        ready(&weir, pg, armed, run, tally).await
+    }
+    .await;
+    if let Err(e) = ready {
+        return match (server.exited().await?, armed.after_start()) {
+            (Some(Death::Aborted), Some(name)) => {
+                *tally.fired.entry(name).or_default() += 1;
+                Ok(true)
+            }
+            // The state store's fault came during the check: its views refuse reads as a
+            // full disk (53100) until the restart, after which the next round checks them.
+            (None, None)
+                if armed.io_fault.is_some_and(|f| f.starts_with("state."))
+                    && e.contains(": 53100: ") =>
+            {
+                server.wait_or_kill(Duration::ZERO).await?;
+                tally.kills_random += 1;
+                Ok(true)
+            }
+            _ => Err(e),
+        };
+    }
+    write_until_death(&mut server, pg_conn, armed, run, rng, tally).await?;
+    Ok(true)
+}
+
+/// After a start: the schema and views at the first round, the last round's statements in
+/// doubt resolved, every view checked, and the round's DDL.
+async fn ready(
+    weir: &Client,
+    pg: &Client,
+    armed: &Armed,
+    run: &mut Run,
+    tally: &mut Tally,
+) -> Result<(), String> {
+    if run.round == 0 {
+        for sql in SCHEMA {
+            exec_both(weir, pg, sql, sql).await?;
+        }
+        for (name, query) in VIEWS {
+            exec_both(
+                weir,
+                pg,
+                &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
+                &format!("CREATE VIEW {name} AS {query}"),
+            )
+            .await?;
+        }
+    }
+    resolve(weir, pg, &mut run.models, &mut run.in_doubt, tally).await?;
+    check(weir, pg, &run.views, tally).await?;
+    // DDL only where the server cannot die during it, so that it is never in doubt.
+    if armed.after_start().is_none() && armed.io_fault.is_none() && run.round % 4 == 2 {
+        change_views(weir, pg, run.round, &mut run.views, &mut run.later).await?;
+    }
+    if armed.io_fault.is_some_and(|f| f.starts_with("catalog.")) {
+        refuse_view(weir, run.round, &mut run.refused).await?;
+    }
+    // A refused view never came to be, in this run or any later one.
+    for name in &run.refused {
+        let sql = format!("SELECT count(*) FROM weir_catalog.views WHERE name = '{name}'");
+        let found = rows(weir, &sql).await?;
+        if found != [vec![Some("0".to_string())]] {
+            return Err(format!("view {name}, refused, exists"));
+        }
+    }
+    Ok(())
+}
+
+/// The writers run until the server dies under them: at the armed failpoint, or killed at a
+/// random moment (also when the failpoint is not reached in time).
+async fn write_until_death(
+    server: &mut Server,
+    pg_conn: &str,
+    armed: &Armed,
+    run: &mut Run,
+    rng: &mut Rng,
+    tally: &mut Tally,
+) -> Result<(), String> {
+    let foreign_ids = run.models[0].next_id;
+    let mut writers = Vec::new();
+    for mut model in run.models.drain(..) {
+        model.foreign_ids = foreign_ids;
+        let pg = connect(pg_conn).await?;
+        let weir = format!("host=127.0.0.1 port={} user=crash dbname=weir", server.port);
+        writers.push(tokio::spawn(write_until_failure(weir, pg, model)));
+    }
+    let wait = match armed.after_start() {
+        Some(_) => Duration::from_secs(10),
+        None => Duration::from_millis(rng.below(2500)),
+    };
+    let death = server.wait_or_kill(wait).await?;
+    match (death, armed.after_start()) {
+        (Death::Aborted, Some(name)) => *tally.fired.entry(name).or_default() += 1,
+        (Death::Killed, Some(_)) => {
+            tally.not_reached += 1;
+            tally.kills_random += 1;
+        }
+        (Death::Killed, None) => tally.kills_random += 1,
+        (Death::Aborted, None) => {
+            return Err("the server aborted with no failpoint armed".into());
+        }
+    }
+    for writer in writers {
+        let (model, outcome) = writer.await.map_err(|e| format!("writer: {e}"))?;
+        run.models.push(model);
+        let outcome = outcome?;
+        tally.acknowledged += outcome.acknowledged;
+        tally.refused += outcome.refused;
+        run.in_doubt.extend(outcome.in_doubt);
+    }
+    run.models.sort_by_key(|m| m.table);
     Ok(())
 }
 
@@ -856,198 +783,4 @@ async fn check(
         tally.checks += 1;
     }
     Ok(())
-}
-
-/// Starts the `weir` binary on one data directory, again and again.
-struct Launcher {
-    weir: PathBuf,
-    data: PathBuf,
-    config: PathBuf,
-    /// Every start's output, appended.
-    log: PathBuf,
-}
-
-enum Death {
-    /// Ended by an armed failpoint (SIGABRT).
-    Aborted,
-    /// Killed with SIGKILL.
-    Killed,
-}
-
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Launcher {
-    /// Starts the server with `failpoints` armed and waits until it listens; `None` if it
-    /// aborted at a failpoint first. Any other exit is an error.
-    async fn start(&self, failpoints: Option<&str>) -> Result<Option<Server>, String> {
-        let (mut child, port) = self.spawn(failpoints)?;
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-                return match aborted(status) {
-                    true if failpoints.is_some() => Ok(None),
-                    _ => Err(format!("the server exited while starting: {status}")),
-                };
-            }
-            // The port is bound before recovery, which may still abort: ready means a
-            // session that answers.
-            if answers(port).await {
-                return Ok(Some(Server { child, port }));
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                return Err("the server did not listen within 300 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Starts the server and kills it `after` later, whatever it is doing (restoring,
-    /// replaying, or serving already).
-    async fn start_and_kill(&self, after: Duration) -> Result<(), String> {
-        let (mut child, _) = self.spawn(None)?;
-        tokio::time::sleep(after).await;
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            return Err(format!("the server exited while starting: {status}"));
-        }
-        child.kill().map_err(|e| format!("kill: {e}"))?;
-        child.wait().map_err(|e| e.to_string())?;
-        Ok(())
-    }
-
-    fn spawn(&self, failpoints: Option<&str>) -> Result<(Child, u16), String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("finding a free port: {e}"))?
-            .port();
-        let mut log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .map_err(|e| format!("{}: {e}", self.log.display()))?;
-        let _ = writeln!(
-            log,
-            "=== start, WEIR_FAILPOINTS={}",
-            failpoints.unwrap_or("")
-        );
-        let err = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(&self.weir)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .arg("--data-dir")
-            .arg(&self.data)
-            .arg("--config")
-            .arg(&self.config)
-            .args(["--streaming-parallelism", "2"])
-            .env("WEIR_FAILPOINTS", failpoints.unwrap_or(""))
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", self.weir.display()))?;
-        Ok((child, port))
-    }
-}
-
-async fn answers(port: u16) -> bool {
-    let conn = format!("host=127.0.0.1 port={port} user=crash dbname=weir");
-    let session = async {
-        let client = connect(&conn).await.ok()?;
-        client.simple_query("SELECT 1").await.ok()
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(1), session).await,
-        Ok(Some(_))
-    )
-}
-
-fn aborted(status: ExitStatus) -> bool {
-    status.signal() == Some(6)
-}
-
-impl Server {
-    async fn connect(&self) -> Result<Client, String> {
-        connect(&format!(
-            "host=127.0.0.1 port={} user=crash dbname=weir",
-            self.port
-        ))
-        .await
-    }
-
-    /// How the process ended, if it did (waiting a moment for a dying one to finish).
-    async fn exited(&mut self) -> Result<Option<Death>, String> {
-        for _ in 0..100 {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return Ok(aborted(status).then_some(Death::Aborted));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        Ok(None)
-    }
-
-    /// Waits for the process to end by itself for `wait`, then kills it.
-    async fn wait_or_kill(&mut self, wait: Duration) -> Result<Death, String> {
-        let deadline = Instant::now() + wait;
-        loop {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return match aborted(status) {
-                    true => Ok(Death::Aborted),
-                    false => Err(format!("the server exited by itself: {status}")),
-                };
-            }
-            if Instant::now() >= deadline {
-                self.child.kill().map_err(|e| format!("kill: {e}"))?;
-                self.child.wait().map_err(|e| e.to_string())?;
-                return Ok(Death::Killed);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// A clean shutdown (SIGTERM), which must end with success.
-    async fn stop(&mut self) -> Result<(), String> {
-        // SAFETY: kill(2) on our own child process.
-        unsafe { kill(self.child.id() as i32, 15) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return match status.success() {
-                    true => Ok(()),
-                    false => Err(format!("the server's shutdown ended with {status}")),
-                };
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                return Err("the server did not shut down within 60 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
-
-fn print_log_tail(log: &Path) {
-    let Ok(file) = std::fs::File::open(log) else {
-        return;
-    };
-    let lines: Vec<String> = std::io::BufReader::new(file)
-        .lines()
-        .map_while(Result::ok)
-        .collect();
-    eprintln!("crash: the last lines of {}:", log.display());
-    for line in &lines[lines.len().saturating_sub(40)..] {
-        eprintln!("  {line}");
-    }
 }
