@@ -158,7 +158,7 @@ async fn route(db: &Database, head: &str) -> Response {
         ("GET", "/metrics") => Response {
             status: 200,
             content_type: "text/plain; version=0.0.4",
-            body: db.metrics.render(),
+            body: db.render_metrics(),
         },
         (_, "/api/v1/checkpoints" | "/metrics") => Response::error(405, "method not allowed"),
         _ => Response::error(404, "no such endpoint"),

@@ -4,6 +4,15 @@ mod common;
 
 use common::{ChildServer, TestServer};
 
+/// How many barriers completed, as `/metrics` reports it.
+fn barriers_completed(db: &weir::db::Database) -> u64 {
+    let text = db.render_metrics();
+    text.lines()
+        .find_map(|l| l.strip_prefix("weir_barrier_latency_seconds_count "))
+        .and_then(|n| n.parse().ok())
+        .expect("the barrier latency's count in /metrics")
+}
+
 async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     let mut out = common::text_rows(client, sql).await;
     out.sort();
@@ -781,14 +790,14 @@ async fn views_backfilled_while_their_table_changes_equal_their_query() {
                 statements
             })
         };
-        let barriers_before = server.db.metrics.barrier_latency.count();
+        let barriers_before = barriers_completed(&server.db);
         c.batch_execute(&format!("SET streaming_parallelism = {parallelism}"))
             .await
             .unwrap();
         for view in views {
             c.batch_execute(view).await.unwrap();
         }
-        let barriers = server.db.metrics.barrier_latency.count() - barriers_before;
+        let barriers = barriers_completed(&server.db) - barriers_before;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let statements = writing.await.unwrap();
         assert!(

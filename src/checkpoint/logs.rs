@@ -5,8 +5,11 @@
 
 use bytes::Bytes;
 
+use std::path::Path;
+
 use super::storage::Storage;
-use crate::error::Result;
+use crate::changelog::ChangeLog;
+use crate::error::{Error, ErrorKind, Result};
 
 /// One shipped segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +75,31 @@ pub async fn collect(storage: &Storage, table: u32, floor: u64) -> Result<()> {
         if s.end <= floor {
             storage.delete(&s.name).await?;
         }
+    }
+    Ok(())
+}
+
+/// Creates table `table`'s log in `tables_dir` empty at record `offset` (a table restored
+/// from a checkpoint without its log) and appends the shipped records after the offset, as
+/// far as they continue.
+pub async fn restore(storage: &Storage, tables_dir: &Path, table: u32, offset: u64) -> Result<()> {
+    let mut log = ChangeLog::create_at(tables_dir, table, offset)?;
+    let shipped = segments(storage, table).await?;
+    for segment in chain(&shipped, offset) {
+        let bytes = storage.get(&segment.name).await?;
+        let chunks = ChangeLog::decode_segment(&bytes, &segment.name)?;
+        if chunks.len() as u64 != segment.end - segment.first {
+            return Err(Error::new(
+                ErrorKind::DataCorruption,
+                format!(
+                    "log segment {} holds {} records",
+                    segment.name,
+                    chunks.len()
+                ),
+            ));
+        }
+        let skip = (log.next_record() - segment.first) as usize;
+        log.append_all(&chunks[skip..])?;
     }
     Ok(())
 }

@@ -161,6 +161,7 @@ async fn local_matches(path: &Path, file: &FileRef) -> Result<bool> {
 /// `<state>.old`, `restored` becomes `state` (each rename atomic), and the old one is
 /// deleted. A crash in between leaves either the old directory or the new one whole in place.
 pub fn install(restored: &Path, state: &Path) -> Result<()> {
+    failpoint::hit("recovery.before_swap");
     let old = state.with_extension("old");
     if old.exists() {
         std::fs::remove_dir_all(&old)?;
@@ -176,6 +177,7 @@ pub fn install(restored: &Path, state: &Path) -> Result<()> {
     if old.exists() {
         std::fs::remove_dir_all(&old)?;
     }
+    failpoint::hit("recovery.after_swap");
     Ok(())
 }
 
@@ -203,6 +205,27 @@ pub struct Recovery {
     /// Replaying the logs and starting every view, until the server listens.
     pub replay_ms: u64,
     pub total_ms: u64,
+    /// When this start began, on the monotonic clock (not kept).
+    #[serde(skip)]
+    began: Option<tokio::time::Instant>,
+}
+
+impl Recovery {
+    /// A start beginning now.
+    pub fn begin() -> Recovery {
+        Recovery {
+            started_at_ms: crate::clock::wall_ms(),
+            began: Some(crate::clock::monotonic()),
+            ..Default::default()
+        }
+    }
+
+    /// Milliseconds since the start began.
+    pub fn elapsed_ms(&self) -> u64 {
+        self.began
+            .map(|b| b.elapsed().as_millis() as u64)
+            .unwrap_or_default()
+    }
 }
 
 /// How many recoveries `<data>/recoveries.json` keeps.

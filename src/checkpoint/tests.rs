@@ -132,7 +132,6 @@ async fn setup() -> Setup {
         store.clone(),
         Duration::from_secs(3600),
         Arc::new(ManualClock::new(0)),
-        Arc::default(),
     );
     barriers.flush().await.unwrap();
     let faulty = Arc::new(Faulty {

@@ -105,7 +105,7 @@ impl Database {
         let def = ddl::create_table(ct, watermark, id)?;
         // A log left behind by a table of the same id cannot exist (ids are never reused),
         // but make sure the new table starts empty.
-        crate::changelog::ChangeLog::remove(&self.tables_dir, id)?;
+        TableWriter::remove(&self.tables_dir, id)?;
         let replay = self.start_table(def.clone(), None).await?;
         self.replay(replay).await?;
         self.add_started(Object::Table(def)).await?;
@@ -317,7 +317,7 @@ impl Database {
             }
         }
         for id in tables {
-            if let Err(e) = crate::changelog::ChangeLog::remove(&self.tables_dir, *id) {
+            if let Err(e) = TableWriter::remove(&self.tables_dir, *id) {
                 tracing::warn!("cannot remove the change log of dropped table {id}: {e}");
             }
         }

@@ -18,7 +18,6 @@ use crate::checkpoint::storage::{Holder, Storage};
 use crate::checkpoint::{CheckpointClient, Checkpointer};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
 use crate::state::StateStore;
 use crate::stream::actor::Dataflow;
 use crate::stream::coordinator::{BarrierClient, Coordinator};
@@ -96,7 +95,6 @@ pub struct Database {
     checkpoints: std::sync::OnceLock<CheckpointClient>,
     /// The recoveries recorded in the data directory, this start's last.
     recoveries: Mutex<Vec<restore::Recovery>>,
-    pub metrics: Arc<Metrics>,
     /// The memory pool and spill directory of batch queries.
     query_runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     /// The threads the dataflow's actors run on (`actors` hands them out), owned here so that
@@ -144,16 +142,12 @@ impl Database {
                 &config.listen.to_string(),
             ))
             .await?;
-        let started = crate::clock::monotonic();
-        let mut recovery = restore::Recovery {
-            started_at_ms: crate::clock::wall_ms(),
-            ..Default::default()
-        };
+        let mut recovery = restore::Recovery::begin();
         let contents = restore::read_store(&storage).await?;
         let (store, restored) =
             recovery::restore_state(&config, &storage, &contents, &mut recovery).await?;
         store.limit_memory(config.memory_limit_bytes())?;
-        recovery.restore_ms = started.elapsed().as_millis() as u64;
+        recovery.restore_ms = recovery.elapsed_ms();
         if let (Some(m), false) = (&restored, config.data_dir.join("catalog.json").exists()) {
             recovery::install_from_store(&config, &storage, m, &tables_dir).await?;
             recovery.from_store_alone = true;
@@ -161,12 +155,10 @@ impl Database {
         let catalog = Catalog::load(&config.data_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
         let in_checkpoint = recovery::usable_objects(&store, restored.as_ref(), &objects)?;
-        let metrics = Arc::new(Metrics::default());
         let (barriers, events) = Coordinator::start(
             store.clone(),
             Duration::from_millis(config.barrier_interval_ms.max(1)),
             config.clock.clone(),
-            metrics.clone(),
         );
         // Spill files of an earlier run are of no use.
         let spill_dir = config.data_dir.join("spill");
@@ -200,7 +192,6 @@ impl Database {
             tables_dir,
             checkpoints: std::sync::OnceLock::new(),
             recoveries: Mutex::new(Vec::new()),
-            metrics,
             _dataflow: dataflow,
             lock,
         });
@@ -209,7 +200,7 @@ impl Database {
             .await?;
         db.barriers.flush().await?;
         db.run_sources_read();
-        recovery.total_ms = started.elapsed().as_millis() as u64;
+        recovery.total_ms = recovery.elapsed_ms();
         recovery.replay_ms = recovery.total_ms - recovery.restore_ms;
         tracing::info!(
             checkpoint = recovery.checkpoint_id,
@@ -234,7 +225,7 @@ impl Database {
             db.config.data_dir.clone(),
             db.catalog.clone(),
             db.ddl.clone(),
-            db.metrics.clone(),
+            db.barriers.metrics.clone(),
         )
         .await?;
         let _ = db.checkpoints.set(checkpoints);
@@ -275,6 +266,11 @@ impl Database {
         base: bool,
     ) -> Result<(u64, u64)> {
         self.checkpoints()?.trigger(kind, label, base).await
+    }
+
+    /// The server's metrics in Prometheus' text format (`/metrics`).
+    pub fn render_metrics(&self) -> String {
+        self.barriers.metrics.render()
     }
 
     /// The checkpoints of this run and those found in the store, newest first.

@@ -149,9 +149,7 @@ pub(super) async fn restore_state(
             }
             Err(e) => return Err(e),
         };
-        crate::failpoint::hit("recovery.before_swap");
         restore::install(&rebuilding, &state_dir)?;
-        crate::failpoint::hit("recovery.after_swap");
         for d in &recovery.damaged {
             tracing::error!(
                 "checkpoint {} cannot be restored: {}; checkpoint {} is restored instead",
@@ -181,7 +179,7 @@ pub(super) async fn restore_state(
         recovery.bytes_downloaded = rebuilt.bytes_downloaded;
         return Ok((store, Some(m)));
     }
-    let truncated = crate::changelog::ChangeLog::truncated(&config.data_dir.join("tables"))?;
+    let truncated = TableWriter::truncated(&config.data_dir.join("tables"))?;
     plan::without_checkpoint(&recovery.damaged, truncated.first().copied())?;
     for d in &recovery.damaged {
         tracing::error!(
@@ -222,25 +220,7 @@ pub(super) async fn install_from_store(
     for object in Catalog::objects_in(&m.catalog)? {
         if let Object::Table(t) = object {
             let offset = m.offsets.get(&t.id).copied().unwrap_or(0);
-            let mut log = crate::changelog::ChangeLog::create_at(tables_dir, t.id, offset)?;
-            // Shipped records after the offset, as far as they continue.
-            let shipped = logs::segments(storage, t.id).await?;
-            for segment in logs::chain(&shipped, offset) {
-                let bytes = storage.get(&segment.name).await?;
-                let chunks = crate::changelog::ChangeLog::decode_segment(&bytes, &segment.name)?;
-                if chunks.len() as u64 != segment.end - segment.first {
-                    return Err(Error::new(
-                        ErrorKind::DataCorruption,
-                        format!(
-                            "log segment {} holds {} records",
-                            segment.name,
-                            chunks.len()
-                        ),
-                    ));
-                }
-                let skip = (log.next_record() - segment.first) as usize;
-                log.append_all(&chunks[skip..])?;
-            }
+            logs::restore(storage, tables_dir, t.id, offset).await?;
         }
     }
     // Last: the catalog's presence says the logs are in place.

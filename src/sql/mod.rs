@@ -14,6 +14,7 @@ pub mod extensions;
 pub mod names;
 pub mod parser;
 pub mod provider;
+pub mod rows;
 pub mod rules;
 pub mod stream_plan;
 pub mod windows;

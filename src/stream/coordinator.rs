@@ -105,6 +105,8 @@ pub struct BarrierClient {
     pub failed: FailedActors,
     /// The epoch of the newest checkpoint whose manifest is durable, for sinks to commit.
     durable: Arc<watch::Sender<u64>>,
+    /// The server's metrics, which the coordinator and the checkpointer record.
+    pub metrics: Arc<Metrics>,
 }
 
 impl BarrierClient {
@@ -241,8 +243,8 @@ impl Coordinator {
         store: Arc<StateStore>,
         barrier_interval: Duration,
         clock: Arc<dyn Clock>,
-        metrics: Arc<Metrics>,
     ) -> (BarrierClient, mpsc::Sender<ActorEvent>) {
+        let metrics = Arc::new(Metrics::default());
         let (req_tx, req_rx) = mpsc::channel(64);
         let (ev_tx, ev_rx) = mpsc::channel(EVENTS_MAX);
         let failed: FailedActors = Arc::default();
@@ -266,7 +268,7 @@ impl Coordinator {
             positions: Arc::default(),
             committed: HashMap::new(),
             sink_handles: BTreeMap::new(),
-            metrics,
+            metrics: metrics.clone(),
         };
         tokio::spawn(coordinator.run());
         (
@@ -275,6 +277,7 @@ impl Coordinator {
                 store,
                 failed,
                 durable: Arc::new(watch::channel(0).0),
+                metrics,
             },
             ev_tx,
         )
@@ -542,7 +545,6 @@ mod tests {
             store.clone(),
             interval,
             Arc::new(crate::clock::ManualClock::new(0)),
-            Arc::default(),
         );
         (dir, store, client, events)
     }

@@ -92,6 +92,16 @@ struct Change {
 }
 
 impl TableWriter {
+    /// Deletes every file of table `id` in `dir`: its change log.
+    pub fn remove(dir: &Path, id: u32) -> Result<()> {
+        ChangeLog::remove(dir, id)
+    }
+
+    /// The tables in `dir` whose logs were truncated, with the record each now starts at.
+    pub fn truncated(dir: &Path) -> Result<Vec<(u32, u64)>> {
+        ChangeLog::truncated(dir)
+    }
+
     /// Opens the table's change log and returns the writer with the records to send through
     /// the table's actor. Without `restored`, those are the whole log, which must start at
     /// record 0, and the table's state must be empty. With it (a table restored from a
