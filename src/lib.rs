@@ -11,10 +11,10 @@
 //! - [`catalog`]: tables and views, persisted as JSON.
 //! - [`table`]: a table's write path (constraint checks, change log, feed).
 //! - [`changelog`]: the durable, checksummed change log behind each table.
-//! - [`source`]: sources' connectors (the Nexmark generator, CSV files) behind one trait and
-//!   registry, and the task feeding each into the dataflow.
-//! - [`sink`]: sinks' connectors (blackhole), whose writers a sink's actor drives through the
-//!   checkpoints' two-phase commit (`stream::sink`).
+//! - [`connector`]: `source`, sources' connectors (the Nexmark generator, CSV files) behind one
+//!   trait and registry, and the task feeding each into the dataflow; `sink`, sinks'
+//!   connectors (blackhole), whose writers a sink's actor drives through the checkpoints'
+//!   two-phase commit (`stream::sink`).
 //! - [`stream`]: actors, barriers, alignment, operators.
 //! - [`state`]: operator state in RocksDB, one write batch per epoch (the only user of `rocksdb`).
 //! - [`types`], [`error`], [`config`]: shared vocabulary; [`clock`]: every clock the server
@@ -27,6 +27,7 @@ pub mod changelog;
 pub mod checkpoint;
 pub mod clock;
 pub mod config;
+pub mod connector;
 pub mod db;
 pub mod error;
 pub mod failpoint;
@@ -34,8 +35,6 @@ pub mod metrics;
 pub mod rng;
 pub mod server;
 pub mod session;
-pub mod sink;
-pub mod source;
 pub mod sql;
 pub mod state;
 pub mod stream;

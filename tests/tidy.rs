@@ -105,7 +105,7 @@ const FUNCTION_LINES_MAX: usize = 120;
 const FILE_LINES_MAX: usize = 800;
 
 /// The crate's modules `src/db/` may import, at most.
-const DB_IMPORTS_MAX: usize = 10;
+const DB_IMPORTS_MAX: usize = 9;
 
 /// A file's production lines: those before a `#[cfg(test)]` module.
 fn production(text: &str) -> Vec<&str> {
@@ -225,7 +225,7 @@ fn the_dataflow_imports_neither_planner_connectors_catalog_nor_database() {
     let imports = imports_of("src/stream/");
     let above = [
         "sql",
-        "source",
+        "connector",
         "catalog",
         "db",
         "server",

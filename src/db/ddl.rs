@@ -121,7 +121,8 @@ impl Database {
     pub(super) async fn start_source(&self, def: SourceDef, start: FeedPosition) -> Result<()> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
         let feed = Feed::starting_at(feed_tx, start.clone());
-        let handle = crate::source::spawn(def.clone(), feed.clone(), &start, &self.sources_dir());
+        let handle =
+            crate::connector::source::spawn(def.clone(), feed.clone(), &start, &self.sources_dir());
         self.catalog_mut().set_schema(def.id, def.schema());
         let mut actor = build_actor(
             &self.actors,
@@ -134,7 +135,10 @@ impl Database {
         )?;
         actor.source = Some(SourceRows {
             seen: start.offset,
-            history: Arc::new(crate::source::History::new(def.clone(), self.sources_dir())),
+            history: Arc::new(crate::connector::source::History::new(
+                def.clone(),
+                self.sources_dir(),
+            )),
         });
         actor.spawn();
         let epoch = self

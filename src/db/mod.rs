@@ -85,7 +85,7 @@ pub struct Database {
     /// Row-level expression errors, per view.
     view_errors: Mutex<HashMap<ObjectId, ErrorSink>>,
     /// The task of each source, producing while something reads the source.
-    sources: Mutex<HashMap<ObjectId, crate::source::Handle>>,
+    sources: Mutex<HashMap<ObjectId, crate::connector::source::Handle>>,
     /// What each sink has received.
     sinks: Mutex<HashMap<ObjectId, Arc<SinkCounter>>>,
     /// DDL statements run one at a time.

@@ -150,7 +150,7 @@ impl Database {
         let counter = def.sink.then(|| Arc::new(SinkCounter::default()));
         let sink = match &counter {
             Some(counter) => Some(SinkDriver::new(
-                crate::sink::open(def, handle)?,
+                crate::connector::sink::open(def, handle)?,
                 counter.clone(),
                 self.barriers.durable(),
             )),
@@ -295,7 +295,7 @@ impl Database {
             }
         }
         if let Some(name) = connector {
-            crate::sink::connector(&name)?;
+            crate::connector::sink::connector(&name)?;
         }
         let options = match rest.is_empty() {
             true => ast::CreateTableOptions::None,

@@ -207,7 +207,7 @@ pub fn create_source(
             key => settings.push((key.to_string(), text)),
         }
     }
-    let connector = crate::source::connector(&connector_name.ok_or_else(|| {
+    let connector = crate::connector::source::connector(&connector_name.ok_or_else(|| {
         Error::new(ErrorKind::InvalidParameter, "a source needs a connector")
             .with_hint("Add WITH (connector = 'nexmark', stream = 'bid') or WITH (connector = 'file', path = '...').")
     })?)?;
@@ -223,7 +223,7 @@ pub fn create_source(
         }
         t.columns
     };
-    let mut settings = crate::source::Options::new(settings)?;
+    let mut settings = crate::connector::source::Options::new(settings)?;
     let (kept, columns) = connector.create(&mut settings, declared)?;
     settings.finish()?;
     let connector = Connector {

@@ -1,0 +1,6 @@
+//! Connectors: how data comes in from outside systems (`source`) and goes out to them
+//! (`sink`). Each connector is a file behind its side's trait and registry; nothing outside
+//! this module names one (`docs/design/0008-connectors.md`).
+
+pub mod sink;
+pub mod source;
