@@ -37,22 +37,27 @@ pub async fn ship(
 
 /// The segments of `table` in the store, by first record.
 pub async fn segments(storage: &Storage, table: u32) -> Result<Vec<Segment>> {
+    let listed = storage.list(&prefix(table)).await?;
+    Ok(segments_in(listed.iter().map(|(name, _)| name), table))
+}
+
+/// The segments of `table` among the objects named `objects` (a listing of the store), by
+/// first record.
+pub fn segments_in<'a>(objects: impl IntoIterator<Item = &'a String>, table: u32) -> Vec<Segment> {
     let prefix = prefix(table);
-    let mut out: Vec<Segment> = storage
-        .list(&prefix)
-        .await?
+    let mut out: Vec<Segment> = objects
         .into_iter()
-        .filter_map(|(name, _)| {
+        .filter_map(|name| {
             let (first, end) = name.strip_prefix(&prefix)?.split_once('-')?;
             Some(Segment {
                 first: first.parse().ok()?,
                 end: end.parse().ok()?,
-                name,
+                name: name.clone(),
             })
         })
         .collect();
     out.sort_by_key(|s| (s.first, s.end));
-    Ok(out)
+    out
 }
 
 /// The segments that continue `table`'s records from `from` without a gap, in order.
@@ -80,12 +85,17 @@ pub async fn collect(storage: &Storage, table: u32, floor: u64) -> Result<()> {
 }
 
 /// Creates table `table`'s log in `tables_dir` empty at record `offset` (a table restored
-/// from a checkpoint without its log) and appends the shipped records after the offset, as
-/// far as they continue.
-pub async fn restore(storage: &Storage, tables_dir: &Path, table: u32, offset: u64) -> Result<()> {
+/// from a checkpoint without its log) and appends the records of the `shipped` segments
+/// after the offset, as far as they continue.
+pub async fn restore(
+    storage: &Storage,
+    shipped: &[Segment],
+    tables_dir: &Path,
+    table: u32,
+    offset: u64,
+) -> Result<()> {
     let mut log = ChangeLog::create_at(tables_dir, table, offset)?;
-    let shipped = segments(storage, table).await?;
-    for segment in chain(&shipped, offset) {
+    for segment in chain(shipped, offset) {
         let bytes = storage.get(&segment.name).await?;
         let chunks = ChangeLog::decode_segment(&bytes, &segment.name)?;
         if chunks.len() as u64 != segment.end - segment.first {
@@ -127,5 +137,24 @@ mod tests {
         );
         assert!(chain(&all, 9).is_empty());
         assert_eq!(chain(&all, 0).len(), 3);
+    }
+
+    #[test]
+    fn a_tables_segments_are_read_from_a_listing_of_the_whole_store() {
+        let objects: Vec<String> = [
+            "checkpoints/00000000000000000003/manifest.json",
+            "logs/1/00000000000000000004-00000000000000000006",
+            "logs/1/00000000000000000000-00000000000000000004",
+            "logs/12/00000000000000000000-00000000000000000009",
+            "logs/1/not-a-segment",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        let found: Vec<(u64, u64)> = segments_in(&objects, 1)
+            .iter()
+            .map(|s| (s.first, s.end))
+            .collect();
+        assert_eq!(found, [(0, 4), (4, 6)], "table 12's are not table 1's");
     }
 }

@@ -93,10 +93,6 @@ pub type RetainedFiles = BTreeMap<String, (u64, Vec<u64>)>;
 /// How many checkpoints `SHOW CHECKPOINTS` remembers.
 const RECORDS_MAX: usize = 100;
 
-/// A delta checkpoint is taken only while its chain references at most this many times the
-/// state's size (`StateStore::size_bytes`); past it, a base checkpoint.
-const REFERENCED_MAX: u64 = 2;
-
 struct Trigger {
     kind: Kind,
     label: Option<String>,
@@ -403,19 +399,18 @@ impl Checkpointer {
         result.map(|()| (id, record.epoch.unwrap_or_default()))
     }
 
-    /// The checkpoint a delta checkpoint would extend now, if it may: asked for (not
-    /// `base`), incremental, fewer than `max_deltas` deltas since its base, and not more than
-    /// `REFERENCED_MAX` times the state's size referenced (each delta adds the changes of
-    /// its interval, including new values of keys the base or an older delta holds).
+    /// The checkpoint a delta checkpoint would extend now, if it may (`plan::may_extend`).
     fn chain(&self, base: bool) -> Option<&Completed> {
-        if base || !self.config.incremental {
-            return None;
-        }
         let last = self.ledger.chain()?;
-        let referenced: u64 = last.objects().map(|f| f.size).sum();
-        let state = self.barriers.state_bytes();
-        (last.deltas.len() < self.config.max_deltas && referenced <= REFERENCED_MAX * state)
-            .then_some(last)
+        let (incremental, max_deltas) = (self.config.incremental, self.config.max_deltas);
+        plan::may_extend(
+            last,
+            base,
+            incremental,
+            max_deltas,
+            self.barriers.state_bytes(),
+        )
+        .then_some(last)
     }
 
     async fn take(
@@ -635,21 +630,7 @@ impl Checkpointer {
     async fn truncate_logs(&mut self) {
         let retained: BTreeSet<u64> = self.ledger.retained().map(|c| c.id).collect();
         self.offsets.retain(|id, _| retained.contains(id));
-        let tables: BTreeSet<u32> = self
-            .offsets
-            .values()
-            .flat_map(|o| o.keys().copied())
-            .collect();
-        let floors: LogFloors = tables
-            .into_iter()
-            .map(|t| {
-                let floor = self
-                    .offsets
-                    .values()
-                    .map(|o| o.get(&t).copied().unwrap_or(0));
-                (t, floor.min().unwrap_or(0))
-            })
-            .collect();
+        let floors: LogFloors = plan::log_floors(&self.offsets);
         if let Some(truncate) = &self.truncate {
             let (done, wait) = oneshot::channel();
             if truncate.send((floors, done)).await.is_ok() {

@@ -1,15 +1,54 @@
 //! Recovery's decisions, as pure functions of what the store held at start (`StoreContents`,
 //! read once by `restore::read_store`) and what the data directory holds: which checkpoints
 //! are whole and in which order to try them, whether to start without one or refuse, which
-//! manifests the checkpointer adopts, and which objects a crash left behind for the sweep.
-//! The drivers (`db::recovery`, `Checkpointer::start`) carry them out; no I/O here.
+//! manifests the checkpointer adopts, and which objects a crash left behind for the sweep;
+//! and the checkpointer's own decisions as it runs: whether a checkpoint may be a delta of
+//! the last one, and where each table's log may be truncated. The drivers (`db::recovery`,
+//! the checkpointer) carry them out; no I/O here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ledger::FileRef;
+use super::ledger::{Completed, FileRef};
 use super::manifest::Manifest;
 use super::restore::Damaged;
 use crate::error::{Error, ErrorKind, Result};
+
+/// A delta checkpoint is taken only while its chain references at most this many times the
+/// state's size (`StateStore::size_bytes`); past it, a base checkpoint.
+pub const REFERENCED_MAX: u64 = 2;
+
+/// Whether the next checkpoint may be a delta extending `last` (the newest completed one):
+/// not asked to be a base, incremental, fewer than `max_deltas` deltas since its base, and
+/// not more than `REFERENCED_MAX` times the state's size (`state_bytes`) referenced (each
+/// delta adds the changes of its interval, including new values of keys the base or an
+/// older delta holds).
+pub fn may_extend(
+    last: &Completed,
+    base_asked: bool,
+    incremental: bool,
+    max_deltas: usize,
+    state_bytes: u64,
+) -> bool {
+    let referenced: u64 = last.objects().map(|f| f.size).sum();
+    !base_asked
+        && incremental
+        && last.deltas.len() < max_deltas
+        && referenced <= REFERENCED_MAX.saturating_mul(state_bytes)
+}
+
+/// Where each table's log may be truncated: below the least record any retained checkpoint
+/// holds of it (`offsets`: each retained checkpoint's offset per table). A table a retained
+/// checkpoint does not name (created after it) keeps its whole log.
+pub fn log_floors(offsets: &BTreeMap<u64, BTreeMap<u32, u64>>) -> BTreeMap<u32, u64> {
+    let tables: BTreeSet<u32> = offsets.values().flat_map(|o| o.keys().copied()).collect();
+    tables
+        .into_iter()
+        .map(|t| {
+            let floor = offsets.values().map(|o| o.get(&t).copied().unwrap_or(0));
+            (t, floor.min().unwrap_or(0))
+        })
+        .collect()
+}
 
 /// What the store held at start.
 #[derive(Debug, Default)]
@@ -184,6 +223,51 @@ pub fn orphans(store: &StoreContents, manifests: &[&Manifest]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delta_extends_the_last_checkpoint_only_within_its_bounds() {
+        let last = |deltas: usize, size: u64| Completed {
+            id: 7,
+            files: vec![file("shared/a.sst", size)],
+            deltas: (0..deltas)
+                .map(|i| file(&format!("deltas/{i}"), 1))
+                .collect(),
+        };
+        assert!(may_extend(&last(2, 10), false, true, 4, 100));
+        assert!(
+            !may_extend(&last(2, 10), true, true, 4, 100),
+            "a base asked for"
+        );
+        assert!(
+            !may_extend(&last(2, 10), false, false, 4, 100),
+            "not incremental"
+        );
+        assert!(
+            !may_extend(&last(4, 10), false, true, 4, 100),
+            "max_deltas reached"
+        );
+        assert!(
+            !may_extend(&last(0, 10), false, true, 0, 100),
+            "max_deltas = 0"
+        );
+        // The chain references 2 x the state's size at most: 198 + 2 deltas = 200.
+        assert!(may_extend(&last(2, 198), false, true, 4, 100));
+        assert!(!may_extend(&last(2, 199), false, true, 4, 100));
+    }
+
+    #[test]
+    fn each_log_keeps_what_the_oldest_retained_checkpoint_needs() {
+        let offsets = BTreeMap::from([
+            (3, BTreeMap::from([(1, 50), (2, 9)])),
+            (4, BTreeMap::from([(1, 80), (2, 4), (5, 3)])),
+        ]);
+        // Table 5 is not in checkpoint 3 (created after it): its whole log stays.
+        assert_eq!(
+            log_floors(&offsets),
+            BTreeMap::from([(1, 50), (2, 4), (5, 0)])
+        );
+        assert!(log_floors(&BTreeMap::new()).is_empty());
+    }
 
     fn file(object: &str, size: u64) -> FileRef {
         FileRef {

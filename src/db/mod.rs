@@ -149,7 +149,7 @@ impl Database {
         store.limit_memory(config.memory_limit_bytes())?;
         recovery.restore_ms = recovery.elapsed_ms();
         if let (Some(m), false) = (&restored, config.data_dir.join("catalog.json").exists()) {
-            recovery::install_from_store(&config, &storage, m, &tables_dir).await?;
+            recovery::install_from_store(&config, &storage, &contents, m, &tables_dir).await?;
             recovery.from_store_alone = true;
         }
         let catalog = Catalog::load(&config.data_dir)?;

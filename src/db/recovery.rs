@@ -199,6 +199,7 @@ pub(super) async fn restore_state(
 pub(super) async fn install_from_store(
     config: &Config,
     storage: &Storage,
+    contents: &StoreContents,
     m: &Manifest,
     tables_dir: &Path,
 ) -> Result<()> {
@@ -220,7 +221,8 @@ pub(super) async fn install_from_store(
     for object in Catalog::objects_in(&m.catalog)? {
         if let Object::Table(t) = object {
             let offset = m.offsets.get(&t.id).copied().unwrap_or(0);
-            logs::restore(storage, tables_dir, t.id, offset).await?;
+            let shipped = logs::segments_in(contents.objects.keys(), t.id);
+            logs::restore(storage, &shipped, tables_dir, t.id, offset).await?;
         }
     }
     // Last: the catalog's presence says the logs are in place.
