@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::checkpoint::manifest::Kind;
+use crate::checkpoint::Kind;
 use crate::db::Database;
 
 /// Request heads longer than this are refused.

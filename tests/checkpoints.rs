@@ -8,8 +8,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use common::{http, text_rows, ChildServer, TestServer};
-use weir::checkpoint::manifest::Manifest;
-use weir::checkpoint::storage::Storage;
+use weir::checkpoint::{Manifest, Storage};
 
 /// `SHOW CHECKPOINTS` as (id, status, files_uploaded, files_reused, bytes_uploaded,
 /// bytes_referenced), newest first.

@@ -93,7 +93,7 @@ async fn a_restarted_source_goes_on_from_its_checkpoint_and_ends_as_an_uninterru
     tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
     let id: i64 = client.query_one("CHECKPOINT", &[]).await.unwrap().get("id");
     let root = server.dir.path().join("checkpoint-store");
-    let manifest = weir::checkpoint::manifest::Manifest::decode(
+    let manifest = weir::checkpoint::Manifest::decode(
         &std::fs::read(root.join(format!("checkpoints/{id:020}/manifest.json"))).unwrap(),
     )
     .unwrap();
@@ -178,10 +178,9 @@ async fn a_file_source_reads_csv_files_and_restarts_at_its_row() {
         .map(|e| e.unwrap().path())
         .max()
         .unwrap();
-    let manifest = weir::checkpoint::manifest::Manifest::decode(
-        &std::fs::read(newest.join("manifest.json")).unwrap(),
-    )
-    .unwrap();
+    let manifest =
+        weir::checkpoint::Manifest::decode(&std::fs::read(newest.join("manifest.json")).unwrap())
+            .unwrap();
     let splits: Vec<_> = manifest.splits.values().collect();
     assert_eq!(splits.len(), 1, "{:?}", manifest.splits);
     let size = std::fs::metadata(files.join("part-1.csv")).unwrap().len();
@@ -470,7 +469,7 @@ async fn a_sinks_pre_commit_handle_is_kept_in_the_checkpoint() {
         .unwrap();
     let id: i64 = client.query_one("CHECKPOINT", &[]).await.unwrap().get("id");
     let root = server.dir.path().join("checkpoint-store");
-    let manifest = weir::checkpoint::manifest::Manifest::decode(
+    let manifest = weir::checkpoint::Manifest::decode(
         &std::fs::read(root.join(format!("checkpoints/{id:020}/manifest.json"))).unwrap(),
     )
     .unwrap();

@@ -128,6 +128,7 @@ impl Ledger {
     }
 
     /// The objects that retained checkpoints name, with how many name each.
+    #[cfg(test)]
     pub fn ref_counts(&self) -> &BTreeMap<String, usize> {
         &self.refs
     }

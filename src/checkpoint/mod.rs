@@ -13,12 +13,12 @@
 //!
 //! Invariant: this is the only module that imports `object_store`.
 
-pub mod ledger;
+mod ledger;
 pub mod logs;
-pub mod manifest;
+mod manifest;
 pub mod plan;
 pub mod restore;
-pub mod storage;
+mod storage;
 #[cfg(test)]
 mod tests;
 
@@ -31,9 +31,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use self::ledger::{manifest_object, Completed, FileRef, Ledger, LocalFile};
-use self::manifest::{Kind, Manifest, Mode, Timings, FORMAT};
-use self::storage::Storage;
+pub use self::ledger::manifest_object;
+use self::ledger::{Completed, FileRef, Ledger, LocalFile};
+use self::manifest::FORMAT;
+pub use self::manifest::{Kind, Manifest, Mode, Timings, FORMAT_FAILED_TABLES_RESUME};
+pub use self::storage::{Holder, Storage};
 use crate::catalog::Catalog;
 use crate::config::CheckpointConfig;
 use crate::error::{Error, Result};

@@ -12,10 +12,10 @@ use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::catalog::{Catalog, Object, ObjectId};
-use crate::checkpoint::manifest::Kind as CheckpointKind;
 use crate::checkpoint::restore;
-use crate::checkpoint::storage::{Holder, Storage};
+use crate::checkpoint::Kind as CheckpointKind;
 use crate::checkpoint::{CheckpointClient, Checkpointer};
+use crate::checkpoint::{Holder, Storage};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::state::StateStore;

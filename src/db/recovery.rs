@@ -14,9 +14,9 @@ use tokio::sync::mpsc;
 use super::views::ViewStart;
 use super::Database;
 use crate::catalog::{Catalog, Object, ObjectId};
-use crate::checkpoint::manifest::Manifest;
 use crate::checkpoint::plan::{self, StoreContents};
-use crate::checkpoint::storage::Storage;
+use crate::checkpoint::Manifest;
+use crate::checkpoint::Storage;
 use crate::checkpoint::{logs, restore};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
@@ -111,10 +111,7 @@ pub(super) async fn restore_state(
     storage: &Storage,
     contents: &StoreContents,
     recovery: &mut restore::Recovery,
-) -> Result<(
-    Arc<StateStore>,
-    Option<crate::checkpoint::manifest::Manifest>,
-)> {
+) -> Result<(Arc<StateStore>, Option<crate::checkpoint::Manifest>)> {
     let state_dir = config.data_dir.join("state");
     let plan = plan::recovery_plan(contents)?;
     recovery.damaged = plan.damaged;
@@ -142,7 +139,7 @@ pub(super) async fn restore_state(
                     std::fs::remove_dir_all(&fetched)?;
                 }
                 recovery.damaged.push(restore::Damaged {
-                    manifest: crate::checkpoint::ledger::manifest_object(m.id),
+                    manifest: crate::checkpoint::manifest_object(m.id),
                     reason: e.message,
                 });
                 continue;
@@ -248,8 +245,8 @@ pub(super) fn usable_objects(
         .into_iter()
         .flat_map(|m| m.failed_actors.iter().copied())
         .collect();
-    let tables_resume = restored
-        .is_none_or(|m| m.format >= crate::checkpoint::manifest::FORMAT_FAILED_TABLES_RESUME);
+    let tables_resume =
+        restored.is_none_or(|m| m.format >= crate::checkpoint::FORMAT_FAILED_TABLES_RESUME);
     let mut in_checkpoint: HashMap<ObjectId, Object> = match restored {
         Some(m) => Catalog::objects_in(&m.catalog)?
             .into_iter()

@@ -372,11 +372,15 @@ fn input_keys(node: &PlanNode) -> Option<Vec<Keys>> {
 /// Whether `node` is a chain of row-by-row operators over a keyed operator: it can run in a
 /// parallel fragment partitioned by that operator's keys.
 fn leads_to_keyed(node: &PlanNode) -> bool {
+    // Every kind of node is named: a new row-by-row operator missing here would end the chain.
     match node {
         PlanNode::Project { input, .. }
         | PlanNode::Filter { input, .. }
         | PlanNode::TemporalFilter { input, .. } => leads_to_keyed(input),
-        other => input_keys(other).is_some(),
+        PlanNode::Aggregate { .. } | PlanNode::Join { .. } | PlanNode::TopN { .. } => {
+            input_keys(node).is_some()
+        }
+        PlanNode::Input(_) | PlanNode::Union { .. } => false,
     }
 }
 
