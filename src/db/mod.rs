@@ -12,10 +12,9 @@ use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::catalog::{Catalog, Object, ObjectId};
-use crate::checkpoint::restore;
-use crate::checkpoint::Kind as CheckpointKind;
-use crate::checkpoint::{CheckpointClient, Checkpointer};
-use crate::checkpoint::{Holder, Storage};
+use crate::checkpoint::{
+    restore, CheckpointClient, Checkpointer, Holder, Kind as CheckpointKind, Storage,
+};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::state::StateStore;

@@ -404,55 +404,26 @@ impl HashJoin {
         out.emit(StreamChunk::new(pairs.ops, data))
     }
 
-    /// Emits rows of `side` alone (`rows`: indices into `source`, its columns).
-    fn emit_alone(
-        &self,
-        side: usize,
-        source: &[ArrayRef],
-        rows: &[(u32, Op)],
+    /// Joins a chunk's rows with their partners on the other side: each key's partners are
+    /// read and joined a batch at a time, and each row's matches counted over all of them.
+    fn join_partners(
+        &mut self,
+        own: usize,
+        chunk: &StreamChunk,
+        groups: &[(&[u8], Vec<u32>)],
         out: &mut dyn Emit,
-    ) -> Result<()> {
-        for rows in rows.chunks(self.rows_max) {
-            let idx: Vec<u32> = rows.iter().map(|r| r.0).collect();
-            let columns = self.alone_columns(side, take_all(source, &idx)?, idx.len());
-            let data = self.batch(&self.schema, columns, idx.len())?;
-            out.emit(StreamChunk::new(rows.iter().map(|r| r.1).collect(), data))?;
-        }
-        Ok(())
-    }
-}
-
-impl Operator for HashJoin {
-    fn on_chunk(&mut self, input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
-        let (own, other) = (input, 1 - input);
-        let keys = self.keys_of(own, &chunk)?;
-        let rows = self.sides[own].rows.encode(chunk.data.columns())?;
-
-        // The chunk's rows by key, keys in the order they first come.
-        let mut groups: Vec<(&[u8], Vec<u32>)> = Vec::new();
-        let mut group_of: HashMap<&[u8], usize> = HashMap::new();
-        for (row, key) in keys.iter().enumerate() {
-            if let Some(key) = key {
-                let g = *group_of.entry(key.as_slice()).or_insert_with(|| {
-                    groups.push((key.as_slice(), Vec::new()));
-                    groups.len() - 1
-                });
-                groups[g].1.push(row as u32);
-            }
-        }
-
-        // Each key's partners on the other side, read and joined a batch at a time; each
-        // row's matches counted over all of them.
+    ) -> Result<Vec<i64>> {
+        let other = 1 - own;
         let candidates_max = self.rows_max * CANDIDATES_PER_ROWS_MAX;
         let mut matched = vec![0i64; chunk.len()];
         let mut batch = Batch::default();
-        for (key, group) in &groups {
+        for (key, group) in groups {
             let mut after: Option<Vec<u8>> = None;
             loop {
                 if !batch.candidates.is_empty()
                     && batch.candidates.len() + group.len() > candidates_max
                 {
-                    self.join_batch(own, &chunk, &mut batch, &mut matched, out)?;
+                    self.join_batch(own, chunk, &mut batch, &mut matched, out)?;
                 }
                 let room =
                     (candidates_max.saturating_sub(batch.candidates.len()) / group.len()).max(1);
@@ -484,9 +455,20 @@ impl Operator for HashJoin {
                 after = batch.partners.last().map(|p| p.state_key.clone());
             }
         }
-        self.join_batch(own, &chunk, &mut batch, &mut matched, out)?;
+        self.join_batch(own, chunk, &mut batch, &mut matched, out)?;
+        Ok(matched)
+    }
 
-        // Each row in order: its own output alone, and its entry in state.
+    /// Each row in order: its entry in its side's state (its count and matches), and whether
+    /// it shows alone in the output (an outer, semi or anti join's rows).
+    fn store_rows(
+        &mut self,
+        own: usize,
+        chunk: &StreamChunk,
+        keys: &[Option<Vec<u8>>],
+        rows: &[Vec<u8>],
+        matched: &[i64],
+    ) -> Result<Vec<(u32, Op)>> {
         let own_alone = self.sides[own].alone;
         let mut alone: Vec<(u32, Op)> = Vec::new();
         for (row, op) in chunk.ops.iter().enumerate() {
@@ -524,6 +506,51 @@ impl Operator for HashJoin {
                 table.put(state_key, encode_entry(count, matched[row]));
             }
         }
+        Ok(alone)
+    }
+
+    /// Emits rows of `side` alone (`rows`: indices into `source`, its columns).
+    fn emit_alone(
+        &self,
+        side: usize,
+        source: &[ArrayRef],
+        rows: &[(u32, Op)],
+        out: &mut dyn Emit,
+    ) -> Result<()> {
+        for rows in rows.chunks(self.rows_max) {
+            let idx: Vec<u32> = rows.iter().map(|r| r.0).collect();
+            let columns = self.alone_columns(side, take_all(source, &idx)?, idx.len());
+            let data = self.batch(&self.schema, columns, idx.len())?;
+            out.emit(StreamChunk::new(rows.iter().map(|r| r.1).collect(), data))?;
+        }
+        Ok(())
+    }
+}
+
+/// A chunk's rows by key (rows without a key left out), keys in the order they first come.
+fn key_groups(keys: &[Option<Vec<u8>>]) -> Vec<(&[u8], Vec<u32>)> {
+    let mut groups: Vec<(&[u8], Vec<u32>)> = Vec::new();
+    let mut group_of: HashMap<&[u8], usize> = HashMap::new();
+    for (row, key) in keys.iter().enumerate() {
+        if let Some(key) = key {
+            let g = *group_of.entry(key.as_slice()).or_insert_with(|| {
+                groups.push((key.as_slice(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push(row as u32);
+        }
+    }
+    groups
+}
+
+impl Operator for HashJoin {
+    fn on_chunk(&mut self, input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
+        let own = input;
+        let keys = self.keys_of(own, &chunk)?;
+        let rows = self.sides[own].rows.encode(chunk.data.columns())?;
+        let groups = key_groups(&keys);
+        let matched = self.join_partners(own, &chunk, &groups, out)?;
+        let alone = self.store_rows(own, &chunk, &keys, &rows, &matched)?;
         self.emit_alone(own, chunk.data.columns(), &alone, out)
     }
 
