@@ -3,9 +3,9 @@
 //! (zero-padded, so name order is record order). A restore from the store alone replays them
 //! after the checkpoint's offset; segments wholly below a table's truncation floor are deleted.
 
-use bytes::Bytes;
-
 use std::path::Path;
+
+use bytes::Bytes;
 
 use super::storage::Storage;
 use crate::changelog::ChangeLog;

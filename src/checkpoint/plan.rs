@@ -15,7 +15,7 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// A delta checkpoint is taken only while its chain references at most this many times the
 /// state's size (`StateStore::size_bytes`); past it, a base checkpoint.
-pub const REFERENCED_MAX: u64 = 2;
+const REFERENCED_MAX: u64 = 2;
 
 /// Whether the next checkpoint may be a delta extending `last` (the newest completed one):
 /// not asked to be a base, incremental, fewer than `max_deltas` deltas since its base, and
