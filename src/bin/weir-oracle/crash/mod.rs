@@ -468,13 +468,7 @@ async fn ready(
             exec_both(weir, pg, sql, sql).await?;
         }
         for (name, query) in VIEWS {
-            exec_both(
-                weir,
-                pg,
-                &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
-                &format!("CREATE VIEW {name} AS {query}"),
-            )
-            .await?;
+            create_view(weir, pg, name, query).await?;
         }
     }
     resolve(weir, pg, &mut run.models, &mut run.in_doubt, tally).await?;
@@ -543,6 +537,18 @@ async fn write_until_death(
     Ok(())
 }
 
+/// Creates view `name` over `query` in both: a materialized view in Weir, the plain view it
+/// must equal in PostgreSQL.
+async fn create_view(weir: &Client, pg: &Client, name: &str, query: &str) -> Result<(), String> {
+    exec_both(
+        weir,
+        pg,
+        &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
+        &format!("CREATE VIEW {name} AS {query}"),
+    )
+    .await
+}
+
 async fn exec_both(weir: &Client, pg: &Client, weir_sql: &str, pg_sql: &str) -> Result<(), String> {
     exec(weir, weir_sql)
         .await
@@ -579,13 +585,7 @@ async fn change_views(
 ) -> Result<(), String> {
     let name = format!("later_{round}");
     let query = LATER_VIEWS[(round as usize / 3) % LATER_VIEWS.len()];
-    exec_both(
-        weir,
-        pg,
-        &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
-        &format!("CREATE VIEW {name} AS {query}"),
-    )
-    .await?;
+    create_view(weir, pg, &name, query).await?;
     views.push(name.clone());
     later.push(name);
     if later.len() > 2 {
