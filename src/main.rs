@@ -147,6 +147,9 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
             weir::error::Error::unavailable(format!("cannot listen on {}: {e}", config.listen))
         })?;
     let addr = listener.local_addr()?;
+    // The address as bound (a port of 0 is the one the system chose): the data directory's
+    // lock and the checkpoint store's generation name it.
+    config.listen = addr;
     let admin = match config.admin_listen {
         Some(a) => Some(tokio::net::TcpListener::bind(a).await.map_err(|e| {
             weir::error::Error::unavailable(format!("cannot listen on {a} (admin): {e}"))

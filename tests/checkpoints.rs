@@ -253,21 +253,18 @@ async fn the_admin_port_and_the_command_line_take_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("weir.toml");
     std::fs::write(&config, "[checkpoint]\ninterval_ms = 0\n").unwrap();
-    let admin = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
     let data = dir.path().join("data");
     let server = ChildServer::start_with(
         &data,
         &[
             "--admin-listen",
-            &admin.to_string(),
+            "127.0.0.1:0",
             "--config",
             config.to_str().unwrap(),
         ],
     )
     .await;
+    let admin = server.admin.expect("an admin port");
     let client = server.connect().await;
     client
         .batch_execute(

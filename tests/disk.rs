@@ -108,17 +108,14 @@ async fn actors(admin: std::net::SocketAddr) -> u64 {
 async fn ddl_refused_by_a_catalog_error_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let admin = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
     // Save 1 is the first start's, save 2 CREATE TABLE t's; saves 3 to 6 fail.
     let server = ChildServer::start_with_env(
         &data,
-        &["--admin-listen", &admin.to_string()],
+        &["--admin-listen", "127.0.0.1:0"],
         &[("WEIR_FAILPOINTS", "catalog.save@3..6:enospc")],
     )
     .await;
+    let admin = server.admin.expect("an admin port");
     let c = server.connect().await;
     c.batch_execute(
         "CREATE TABLE t (id int PRIMARY KEY, v int);

@@ -116,6 +116,9 @@ pub fn barriers_on_request_config(dir: &std::path::Path) -> std::path::PathBuf {
 /// The `weir` binary running as a child process: for restarts and crashes.
 pub struct ChildServer {
     pub addr: SocketAddr,
+    /// The admin HTTP port, when `--admin-listen` asked for one (`127.0.0.1:0` lets the
+    /// server pick it).
+    pub admin: Option<SocketAddr>,
     child: tokio::process::Child,
     /// The server's log (stdout and stderr), next to its data directory.
     pub log: std::path::PathBuf,
@@ -148,12 +151,10 @@ impl ChildServer {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> ChildServer {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let log = data_dir.with_extension("log");
+        // The server picks its own port and names it when it is ready: a port chosen here
+        // and freed for it could be taken by a server another test starts meanwhile.
+        let logged_before = std::fs::metadata(&log).map_or(0, |m| m.len());
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -163,8 +164,8 @@ impl ChildServer {
         if let Some(cwd) = cwd {
             command.current_dir(cwd);
         }
-        let child = command
-            .args(["serve", "--listen", &addr.to_string(), "--data-dir"])
+        let mut child = command
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(args)
             .envs(env.iter().copied())
@@ -173,14 +174,25 @@ impl ChildServer {
             .kill_on_drop(true)
             .spawn()
             .expect("start weir");
-        // The server listens once it has rebuilt its state; wait for that.
-        for _ in 0..600 {
-            if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                return ChildServer { addr, child, log };
+        // The server is ready once it has rebuilt its state; wait for that.
+        for _ in 0..2400 {
+            if let Some((addr, admin)) = ready(&log, logged_before) {
+                return ChildServer {
+                    addr,
+                    admin,
+                    child,
+                    log,
+                };
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "weir ended ({status}) before it was ready: see {}",
+                    log.display()
+                );
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        panic!("weir did not start listening on {addr}");
+        panic!("weir was not ready in 2 minutes: see {}", log.display());
     }
 
     pub async fn connect(&self) -> tokio_postgres::Client {
@@ -291,4 +303,19 @@ pub async fn http(addr: std::net::SocketAddr, request_line: &str) -> (u16, Strin
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+/// The addresses a server names in `log` past its first `from` bytes, once it is ready:
+/// its own ("weir is ready: connect with psql -h 127.0.0.1 -p 5432 -d weir") and its admin
+/// port's ("admin HTTP port on 127.0.0.1:8080"), if it has one.
+fn ready(log: &std::path::Path, from: u64) -> Option<(SocketAddr, Option<SocketAddr>)> {
+    let text = std::fs::read(log).ok()?;
+    let text = String::from_utf8_lossy(text.get(from as usize..)?);
+    let (before, rest) = text.split_once("weir is ready: connect with psql -h ")?;
+    let (_, rest) = rest.split_once(" -p ")?;
+    let port: u16 = rest.split(' ').next()?.parse().ok()?;
+    let admin = before
+        .split_once("admin HTTP port on ")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok());
+    Some((SocketAddr::from(([127, 0, 0, 1], port)), admin))
 }
