@@ -14,7 +14,7 @@
 //! - [`connector`]: `source`, sources' connectors (the Nexmark generator, CSV files) behind one
 //!   trait and registry, and the task feeding each into the dataflow; `sink`, sinks'
 //!   connectors (blackhole), whose writers a sink's actor drives through the checkpoints'
-//!   two-phase commit (`stream::sink`).
+//!   two-phase commit (`stream::SinkWriter`).
 //! - [`stream`]: actors, barriers, alignment, operators.
 //! - [`state`]: operator state in RocksDB, one write batch per epoch (the only user of `rocksdb`).
 //! - [`types`], [`error`], [`config`]: shared vocabulary; [`clock`]: every clock the server
@@ -42,7 +42,7 @@ pub mod table;
 pub mod types;
 
 /// The stack of every thread that parses, plans and runs statements (the threads of
-/// [`runtime`]): sized so that statements as deep as `sql::parser::DEPTH_MAX` allows pass
+/// [`runtime`]): sized so that statements as deep as the parser allows (`DEPTH_MAX` in `sql/parser/limits.rs`) pass
 /// every recursive pass, ours and DataFusion's, in debug builds (which need the most). A
 /// thread's stack takes memory only as deep as it is used.
 pub const STACK_BYTES: usize = 128 << 20;

@@ -16,8 +16,7 @@ use datafusion::sql::sqlparser::ast::{self, Statement as Ast};
 use crate::catalog::Kind;
 use crate::db::{text_rows, Database, Output, RowStream};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::ddl::relation_name;
-use crate::sql::parser::{Parsed, Statement};
+use crate::sql::{relation_name, Parsed, Statement};
 
 /// Settings every session starts with, as PostgreSQL 15 reports them (names lower-case).
 fn default_settings() -> HashMap<String, String> {
@@ -148,11 +147,11 @@ impl Session {
                 self.db.create_source(table, watermark.as_deref()).await
             }
             Statement::CreateView(cv) => {
-                crate::sql::parser::check_supported(cv.view.as_ref())?;
+                crate::sql::check_supported(cv.view.as_ref())?;
                 self.db.create_view(cv, &self.settings).await
             }
             Statement::CreateSink(sink) => {
-                crate::sql::parser::check_supported(sink.query.as_ref())?;
+                crate::sql::check_supported(sink.query.as_ref())?;
                 self.db.create_sink(sink, &self.settings).await
             }
             Statement::Drop {
@@ -166,7 +165,7 @@ impl Session {
                     .await
             }
             Statement::Sql(stmt) => {
-                crate::sql::parser::check_supported(stmt)?;
+                crate::sql::check_supported(stmt)?;
                 self.execute_sql(stmt, params).await
             }
         }
@@ -458,7 +457,7 @@ impl Session {
             | Statement::CreateSink(_)
             | Statement::Drop { .. } => return Ok(none(None)),
         };
-        crate::sql::parser::check_supported(stmt)?;
+        crate::sql::check_supported(stmt)?;
         if let Ast::Explain { statement, .. } = stmt.as_ref() {
             if let Ast::CreateView(cv) = statement.as_ref() {
                 return Ok(none(rows_schema(

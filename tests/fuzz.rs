@@ -116,7 +116,7 @@ fn parser_never_panics_on_random_input() {
     let mut rng = Rng::new(0x5eed_1234_abcd_0001);
     for _ in 0..20_000 {
         let s = statement(&mut rng);
-        let _ = weir::sql::parser::parse(&s);
+        let _ = weir::sql::parse(&s);
     }
     // Arbitrary bytes too (as UTF-8 where valid).
     for _ in 0..5_000 {
@@ -124,7 +124,7 @@ fn parser_never_panics_on_random_input() {
             .map(|_| rng.next_u64() as u8)
             .collect();
         let s = String::from_utf8_lossy(&bytes);
-        let _ = weir::sql::parser::parse(&s);
+        let _ = weir::sql::parse(&s);
     }
 }
 

@@ -107,15 +107,16 @@ const FILE_LINES_MAX: usize = 800;
 /// The crate's modules `src/db/` may import, at most.
 const DB_IMPORTS_MAX: usize = 9;
 
-/// A file's production lines: those before a `#[cfg(test)]` module.
+/// A file's production lines: those before a `#[cfg(test)]` module written inline (a test
+/// module in a file of its own, `mod tests;`, ends nothing).
 fn production(text: &str) -> Vec<&str> {
     let lines: Vec<&str> = text.lines().collect();
     let end = (0..lines.len())
         .find(|&i| {
             lines[i].trim() == "#[cfg(test)]"
-                && lines
-                    .get(i + 1)
-                    .is_some_and(|l| l.trim_start().starts_with("mod "))
+                && lines.get(i + 1).is_some_and(|l| {
+                    l.trim_start().starts_with("mod ") && l.trim_end().ends_with('{')
+                })
         })
         .unwrap_or(lines.len());
     lines[..end].to_vec()
@@ -264,4 +265,56 @@ fn only_the_dataflow_names_its_operators() {
         named.is_empty(),
         "{named:?} name stream::operators; use stream::spec or stream::relation"
     );
+}
+
+/// A module's face is its `mod.rs`: the names it re-exports, and the few submodules it opens
+/// whole because their names read with them (`sql::dml::rows`, `stream::spec::JoinSpec`).
+/// Opening another is a decision about the module's face: make it here.
+#[test]
+fn modules_open_only_the_submodules_of_their_face() {
+    let open: &[(&str, &[&str])] = &[
+        ("catalog", &[]),
+        ("changelog", &[]),
+        ("checkpoint", &["logs", "plan", "restore"]),
+        ("connector", &["sink", "source"]),
+        ("db", &[]),
+        ("server", &[]),
+        ("sql", &["dml", "rows"]),
+        ("state", &[]),
+        ("stream", &["graph", "relation", "spec", "test_util"]),
+        ("table", &[]),
+    ];
+    let sources = sources();
+    let mut problems = Vec::new();
+    let mut directories: Vec<String> = sources
+        .iter()
+        .filter_map(|(path, _)| path.strip_prefix("src/")?.strip_suffix("/mod.rs"))
+        .filter(|module| !module.contains('/'))
+        .map(str::to_string)
+        .collect();
+    directories.sort();
+    let listed: Vec<&str> = open.iter().map(|(module, _)| *module).collect();
+    if directories != listed {
+        problems.push(format!(
+            "modules with a mod.rs: {directories:?}, listed: {listed:?}"
+        ));
+    }
+    for (module, expected) in open {
+        let path = format!("src/{module}/mod.rs");
+        let Some((_, text)) = sources.iter().find(|(p, _)| *p == path) else {
+            continue;
+        };
+        let mut opened: Vec<&str> = production(text)
+            .iter()
+            .filter_map(|line| line.strip_prefix("pub mod "))
+            .map(|rest| rest.trim_end_matches([';', '{', ' ']))
+            .collect();
+        opened.sort();
+        if opened != *expected {
+            problems.push(format!(
+                "{path} opens {opened:?}, its face lists {expected:?}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
 }

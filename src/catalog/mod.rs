@@ -111,7 +111,7 @@ pub struct ViewDef {
     pub sink: bool,
     /// Its query's integer constants are typed as PostgreSQL types them (`integer` when they
     /// fit); views created before were planned with every one `bigint`, and are planned so
-    /// again, since their state holds what that typing gave (`sql::rules::IntegerLiterals`).
+    /// again, since their state holds what that typing gave (`IntegerLiterals` in `sql/rules.rs`).
     #[serde(default)]
     pub int4_literals: bool,
     /// The compiled plan the view runs (`stream::stored`), kept so that a restart runs the

@@ -14,7 +14,7 @@ use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::stream::chunk::StreamChunk;
+use crate::stream::StreamChunk;
 
 /// The encoding of a log's records, as the catalog records it (`catalog::Catalog`): a reader
 /// refuses a data directory whose logs may hold a newer one. A change to the record layout
@@ -492,7 +492,7 @@ fn whole_record_after(bytes: &[u8], pos: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::chunk::test_util::{chunk, schema};
+    use crate::stream::test_util::{chunk, schema};
     use datafusion::arrow::datatypes::DataType;
 
     #[test]

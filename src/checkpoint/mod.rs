@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::metrics::Metrics;
 use crate::state::{Delta, Image};
-use crate::stream::coordinator::BarrierClient;
+use crate::stream::BarrierClient;
 
 /// What `SHOW CHECKPOINTS` shows of one checkpoint.
 #[derive(Debug, Clone, Default)]
@@ -511,9 +511,17 @@ impl Checkpointer {
         self.barriers.checkpoint_durable(taken.epoch);
         record.timings = manifest.timings.clone();
         self.offsets.insert(id, taken.offsets.clone());
-        // The checkpoint exists. What expired goes: manifests first, so that a crash between
-        // these deletions leaves only objects no manifest names.
-        let retired = self.ledger.complete(Completed { id, files, deltas });
+        self.retire(Completed { id, files, deltas }).await;
+        self.publish_files();
+        self.truncate_logs().await;
+        Ok(())
+    }
+
+    /// Records `completed` in the ledger, now that its manifest exists, and deletes what
+    /// expired: manifests first, so that a crash between these deletions leaves only objects
+    /// no manifest names.
+    async fn retire(&mut self, completed: Completed) {
+        let retired = self.ledger.complete(completed);
         for expired in &retired.expired {
             if let Err(e) = self.storage.delete(&manifest_object(*expired)).await {
                 tracing::warn!("cannot delete expired checkpoint {expired}: {e}");
@@ -532,9 +540,6 @@ impl Checkpointer {
                 let _ = std::fs::remove_file(self.deltas.join(local));
             }
         }
-        self.publish_files();
-        self.truncate_logs().await;
-        Ok(())
     }
 
     /// Writes checkpoint `id`'s delta as an SST file beside the others and uploads it;

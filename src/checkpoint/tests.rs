@@ -22,7 +22,7 @@ use super::storage::Storage;
 use super::*;
 use crate::clock::ManualClock;
 use crate::state::{EpochWrites, StateStore, StateTable};
-use crate::stream::coordinator::Coordinator;
+use crate::stream::Coordinator;
 
 /// An in-memory object store whose puts fail when their name contains `fail_on`, and wait
 /// for a permit of `gate` while `gated` is set.
@@ -122,7 +122,7 @@ struct Setup {
     table: StateTable,
     rows: u64,
     /// The coordinator runs while someone can report to it.
-    _events: tokio::sync::mpsc::Sender<crate::stream::coordinator::ActorEvent>,
+    _events: tokio::sync::mpsc::Sender<crate::stream::ActorEvent>,
 }
 
 async fn setup() -> Setup {

@@ -10,12 +10,10 @@ use tokio::sync::mpsc;
 
 use crate::catalog::{Kind, Object, ObjectId, SourceDef, TableDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::ddl::{self, relation_name};
-use crate::sql::extensions::Watermark;
-use crate::stream::actor::SourceRows;
-use crate::stream::expr::ErrorSink;
-use crate::stream::message::{ActorId, Feed, FeedPosition, Mutation};
-use crate::stream::plan::{build_actor, PlanNode};
+use crate::sql::{self, relation_name, Watermark};
+use crate::stream::{
+    build_actor, ActorId, ErrorSink, Feed, FeedPosition, Mutation, PlanNode, SourceRows,
+};
 use crate::table::TableWriter;
 
 use super::{Database, Output, SOURCES_DIR};
@@ -102,7 +100,7 @@ impl Database {
         }
         self.catalog().check_free(&name)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let def = ddl::create_table(ct, watermark, id)?;
+        let def = sql::create_table(ct, watermark, id)?;
         // A log left behind by a table of the same id cannot exist (ids are never reused),
         // but make sure the new table starts empty.
         TableWriter::remove(&self.tables_dir, id)?;
@@ -149,7 +147,7 @@ impl Database {
         // A restored source's watermark first, as a restored table's: the views restored with
         // it lost theirs with the process, and rows late for it must stay late.
         if let (Some(w), Some(value)) = (def.watermark, start.watermark) {
-            feed.send_watermark(crate::stream::message::Watermark {
+            feed.send_watermark(crate::stream::Watermark {
                 column: w.column,
                 value,
             })
@@ -185,7 +183,7 @@ impl Database {
         }
         self.catalog().check_free(&name)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let def = ddl::create_source(ct, watermark, id)?;
+        let def = sql::create_source(ct, watermark, id)?;
         self.start_source(def.clone(), FeedPosition::default())
             .await?;
         self.add_started(Object::Source(def)).await?;
@@ -365,5 +363,5 @@ pub(super) struct Replay {
     id: ObjectId,
     feed: Feed,
     writer: TableWriter,
-    pub(super) history: Vec<crate::stream::chunk::StreamChunk>,
+    pub(super) history: Vec<crate::stream::StreamChunk>,
 }

@@ -18,11 +18,7 @@ use crate::checkpoint::{
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::state::StateStore;
-use crate::stream::actor::Dataflow;
-use crate::stream::coordinator::{BarrierClient, Coordinator};
-use crate::stream::expr::ErrorSink;
-use crate::stream::plan::ActorContext;
-use crate::stream::sink::SinkCounter;
+use crate::stream::{ActorContext, BarrierClient, Coordinator, Dataflow, ErrorSink, SinkCounter};
 use crate::table::TableWriter;
 
 mod ddl;
@@ -32,7 +28,7 @@ mod recovery;
 mod system_tables;
 mod views;
 
-pub use crate::sql::names::{pg_column_name, result_schema};
+pub use crate::sql::{pg_column_name, result_schema};
 pub use system_tables::text_rows;
 pub use views::parse_parallelism;
 
@@ -165,8 +161,7 @@ impl Database {
             std::fs::remove_dir_all(&spill_dir)?;
         }
         std::fs::create_dir_all(&spill_dir)?;
-        let query_runtime =
-            crate::sql::context::query_runtime(config.memory_limit_bytes() / 2, spill_dir)?;
+        let query_runtime = crate::sql::query_runtime(config.memory_limit_bytes() / 2, spill_dir)?;
         let dataflow = Dataflow::start()?;
         let db = Arc::new(Database {
             query_runtime,

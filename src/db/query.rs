@@ -15,10 +15,8 @@ use datafusion::sql::sqlparser::ast;
 
 use crate::catalog::{ObjectId, TableDef};
 use crate::error::{Error, Result};
-use crate::sql::context::query_context;
 use crate::sql::dml::{self, conform};
-use crate::sql::names::result_schema;
-use crate::sql::provider::{RelationTable, Rows};
+use crate::sql::{query_context, result_schema, RelationRows, RelationTable};
 use crate::table::TableWriter;
 
 use super::{Database, Output};
@@ -39,7 +37,7 @@ impl Database {
             overrides,
             &self.query_runtime,
         )?;
-        crate::sql::context::register_system_tables(&ctx, self.system_tables()?)?;
+        crate::sql::register_system_tables(&ctx, self.system_tables()?)?;
         Ok(ctx)
     }
 
@@ -148,7 +146,7 @@ impl Database {
             .state()
             .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
             .await?;
-        let plan = crate::sql::rules::type_integer_constants(plan)?;
+        let plan = crate::sql::type_integer_constants(plan)?;
         Ok((ctx, plan))
     }
 
@@ -197,7 +195,7 @@ pub(super) fn latest_rows(writer: &mut TableWriter) -> Result<Arc<dyn TableProvi
     let latest = writer.latest()?;
     Ok(Arc::new(RelationTable {
         schema: writer.schema().clone(),
-        rows: Rows::Latest {
+        rows: RelationRows::Latest {
             table: writer.def.id,
             snapshot: latest.snapshot,
             order: latest.order,

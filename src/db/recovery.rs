@@ -21,9 +21,7 @@ use crate::checkpoint::{logs, restore};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{StateStore, TableId};
-use crate::stream::actor::ActorErrors;
-use crate::stream::expr::ERRORS_TABLE;
-use crate::stream::message::FeedPosition;
+use crate::stream::{ActorErrors, FeedPosition, ERRORS_TABLE};
 use crate::table::TableWriter;
 
 /// Truncates each table's change log below the records every retained checkpoint holds, as

@@ -12,16 +12,12 @@ use datafusion::sql::sqlparser::ast;
 
 use crate::catalog::{Object, ObjectId, ViewDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::context::PlanFunctions;
-use crate::sql::ddl::{self, relation_name};
-use crate::sql::extensions::{CreateSink, CreateView};
-use crate::sql::names::pg_names;
-use crate::sql::stream_plan::{check_deterministic, Planner};
-use crate::stream::expr::ErrorSink;
+use crate::sql::{
+    self, check_deterministic, pg_names, relation_name, CreateSink, CreateView, PlanFunctions,
+    Planner,
+};
 use crate::stream::graph;
-use crate::stream::plan::{Fragment, PlanNode, StreamPlan};
-use crate::stream::sink::{SinkCounter, SinkDriver};
-use crate::stream::stored::Compiled;
+use crate::stream::{Compiled, ErrorSink, Fragment, PlanNode, SinkCounter, SinkDriver, StreamPlan};
 
 use super::query::identity_exprs;
 use super::{text_rows, Database, Output};
@@ -101,12 +97,12 @@ impl Database {
         let ctx = self.context(settings, vec![])?;
         let state = ctx.state();
         let mut stmt = ast::Statement::Query(Box::new(query.clone()));
-        crate::sql::stream_plan::mark_view_now(&mut stmt);
+        crate::sql::mark_view_now(&mut stmt);
         let mut plan = state
             .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
             .await?;
         if int4_literals {
-            plan = crate::sql::rules::type_integer_constants(plan)?;
+            plan = crate::sql::type_integer_constants(plan)?;
         }
         check_deterministic(&plan)?;
         let optimized = state.optimize(&plan)?;
@@ -289,7 +285,7 @@ impl Database {
                 ast::SqlOption::KeyValue { key, value }
                     if key.value.eq_ignore_ascii_case("connector") =>
                 {
-                    connector = Some(ddl::option_text(value))
+                    connector = Some(sql::option_text(value))
                 }
                 other => rest.push(other.clone()),
             }
@@ -385,10 +381,10 @@ struct NewView<'a> {
 
 /// The query a catalog of format 2 or before keeps as a view's definition.
 fn stored_query(text: &str) -> Result<ast::Query> {
-    let parsed = crate::sql::parser::parse(text)?;
+    let parsed = crate::sql::parse(text)?;
     match parsed.as_slice() {
         [p] => match &p.statement {
-            crate::sql::parser::Statement::Sql(stmt) => match stmt.as_ref() {
+            crate::sql::Statement::Sql(stmt) => match stmt.as_ref() {
                 ast::Statement::Query(q) => Ok(q.as_ref().clone()),
                 _ => Err(Error::syntax("a view is defined by a SELECT query")),
             },
@@ -423,7 +419,7 @@ fn rename_columns(schema: &SchemaRef, columns: &[ast::ViewColumnDef]) -> Result<
         .iter()
         .enumerate()
         .map(|(i, f)| match columns.get(i) {
-            Some(c) => Field::new(ddl::ident_name(&c.name), f.data_type().clone(), true),
+            Some(c) => Field::new(sql::ident_name(&c.name), f.data_type().clone(), true),
             None => f.as_ref().clone(),
         })
         .collect();
@@ -487,14 +483,14 @@ fn compile(plan: StreamPlan, parallelism: usize) -> Result<Compiled> {
 /// `streaming_parallelism`: a whole number of actors, 1 to the number of virtual nodes.
 pub fn parse_parallelism(value: &str) -> Result<usize> {
     match value.trim().parse::<usize>() {
-        Ok(n) if (1..=crate::stream::dispatch::VNODE_COUNT).contains(&n) => Ok(n),
+        Ok(n) if (1..=crate::stream::VNODE_COUNT).contains(&n) => Ok(n),
         _ => Err(Error::new(
             ErrorKind::InvalidParameter,
             format!("invalid value for parameter \"streaming_parallelism\": \"{value}\""),
         )
         .with_hint(format!(
             "Give a whole number from 1 to {}.",
-            crate::stream::dispatch::VNODE_COUNT
+            crate::stream::VNODE_COUNT
         ))),
     }
 }

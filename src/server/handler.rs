@@ -40,7 +40,7 @@ use super::startup::Startup;
 use crate::db::{Database, Output};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::Session;
-use crate::sql::parser::{parse, parse_message, Parsed};
+use crate::sql::{parse, parse_message, Parsed};
 use crate::types::pg_type_of;
 
 /// The handlers of one connection, holding its session.

@@ -26,10 +26,9 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use crate::catalog::{Catalog, Object, ObjectId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::Snapshot;
-use crate::stream::coordinator::FailedActors;
-use crate::stream::message::ActorId;
+use crate::stream::{ActorId, FailedActors};
 
-use super::provider::{RelationTable, Rows};
+use super::provider::{RelationRows, RelationTable};
 
 /// What `version()` answers; its shape is what drivers parse (`PostgreSQL <major>.<minor>`).
 pub fn version_string() -> String {
@@ -155,13 +154,13 @@ pub fn query_context(
             Some((_, p)) => p.clone(),
             None if matches!(object, Object::Source(_)) => Arc::new(RelationTable {
                 schema,
-                rows: Rows::Stream {
+                rows: RelationRows::Stream {
                     name: object.name().to_string(),
                 },
             }),
             None => Arc::new(RelationTable {
                 schema,
-                rows: Rows::Snapshot {
+                rows: RelationRows::Snapshot {
                     name: object.name().to_string(),
                     table: id,
                     snapshot: snapshot.clone(),
@@ -229,7 +228,7 @@ impl PlanFunctions {
     }
 }
 
-impl crate::stream::stored::Functions for PlanFunctions {
+impl crate::stream::Functions for PlanFunctions {
     fn scalar(
         &self,
         name: &str,

@@ -5,16 +5,37 @@
 //! Invariant: `sql/` does no I/O of its own; it reads state only through the snapshot
 //! providers handed to DataFusion.
 
-pub mod checked;
-pub mod context;
-pub mod ddl;
-pub mod dialect;
+mod checked;
+mod context;
+mod ddl;
+mod dialect;
 pub mod dml;
-pub mod extensions;
-pub mod names;
-pub mod parser;
-pub mod provider;
+mod extensions;
+mod names;
+mod parser;
+mod provider;
 pub mod rows;
-pub mod rules;
-pub mod stream_plan;
-pub mod windows;
+mod rules;
+mod stream_plan;
+mod windows;
+
+// The face the rest of Weir sees. Two modules are open, their names read with them: `dml`
+// (the rows an INSERT, UPDATE or DELETE writes) and `rows` (the row builder of the system
+// tables). The names below are the rest; everything else here is private to the front end.
+
+/// Statements as Weir parses them, its extensions included.
+pub use self::extensions::{CreateSink, CreateView, Watermark};
+pub use self::parser::{check_supported, parse, parse_message, Parsed, Statement};
+
+/// Tables and sources from their DDL, and the names in it.
+pub use self::ddl::{create_source, create_table, ident_name, option_text, relation_name};
+
+/// Batch queries: DataFusion over Weir's relations, and their results named as PostgreSQL
+/// names them.
+pub use self::context::{query_context, query_runtime, register_system_tables, PlanFunctions};
+pub use self::names::{pg_column_name, pg_names, result_schema};
+pub use self::provider::{RelationRows, RelationTable};
+pub use self::rules::type_integer_constants;
+
+/// Views compiled into stream plans.
+pub use self::stream_plan::{check_deterministic, mark_view_now, Planner};

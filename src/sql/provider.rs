@@ -23,7 +23,7 @@ use datafusion::physical_plan::{
 use crate::error::{Error, ErrorKind};
 use crate::state::{Snapshot, TableId};
 use crate::stream::relation::{read_added, read_snapshot_part, RowChanges};
-use crate::stream::rows::RowCodec;
+use crate::stream::RowCodec;
 
 /// Distinct rows per batch when reading a relation.
 const SCAN_ROWS_MAX: usize = 8192;
@@ -32,11 +32,12 @@ const SCAN_ROWS_MAX: usize = 8192;
 #[derive(Debug)]
 pub struct RelationTable {
     pub schema: SchemaRef,
-    pub rows: Rows,
+    pub rows: RelationRows,
 }
 
+/// Where a relation's rows are read from.
 #[derive(Debug)]
-pub enum Rows {
+pub enum RelationRows {
     /// The relation's rows at the snapshot's epoch.
     Snapshot {
         name: String,
@@ -99,18 +100,18 @@ impl TableProvider for RelationTable {
         limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let read = match &self.rows {
-            Rows::Snapshot {
+            RelationRows::Snapshot {
                 failure: Some(reason),
                 name,
                 ..
             } => return Err(external(broken(name, reason))),
-            Rows::Snapshot {
+            RelationRows::Snapshot {
                 table,
                 snapshot,
                 order,
                 ..
             } => (*table, snapshot.clone(), order.clone(), None),
-            Rows::Latest {
+            RelationRows::Latest {
                 table,
                 snapshot,
                 order,
@@ -121,7 +122,7 @@ impl TableProvider for RelationTable {
                 order.clone(),
                 Some(changes.clone()),
             ),
-            Rows::Stream { name } => {
+            RelationRows::Stream { name } => {
                 return Err(external(
                     Error::not_supported(format!(
                         "source \"{name}\" is a stream and keeps no rows to query"
@@ -423,8 +424,8 @@ fn broken(name: &str, reason: &Error) -> Error {
 mod tests {
     use super::*;
     use crate::state::{EpochWrites, StateStore};
-    use crate::stream::chunk::test_util::{chunk, schema};
     use crate::stream::relation::Materialize;
+    use crate::stream::test_util::{chunk, schema};
     use datafusion::arrow::array::{AsArray, RecordBatch};
     use datafusion::arrow::datatypes::{DataType, Int64Type};
     use futures::TryStreamExt;
@@ -597,7 +598,7 @@ mod tests {
         let ctx = datafusion::prelude::SessionContext::new();
         let table = RelationTable {
             schema: s,
-            rows: Rows::Snapshot {
+            rows: RelationRows::Snapshot {
                 name: "t".into(),
                 table: 9,
                 snapshot,

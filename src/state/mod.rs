@@ -87,7 +87,7 @@ pub struct StateStore {
 }
 
 /// The encoding of what the state store holds below the operators' own layouts (which
-/// `stream::stored::PLAN_FORMAT` versions): table and virtual-node key prefixes, the row
+/// `PLAN_FORMAT` versions of `stream/stored/`): table and virtual-node key prefixes, the row
 /// encoding of relations' rows and keys, the errors table. The catalog records it
 /// (`catalog::Catalog`), and a reader refuses a data directory or checkpoint of a newer one.
 pub const FORMAT: u32 = 1;

@@ -25,11 +25,8 @@ use crate::catalog::TableDef;
 use crate::changelog::ChangeLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::Snapshot;
-use crate::stream::chunk::{Op, StreamChunk};
-use crate::stream::coordinator::BarrierClient;
-use crate::stream::message::{Feed, Watermark};
 use crate::stream::relation::{read_snapshot_part, RowChanges};
-use crate::stream::rows::RowCodec;
+use crate::stream::{BarrierClient, Feed, Op, RowCodec, StreamChunk, Watermark};
 use crate::types::SqlType;
 
 /// Where a table restored from a checkpoint stands: how many records of its log its restored

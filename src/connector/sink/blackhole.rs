@@ -3,8 +3,7 @@
 
 use crate::catalog::ViewDef;
 use crate::error::Result;
-use crate::stream::chunk::StreamChunk;
-use crate::stream::sink::SinkWriter;
+use crate::stream::{SinkWriter, StreamChunk};
 
 /// `connector = 'blackhole'`.
 pub struct Blackhole;

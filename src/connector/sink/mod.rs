@@ -8,7 +8,7 @@ mod blackhole;
 
 use crate::catalog::ViewDef;
 use crate::error::{Error, Result};
-use crate::stream::sink::SinkWriter;
+use crate::stream::SinkWriter;
 
 /// Every sink connector, by the name `WITH (connector = '...')` gives.
 const CONNECTORS: &[&dyn Connector] = &[&blackhole::Blackhole];

@@ -26,8 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::{Keep, Options, Start};
 use crate::catalog::{ColumnDef, ObjectId, SourceDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::stream::actor::Batches;
-use crate::stream::message::{Splits, FEED_ROWS_MAX};
+use crate::stream::{Batches, Splits, FEED_ROWS_MAX};
 
 /// The files of `path`, in the order they are read.
 pub fn files(path: &Path) -> Result<Vec<PathBuf>> {

@@ -33,9 +33,9 @@ use tokio::time::Instant;
 
 use crate::catalog::{ColumnDef, ObjectId, SourceDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::stream::actor::{Batches, SourceHistory};
-use crate::stream::chunk::{Op, StreamChunk};
-use crate::stream::message::{Feed, FeedPosition, Splits, Watermark};
+use crate::stream::{
+    Batches, Feed, FeedPosition, Op, SourceHistory, Splits, StreamChunk, Watermark,
+};
 
 /// Every connector, by the name `WITH (connector = '...')` gives.
 const CONNECTORS: &[&dyn Connector] = &[&nexmark::Nexmark, &file::Files];

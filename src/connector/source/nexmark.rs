@@ -21,8 +21,7 @@ use nexmark::EventGenerator;
 use super::{Keep, Options, Start};
 use crate::catalog::{ColumnDef, SourceDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::stream::actor::Batches;
-use crate::stream::message::{Splits, FEED_ROWS_MAX};
+use crate::stream::{Batches, Splits, FEED_ROWS_MAX};
 use crate::types::SqlType;
 
 /// The first event's time: 2015-07-15 00:00:00 UTC, in milliseconds (the date the Flink

@@ -22,7 +22,6 @@ mod limits;
 use self::limits::{
     balance_logic, check_depth, check_expansion, too_complex, PARSER_RECURSION_MAX, SPLIT_HINT,
 };
-pub use self::limits::{DEPTH_MAX, EXPANSION_MAX, NESTING_MAX, SUBQUERY_NESTING_MAX};
 
 #[derive(Debug, Clone)]
 pub enum Statement {

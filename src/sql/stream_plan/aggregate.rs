@@ -8,8 +8,8 @@ use datafusion::logical_expr::{Aggregate, Expr, ExprSchemable};
 
 use super::{no_window_to_close, unsupported, Build, Planner};
 use crate::error::{Error, ErrorKind, Result};
-use crate::stream::plan::PlanNode;
 use crate::stream::spec::{AggCall, AggKind, AggSpec};
+use crate::stream::PlanNode;
 /// At most this many aggregates per view: state keys number them with one byte.
 const AGGREGATES_MAX: usize = 255;
 

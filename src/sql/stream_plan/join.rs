@@ -7,8 +7,8 @@ use datafusion::logical_expr::{ExprSchemable, Join};
 
 use super::{unsupported, Build, Planner};
 use crate::error::{Error, ErrorKind, Result};
-use crate::stream::plan::PlanNode;
 use crate::stream::spec::{JoinKind, JoinSpec};
+use crate::stream::PlanNode;
 impl Planner<'_> {
     pub(super) fn join(&self, join: &Join, build: &mut Build) -> Result<PlanNode> {
         let kind = match join.join_type {

@@ -19,8 +19,8 @@ use self::temporal::uses_now;
 use crate::catalog::{Catalog, Object, ObjectId};
 use crate::error::{Error, Result};
 use crate::sql::context::VIEW_NOW;
-use crate::stream::plan::{PlanNode, StreamPlan};
 use crate::stream::spec::{monotonic_in, JoinKind};
+use crate::stream::{PlanNode, StreamPlan};
 
 /// Renames `now()` and `current_timestamp` in a view's query to `weir_now()`, which the
 /// optimizer does not fold into a constant, so that the compiler can find it (see

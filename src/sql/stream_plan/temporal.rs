@@ -11,8 +11,8 @@ use datafusion::logical_expr::{Expr, Operator};
 use super::Planner;
 use crate::error::{Error, Result};
 use crate::sql::context::VIEW_NOW;
-use crate::stream::plan::PlanNode;
 use crate::stream::spec::{TemporalSpec, Visible};
+use crate::stream::PlanNode;
 impl Planner<'_> {
     /// A filter: conditions on `now()` become temporal filters, the rest one plain filter.
     pub(super) fn filter(

@@ -14,8 +14,8 @@ use datafusion::physical_expr::PhysicalExprRef;
 
 use super::{Build, Planner};
 use crate::error::{Error, Result};
-use crate::stream::plan::PlanNode;
 use crate::stream::spec::{OrderField, RankKind, TopNSpec};
+use crate::stream::PlanNode;
 impl Planner<'_> {
     /// `LIMIT` and `OFFSET`, over an `ORDER BY` or not: a Top-N.
     pub(super) fn limit(&self, limit: &Limit, build: &mut Build) -> Result<PlanNode> {
