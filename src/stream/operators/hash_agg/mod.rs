@@ -186,8 +186,9 @@ impl HashAgg {
         }
     }
 
-    /// The group's state, read into the cache if it is not there.
-    fn load(&mut self, key: &[u8]) -> Result<&mut GroupState> {
+    /// Reads the group's state into the cache if it is not there; only a check when it is,
+    /// since this runs for every row and its caller looks the state up itself.
+    fn load(&mut self, key: &[u8]) -> Result<()> {
         if !self.cache.contains_key(key) {
             let state = match self.groups.get(key)? {
                 Some(bytes) => decode_state(&bytes)?,
@@ -195,7 +196,7 @@ impl HashAgg {
             };
             self.cache.insert(key.to_vec(), state);
         }
-        Ok(self.cache.get_mut(key).expect("just inserted"))
+        Ok(())
     }
 
     /// Empties the group cache once it holds too many groups.
