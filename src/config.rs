@@ -41,6 +41,9 @@ pub struct Config {
     /// Parallel actors per view (for views that can be split by key); a session's `SET
     /// streaming_parallelism` overrides it for the views it creates. Default: the cores.
     pub streaming_parallelism: usize,
+    /// Whether a session's reads wait until every write acknowledged before them, by any
+    /// session, is visible (`read_after_write`, which a session can `SET`).
+    pub read_after_write: bool,
     /// The admin HTTP port (checkpoint triggers, `/metrics`); off unless set.
     pub admin_listen: Option<SocketAddr>,
     /// Checkpoints of operator state to an object store (`[checkpoint]` in the TOML file).
@@ -157,6 +160,7 @@ impl Default for Config {
             streaming_parallelism: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            read_after_write: true,
             admin_listen: None,
             checkpoint: CheckpointConfig::default(),
             clock: system_clock(),

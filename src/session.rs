@@ -30,6 +30,7 @@ fn default_settings() -> HashMap<String, String> {
         ("in_hot_standby", "off"),
         ("integer_datetimes", "on"),
         ("intervalstyle", "postgres"),
+        ("read_after_write", "on"),
         ("is_superuser", "on"),
         ("lc_messages", "C"),
         ("max_identifier_length", "63"),
@@ -115,6 +116,10 @@ impl Session {
         settings.insert(
             "streaming_parallelism".into(),
             db.config.streaming_parallelism.max(1).to_string(),
+        );
+        settings.insert(
+            "read_after_write".into(),
+            on_off(db.config.read_after_write).into(),
         );
         if let Some(app) = startup.get("application_name") {
             settings.insert("application_name".into(), app.clone());
@@ -344,6 +349,11 @@ impl Session {
                 self.settings.insert(name.to_string(), n.to_string());
                 return Ok(());
             }
+            if name == "read_after_write" {
+                let on = on_off(self.db.config.read_after_write);
+                self.settings.insert(name.to_string(), on.to_string());
+                return Ok(());
+            }
             match default_settings().get(name) {
                 Some(v) => v.clone(),
                 None => return Ok(()),
@@ -369,6 +379,12 @@ impl Session {
         }
         if name == "statement_timeout" {
             parse_timeout(&value)?;
+        }
+        if name == "read_after_write" {
+            let on = parse_bool(name, &value)?;
+            self.settings
+                .insert(name.to_string(), on_off(on).to_string());
+            return Ok(());
         }
         // Unknown settings are kept (and shown back) like PostgreSQL's custom settings;
         // read-only ones are refused.
@@ -621,6 +637,31 @@ fn setting_value(e: &ast::Expr) -> String {
 
 fn first_words(s: &str) -> String {
     s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// A Boolean setting as PostgreSQL reads one: `on`, `off`, `true`, `false`, `yes`, `no`, `1`,
+/// `0`, or a unique prefix of the words (any case).
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    let v = value.trim().to_lowercase();
+    let is = |word: &str, shortest: usize| v.len() >= shortest && word.starts_with(v.as_str());
+    if v == "1" || is("true", 1) || is("yes", 1) || is("on", 2) {
+        Ok(true)
+    } else if v == "0" || is("false", 1) || is("no", 1) || is("off", 2) {
+        Ok(false)
+    } else {
+        Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!("parameter \"{name}\" requires a Boolean value"),
+        ))
+    }
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
 }
 
 /// The longest `statement_timeout` PostgreSQL accepts: 2^31 - 1 milliseconds.

@@ -322,9 +322,22 @@ async fn actors_waiting_on_the_disk_hold_up_no_client() {
     let waiting = server.connect().await;
     let flush = tokio::spawn(async move { waiting.batch_execute("FLUSH").await });
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // A default reader of s0 waits for the writes acknowledged before it, which the stalled
+    // barrier holds; one that reads the last sealed epoch is served.
+    let fresh = server.connect().await;
+    let waiting_read = tokio::spawn(async move {
+        fresh
+            .simple_query("SELECT count(*) FROM s0")
+            .await
+            .map(|_| ())
+    });
     let served = async {
         assert_eq!(rows(&setup, "SELECT 1").await, ["1".to_string()]);
         let other = server.connect().await;
+        other
+            .batch_execute("SET read_after_write = off")
+            .await
+            .unwrap();
         assert_eq!(
             rows(&other, "SELECT count(*) FROM s0").await,
             ["1".to_string()]
@@ -334,6 +347,10 @@ async fn actors_waiting_on_the_disk_hold_up_no_client() {
         .await
         .expect("clients waited for the stalled actors");
     assert!(!flush.is_finished(), "the actors never stalled");
+    assert!(
+        !waiting_read.is_finished(),
+        "a read missed acknowledged writes"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -823,4 +840,80 @@ async fn views_backfilled_while_their_table_changes_equal_their_query() {
             .await
             .unwrap();
     }
+}
+
+/// A read sees every write acknowledged before it, from any connection, without waiting for
+/// the barrier interval (an hour here); a read with nothing written since the last seal takes
+/// no barrier; with `read_after_write = off` a read takes the last sealed epoch at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_see_every_write_acknowledged_before_them() {
+    let server = TestServer::start_with(|c| {
+        c.barrier_interval_ms = 3_600_000;
+        c.checkpoint.interval_ms = 0;
+    })
+    .await;
+    let (writer, reader) = (server.connect().await, server.connect().await);
+    writer
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v int);
+             CREATE MATERIALIZED VIEW s AS SELECT count(*) AS n, sum(v) AS s FROM t",
+        )
+        .await
+        .unwrap();
+    for i in 1..=20 {
+        writer
+            .execute("INSERT INTO t VALUES ($1, $1)", &[&i])
+            .await
+            .unwrap();
+        writer
+            .execute("UPDATE t SET v = v * 10 WHERE id = $1", &[&i])
+            .await
+            .unwrap();
+        let sum = 10 * i * (i + 1) / 2;
+        assert_eq!(
+            common::text_rows(&reader, "SELECT count(*), sum(v) FROM t").await,
+            [format!("{i} {sum}")]
+        );
+        assert_eq!(
+            common::text_rows(&reader, "SELECT n, s FROM s").await,
+            [format!("{i} {sum}")]
+        );
+    }
+    let before = barriers_completed(&server.db);
+    for _ in 0..10 {
+        assert_eq!(common::text_rows(&reader, "SELECT n FROM s").await, ["20"]);
+    }
+    assert_eq!(
+        barriers_completed(&server.db),
+        before,
+        "reads with nothing new"
+    );
+
+    reader
+        .batch_execute("SET read_after_write = off")
+        .await
+        .unwrap();
+    assert_eq!(
+        common::text_rows(&reader, "SHOW read_after_write").await,
+        ["off"]
+    );
+    writer
+        .batch_execute("INSERT INTO t VALUES (21, 0)")
+        .await
+        .unwrap();
+    assert_eq!(common::text_rows(&reader, "SELECT n FROM s").await, ["20"]);
+    reader
+        .batch_execute("SET read_after_write = DEFAULT")
+        .await
+        .unwrap();
+    assert_eq!(common::text_rows(&reader, "SELECT n FROM s").await, ["21"]);
+    let err = reader
+        .batch_execute("SET read_after_write = maybe")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("22023"));
+    assert_eq!(
+        common::text_rows(&reader, "SHOW read_after_write").await,
+        ["on"]
+    );
 }

@@ -11,9 +11,10 @@ use datafusion::datasource::TableProvider;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::resolve::resolve_table_references;
 use datafusion::sql::sqlparser::ast;
 
-use crate::catalog::{ObjectId, TableDef};
+use crate::catalog::{Object, ObjectId, TableDef};
 use crate::error::{Error, Result};
 use crate::sql::dml::{self, conform};
 use crate::sql::{query_context, result_schema, RelationRows, RelationTable};
@@ -39,6 +40,45 @@ impl Database {
         )?;
         crate::sql::register_system_tables(&ctx, self.system_tables()?)?;
         Ok(ctx)
+    }
+
+    /// With the session's `read_after_write` on (the default), waits until every write
+    /// acknowledged before the call, from any session, is in a sealed epoch, so that the
+    /// context taken next reads it. Only a statement that reads what the sealed epoch holds
+    /// waits: not one that reads no relation (`SELECT 1`, a driver's ping, the system
+    /// tables, `generate_series`), nor DML that reads only tables (at their latest rows).
+    async fn read_fence(
+        &self,
+        statement: &ast::Statement,
+        dml: bool,
+        settings: &HashMap<String, String>,
+    ) -> Result<()> {
+        if settings.get("read_after_write").is_some_and(|v| v == "off")
+            || !self.reads_sealed(statement, dml)
+        {
+            return Ok(());
+        }
+        self.barriers.read_fence().await
+    }
+
+    /// Whether `statement` reads a relation at the last sealed epoch: any of the catalog's
+    /// for a query, a view for DML.
+    fn reads_sealed(&self, statement: &ast::Statement, dml: bool) -> bool {
+        let statement = DFStatement::Statement(Box::new(statement.clone()));
+        let Ok((references, _)) = resolve_table_references(&statement, true) else {
+            return true;
+        };
+        let catalog = self.catalog();
+        references.iter().any(|r| {
+            if r.schema().is_some_and(|s| s != "public") {
+                return false; // the system tables
+            }
+            match catalog.get(r.table()) {
+                Some(Object::View(_)) => true,
+                Some(_) => !dml,
+                None => false,
+            }
+        })
     }
 
     pub(super) fn writer(
@@ -69,6 +109,10 @@ impl Database {
         // before the statement; views at the last sealed epoch. VALUES-only inserts read
         // nothing.
         let reads = dml::reads(statement);
+        if reads {
+            // Views are read at the last sealed epoch: one that holds every earlier write.
+            self.read_fence(statement, true, settings).await?;
+        }
         let mut latest: Vec<(ObjectId, Arc<dyn TableProvider>)> = Vec::new();
         if reads {
             // Other tables first, each locked alone: never while holding the target's lock,
@@ -156,6 +200,7 @@ impl Database {
         params: Option<&ParamValues>,
         settings: &HashMap<String, String>,
     ) -> Result<Output> {
+        self.read_fence(statement, false, settings).await?;
         let (ctx, mut plan) = self.plan_query(statement, settings).await?;
         if let Some(p) = params {
             plan = plan.with_param_values(p.clone())?;

@@ -4,13 +4,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::message::{ActorId, Barrier, BarrierKind, Feed, FeedPosition, Mutation};
 use crate::clock::Clock;
@@ -97,11 +97,27 @@ struct SnapshotDone {
 /// be read.
 pub type FailedActors = Arc<Mutex<HashMap<ActorId, Error>>>;
 
+/// Writes acknowledged to clients, and how many of them sealed epochs hold: what a read that
+/// must see every write acknowledged before it waits for (`BarrierClient::read_fence`,
+/// `docs/design/0010-transactions.md`).
+struct Writes {
+    /// Counted once a write is in its table's feed, before it is acknowledged.
+    acknowledged: AtomicU64,
+    /// The count when the newest barrier was injected: its epoch holds at least those.
+    injected: AtomicU64,
+    /// The count the last sealed epoch holds at least.
+    sealed: watch::Sender<u64>,
+    /// Asks the coordinator for a barrier now. Readers that ask together take one permit:
+    /// one barrier serves them all.
+    wanted: Notify,
+}
+
 /// The handle sessions use to talk to the coordinator.
 #[derive(Clone)]
 pub struct BarrierClient {
     requests: mpsc::Sender<InjectRequest>,
     store: Arc<StateStore>,
+    writes: Arc<Writes>,
     pub failed: FailedActors,
     /// The epoch of the newest checkpoint whose manifest is durable, for sinks to commit.
     durable: Arc<watch::Sender<u64>>,
@@ -193,6 +209,32 @@ impl BarrierClient {
         self.store.wait_sealed(epoch).await
     }
 
+    /// Counts a write that is in its table's feed, about to be acknowledged.
+    pub fn wrote(&self) {
+        self.writes.acknowledged.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Waits until every write acknowledged before the call, by any session, is in a sealed
+    /// epoch. At once when none came since the last seal; otherwise through the next barrier,
+    /// asked for now unless one already injected holds them, and shared by every reader
+    /// waiting for it.
+    pub async fn read_fence(&self) -> Result<()> {
+        let writes = &self.writes;
+        let wanted = writes.acknowledged.load(Ordering::SeqCst);
+        let mut sealed = writes.sealed.subscribe();
+        if *sealed.borrow() >= wanted {
+            return Ok(());
+        }
+        if writes.injected.load(Ordering::SeqCst) < wanted {
+            writes.wanted.notify_one();
+        }
+        sealed
+            .wait_for(|s| *s >= wanted)
+            .await
+            .map_err(|_| Error::unavailable("the barrier coordinator has stopped"))?;
+        Ok(())
+    }
+
     /// Injects a barrier and waits until it is sealed: every change acknowledged before the
     /// call is then visible in every view.
     pub async fn flush(&self) -> Result<u64> {
@@ -235,6 +277,9 @@ pub struct Coordinator {
     /// Sinks' handles for checkpoint barriers whose snapshot is not yet taken, by epoch.
     sink_handles: BTreeMap<u64, BTreeMap<ActorId, serde_json::Value>>,
     metrics: Arc<Metrics>,
+    writes: Arc<Writes>,
+    /// The acknowledged writes counted when each epoch in flight was injected.
+    covers: BTreeMap<u64, u64>,
 }
 
 impl Coordinator {
@@ -249,6 +294,12 @@ impl Coordinator {
         let (ev_tx, ev_rx) = mpsc::channel(EVENTS_MAX);
         let failed: FailedActors = Arc::default();
         let last_epoch = store.sealed_epoch();
+        let writes = Arc::new(Writes {
+            acknowledged: AtomicU64::new(0),
+            injected: AtomicU64::new(0),
+            sealed: watch::channel(0).0,
+            wanted: Notify::new(),
+        });
         let coordinator = Coordinator {
             store: store.clone(),
             requests: req_rx,
@@ -269,12 +320,15 @@ impl Coordinator {
             committed: HashMap::new(),
             sink_handles: BTreeMap::new(),
             metrics: metrics.clone(),
+            writes: writes.clone(),
+            covers: BTreeMap::new(),
         };
         tokio::spawn(coordinator.run());
         (
             BarrierClient {
                 requests: req_tx,
                 store,
+                writes,
                 failed,
                 durable: Arc::new(watch::channel(0).0),
                 metrics,
@@ -286,12 +340,18 @@ impl Coordinator {
     async fn run(mut self) {
         let mut ticker = tokio::time::interval(self.barrier_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let writes = self.writes.clone();
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
                     if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX {
                         self.inject(None, vec![], vec![], None);
                     }
+                }
+                // A reader waits for writes no barrier in flight holds (its permit stays
+                // until the epochs in flight leave room).
+                _ = writes.wanted.notified(), if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX => {
+                    self.inject(None, vec![], vec![], None);
                 }
                 req = self.requests.recv(), if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX => {
                     let Some(req) = req else { return };
@@ -320,6 +380,11 @@ impl Coordinator {
     ) -> u64 {
         self.last_epoch += 1;
         let epoch = self.last_epoch;
+        // Read before the barrier goes into any feed: every write counted by now is in its
+        // feed ahead of it.
+        let acknowledged = self.writes.acknowledged.load(Ordering::SeqCst);
+        self.covers.insert(epoch, acknowledged);
+        self.writes.injected.store(acknowledged, Ordering::SeqCst);
         for (id, feed) in add_sources {
             let (tx, mut rx) = mpsc::channel::<Barrier>(EPOCHS_IN_FLIGHT_MAX);
             let positions = self.positions.clone();
@@ -469,6 +534,18 @@ impl Coordinator {
 
     fn seal(&mut self, epoch: u64) {
         self.store.seal(epoch);
+        // Epochs seal in order: this one holds every write its injection counted.
+        let later = self.covers.split_off(&(epoch + 1));
+        if let Some(held) = std::mem::replace(&mut self.covers, later)
+            .into_values()
+            .max()
+        {
+            self.writes.sealed.send_if_modified(|s| {
+                let newer = held > *s;
+                *s = (*s).max(held);
+                newer
+            });
+        }
         // Every actor has acknowledged the epoch, or is gone.
         self.positions
             .lock()

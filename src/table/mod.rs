@@ -273,6 +273,7 @@ impl TableWriter {
                  views see it after a restart"
             );
         }
+        self.barriers.wrote();
         Ok(affected)
     }
 
