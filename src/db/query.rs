@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
+use datafusion::common::TableReference;
 use datafusion::datasource::TableProvider;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
@@ -49,25 +50,21 @@ impl Database {
     /// tables, `generate_series`), nor DML that reads only tables (at their latest rows).
     async fn read_fence(
         &self,
-        statement: &ast::Statement,
+        references: &[TableReference],
         dml: bool,
         settings: &HashMap<String, String>,
     ) -> Result<()> {
         if settings.get("read_after_write").is_some_and(|v| v == "off")
-            || !self.reads_sealed(statement, dml)
+            || !self.reads_sealed(references, dml)
         {
             return Ok(());
         }
         self.barriers.read_fence().await
     }
 
-    /// Whether `statement` reads a relation at the last sealed epoch: any of the catalog's
-    /// for a query, a view for DML.
-    fn reads_sealed(&self, statement: &ast::Statement, dml: bool) -> bool {
-        let statement = DFStatement::Statement(Box::new(statement.clone()));
-        let Ok((references, _)) = resolve_table_references(&statement, true) else {
-            return true;
-        };
+    /// Whether a statement naming `references` reads a relation at the last sealed epoch:
+    /// any of the catalog's for a query, a view for DML.
+    fn reads_sealed(&self, references: &[TableReference], dml: bool) -> bool {
         let catalog = self.catalog();
         references.iter().any(|r| {
             if r.schema().is_some_and(|s| s != "public") {
@@ -109,18 +106,13 @@ impl Database {
         // before the statement; views at the last sealed epoch. VALUES-only inserts read
         // nothing.
         let reads = dml::reads(statement);
-        if reads {
-            // Views are read at the last sealed epoch: one that holds every earlier write.
-            self.read_fence(statement, true, settings).await?;
-        }
         let mut latest: Vec<(ObjectId, Arc<dyn TableProvider>)> = Vec::new();
         if reads {
+            let references = references(statement)?;
+            // Views are read at the last sealed epoch: one that holds every earlier write.
+            self.read_fence(&references, true, settings).await?;
             // Other tables first, each locked alone: never while holding the target's lock,
             // so that two statements copying in opposite directions cannot deadlock.
-            let references = self
-                .context(settings, vec![])?
-                .state()
-                .resolve_table_references(&DFStatement::Statement(Box::new(statement.clone())))?;
             for reference in references {
                 let Ok((other, other_writer)) = self.writer(reference.table()) else {
                     continue; // a view, or a name the planner reports
@@ -200,7 +192,8 @@ impl Database {
         params: Option<&ParamValues>,
         settings: &HashMap<String, String>,
     ) -> Result<Output> {
-        self.read_fence(statement, false, settings).await?;
+        self.read_fence(&references(statement)?, false, settings)
+            .await?;
         let (ctx, mut plan) = self.plan_query(statement, settings).await?;
         if let Some(p) = params {
             plan = plan.with_param_values(p.clone())?;
@@ -263,4 +256,11 @@ pub(super) fn identity_exprs(
             )) as Arc<dyn datafusion::physical_plan::PhysicalExpr>
         })
         .collect()
+}
+
+/// The relations `statement` names, resolved as DataFusion's planner resolves them.
+fn references(statement: &ast::Statement) -> Result<Vec<TableReference>> {
+    let statement = DFStatement::Statement(Box::new(statement.clone()));
+    let (references, _) = resolve_table_references(&statement, true)?;
+    Ok(references)
 }

@@ -112,6 +112,15 @@ struct Writes {
     wanted: Notify,
 }
 
+/// Raises `watch` to `to`, telling its receivers only when it rose.
+fn raise(watch: &watch::Sender<u64>, to: u64) {
+    watch.send_if_modified(|v| {
+        let rose = to > *v;
+        *v = (*v).max(to);
+        rose
+    });
+}
+
 /// The handle sessions use to talk to the coordinator.
 #[derive(Clone)]
 pub struct BarrierClient {
@@ -129,11 +138,7 @@ impl BarrierClient {
     /// The checkpoint of `epoch` is durable (its manifest is in the store): sinks may commit
     /// what they pre-committed up to it.
     pub fn checkpoint_durable(&self, epoch: u64) {
-        self.durable.send_if_modified(|d| {
-            let newer = epoch > *d;
-            *d = (*d).max(epoch);
-            newer
-        });
+        raise(&self.durable, epoch);
     }
 
     /// Follows `checkpoint_durable`.
@@ -540,11 +545,7 @@ impl Coordinator {
             .into_values()
             .max()
         {
-            self.writes.sealed.send_if_modified(|s| {
-                let newer = held > *s;
-                *s = (*s).max(held);
-                newer
-            });
+            raise(&self.writes.sealed, held);
         }
         // Every actor has acknowledged the epoch, or is gone.
         self.positions
