@@ -66,6 +66,14 @@ pub enum ErrorKind {
     ObjectNotInPrerequisiteState,
     /// The server is shutting down or a component it needs is gone.
     Unavailable,
+    /// A statement in a transaction block after one of its statements failed: only ROLLBACK
+    /// (or COMMIT, which rolls back) is run until the block ends.
+    InFailedTransaction,
+    /// A transaction block's COMMIT found a row it changed committed by another since the
+    /// block began (first committer wins): nothing of it was applied; retry the block.
+    SerializationFailure,
+    /// A commit whose outcome cannot be told: it may be applied at the next start.
+    TransactionResolutionUnknown,
     /// Stored data failed a checksum or could not be decoded.
     DataCorruption,
     /// A bug: an invariant that should hold did not.

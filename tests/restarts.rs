@@ -755,3 +755,76 @@ async fn a_table_ten_times_the_memory_limit_loads_updates_and_restarts_within_it
     drop(c);
     server.stop(SIGKILL).await;
 }
+
+/// A transaction block over two tables, its server killed after its commit point: once
+/// after the commit file is named, once after the first table's log has the block and
+/// before the second's. Either way the restart applies it whole, to both tables and to the
+/// view that joins them; a block rolled back, or cut off by its session's disconnect, leaves
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_killed_after_its_commit_point_is_applied_whole_at_restart() {
+    for failpoint in ["table.after_commit_point@1", "table.commit_appended@1"] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let server =
+            ChildServer::start_with_env(&data, &[], &[("WEIR_FAILPOINTS", failpoint)]).await;
+        let client = server.connect().await;
+        client
+            .batch_execute(
+                "CREATE TABLE a (id int PRIMARY KEY, v int);
+                 CREATE TABLE b (id int PRIMARY KEY, w int);
+                 CREATE MATERIALIZED VIEW ab AS SELECT a.id, a.v, b.w FROM a JOIN b ON a.id = b.id;
+                 INSERT INTO a VALUES (1, 10);
+                 INSERT INTO b VALUES (1, 100);
+                 BEGIN; INSERT INTO a VALUES (9, 9); ROLLBACK;",
+            )
+            .await
+            .unwrap();
+        // A block its client leaves without ending.
+        let other = server.connect().await;
+        other
+            .batch_execute("BEGIN; INSERT INTO a VALUES (8, 8); INSERT INTO b VALUES (8, 8)")
+            .await
+            .unwrap();
+        drop(other);
+        let err = client
+            .batch_execute(
+                "BEGIN;
+                 UPDATE a SET v = v + 1 WHERE id = 1;
+                 INSERT INTO a VALUES (2, 20);
+                 INSERT INTO b VALUES (2, 200);
+                 COMMIT;",
+            )
+            .await
+            .expect_err("the server aborts at the failpoint");
+        assert!(err.as_db_error().is_none(), "{failpoint}: {err}");
+        server.stop(9).await;
+
+        let server = ChildServer::start(&data).await;
+        let client = server.connect().await;
+        assert_eq!(
+            text_rows(&client, "SELECT * FROM a ORDER BY id").await,
+            ["1 11", "2 20"],
+            "{failpoint}"
+        );
+        assert_eq!(
+            text_rows(&client, "SELECT * FROM b ORDER BY id").await,
+            ["1 100", "2 200"],
+            "{failpoint}"
+        );
+        assert_eq!(
+            text_rows(&client, "SELECT * FROM ab ORDER BY id").await,
+            ["1 11 100", "2 20 200"],
+            "{failpoint}"
+        );
+        assert_eq!(
+            std::fs::read_dir(data.join("tables/commits"))
+                .unwrap()
+                .count(),
+            0,
+            "{failpoint}: the commit file is gone once redone"
+        );
+        drop(client);
+        server.stop(15).await;
+    }
+}

@@ -279,6 +279,7 @@ fn modules_open_only_the_submodules_of_their_face() {
         ("connector", &["sink", "source"]),
         ("db", &[]),
         ("server", &[]),
+        ("session", &[]),
         ("sql", &["dml", "rows"]),
         ("state", &[]),
         ("stream", &["graph", "relation", "spec", "test_util"]),

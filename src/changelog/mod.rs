@@ -16,6 +16,10 @@ use datafusion::arrow::ipc::writer::StreamWriter;
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::StreamChunk;
 
+mod commits;
+
+pub use self::commits::{redo, Committed};
+
 /// The encoding of a log's records, as the catalog records it (`catalog::Catalog`): a reader
 /// refuses a data directory whose logs may hold a newer one. A change to the record layout
 /// or to the payload's encoding bumps it, and the reader goes on reading the earlier ones.

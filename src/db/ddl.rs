@@ -33,7 +33,11 @@ impl Database {
         let (writer, history) = TableWriter::open(
             def.clone(),
             &self.tables_dir,
-            (feed.clone(), self.barriers.clone()),
+            (
+                feed.clone(),
+                self.barriers.clone(),
+                self.transactions.clone(),
+            ),
             restored.map(|(offset, watermark)| crate::table::Restored { offset, watermark }),
             (self.config.memory_limit_bytes() / 16) as usize,
         )?;

@@ -86,6 +86,8 @@ pub struct Database {
     /// DDL statements run one at a time.
     ddl: Arc<tokio::sync::Mutex<()>>,
     tables_dir: PathBuf,
+    /// The order of commits and the open transaction blocks.
+    transactions: Arc<crate::table::Transactions>,
     /// Started once every table and view is running.
     checkpoints: std::sync::OnceLock<CheckpointClient>,
     /// The recoveries recorded in the data directory, this start's last.
@@ -149,6 +151,15 @@ impl Database {
         }
         let catalog = Catalog::load(&config.data_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
+        // Transaction blocks committed but cut short on their way into their tables' logs.
+        let tables: std::collections::HashSet<ObjectId> = objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::Table(t) => Some(t.id),
+                _ => None,
+            })
+            .collect();
+        TableWriter::redo_commits(&tables_dir, |id| tables.contains(&id))?;
         let in_checkpoint = recovery::usable_objects(&store, restored.as_ref(), &objects)?;
         let (barriers, events) = Coordinator::start(
             store.clone(),
@@ -183,6 +194,7 @@ impl Database {
             sources: Mutex::new(HashMap::new()),
             sinks: Mutex::new(HashMap::new()),
             ddl: Arc::default(),
+            transactions: crate::table::Transactions::new(tables_dir.clone()),
             tables_dir,
             checkpoints: std::sync::OnceLock::new(),
             recoveries: Mutex::new(Vec::new()),

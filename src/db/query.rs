@@ -19,7 +19,7 @@ use crate::catalog::{Object, ObjectId, TableDef};
 use crate::error::{Error, Result};
 use crate::sql::dml::{self, conform};
 use crate::sql::{query_context, result_schema, RelationRows, RelationTable};
-use crate::table::TableWriter;
+use crate::table::{Block, TableWriter};
 
 use super::{Database, Output};
 
@@ -93,13 +93,15 @@ impl Database {
         Ok((def, writer))
     }
 
-    /// Runs INSERT, UPDATE or DELETE against `table`.
+    /// Runs INSERT, UPDATE or DELETE against `table`; in a transaction block, keeps its
+    /// changes in the block (which the statement reads too) instead of writing them.
     pub async fn dml(
         &self,
         table: &str,
         statement: &ast::Statement,
         params: Option<&ParamValues>,
         settings: &HashMap<String, String>,
+        block: Option<&mut Block>,
     ) -> Result<Output> {
         let (def, writer) = self.writer(table)?;
         // Tables are read at their latest rows, as PostgreSQL reads every change committed
@@ -121,13 +123,13 @@ impl Database {
                     continue;
                 }
                 let mut w = other_writer.lock().await;
-                latest.push((other.id, latest_rows(&mut w)?));
+                latest.push((other.id, latest_rows(&mut w, block.as_deref())?));
             }
         }
         let mut w = writer.lock().await;
         let schema = w.schema().clone();
         if reads {
-            latest.push((def.id, latest_rows(&mut w)?));
+            latest.push((def.id, latest_rows(&mut w, block.as_deref())?));
         } else {
             latest.push((
                 def.id,
@@ -140,7 +142,10 @@ impl Database {
         // latest rows is gone by then.
         let ctx = self.context(settings, latest)?;
         let (tag, deleted, inserted) = dml::rows(&ctx, statement, params, &schema).await?;
-        let affected = w.write(deleted, inserted).await?;
+        let affected = match block {
+            Some(block) => w.stage(block, deleted, inserted).await?,
+            None => w.write(deleted, inserted).await?,
+        };
         let tag = if tag == "INSERT" {
             "INSERT 0".to_string()
         } else {
@@ -152,13 +157,57 @@ impl Database {
         })
     }
 
+    /// Begins a transaction block.
+    pub fn begin(&self) -> Block {
+        self.transactions.begin()
+    }
+
+    /// Commits a transaction block: through the writers of every table it wrote, taken in
+    /// table-id order (so that two commits cannot deadlock; a statement holds one writer at a
+    /// time). An error means nothing of it was applied, except 08007 (in doubt).
+    pub async fn commit(&self, block: Block) -> Result<()> {
+        let ids: Vec<ObjectId> = block.tables().collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut writers = Vec::with_capacity(ids.len());
+        {
+            let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
+            for id in ids {
+                let writer = tables.get(&id).cloned().ok_or_else(|| {
+                    Error::new(
+                        crate::error::ErrorKind::UndefinedTable,
+                        "a table this transaction wrote was dropped before it committed",
+                    )
+                })?;
+                writers.push(writer);
+            }
+        }
+        let mut guards = Vec::with_capacity(writers.len());
+        for w in &writers {
+            guards.push(w.lock().await);
+        }
+        let mut held: Vec<&mut TableWriter> = guards.iter_mut().map(|g| &mut **g).collect();
+        crate::table::commit(block, &mut held).await
+    }
+
     /// Plans a query (for Describe, or before running it).
     pub async fn plan_query(
         &self,
         statement: &ast::Statement,
         settings: &HashMap<String, String>,
     ) -> Result<(SessionContext, LogicalPlan)> {
-        let (ctx, plan) = self.plan_statement(statement, settings).await?;
+        self.plan_query_over(statement, settings, vec![]).await
+    }
+
+    /// Plans a query over a context with `overrides` for some relations.
+    async fn plan_query_over(
+        &self,
+        statement: &ast::Statement,
+        settings: &HashMap<String, String>,
+        overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+    ) -> Result<(SessionContext, LogicalPlan)> {
+        let (ctx, plan) = self.plan_over(statement, settings, overrides).await?;
         match &plan {
             LogicalPlan::Dml(_)
             | LogicalPlan::Ddl(_)
@@ -177,7 +226,16 @@ impl Database {
         statement: &ast::Statement,
         settings: &HashMap<String, String>,
     ) -> Result<(SessionContext, LogicalPlan)> {
-        let ctx = self.context(settings, vec![])?;
+        self.plan_over(statement, settings, vec![]).await
+    }
+
+    async fn plan_over(
+        &self,
+        statement: &ast::Statement,
+        settings: &HashMap<String, String>,
+        overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+    ) -> Result<(SessionContext, LogicalPlan)> {
+        let ctx = self.context(settings, overrides)?;
         let plan = ctx
             .state()
             .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
@@ -186,15 +244,32 @@ impl Database {
         Ok((ctx, plan))
     }
 
+    /// Runs a query. In a transaction block, the tables the block wrote are read at their
+    /// latest rows with the block's changes; everything else as outside one.
     pub async fn query(
         &self,
         statement: &ast::Statement,
         params: Option<&ParamValues>,
         settings: &HashMap<String, String>,
+        block: Option<&Block>,
     ) -> Result<Output> {
-        self.read_fence(&references(statement)?, false, settings)
-            .await?;
-        let (ctx, mut plan) = self.plan_query(statement, settings).await?;
+        let references = references(statement)?;
+        self.read_fence(&references, false, settings).await?;
+        let mut overrides: Vec<(ObjectId, Arc<dyn TableProvider>)> = Vec::new();
+        if let Some(block) = block {
+            let written: Vec<ObjectId> = block.tables().collect();
+            for reference in &references {
+                let Ok((def, writer)) = self.writer(reference.table()) else {
+                    continue;
+                };
+                if !written.contains(&def.id) || overrides.iter().any(|(id, _)| *id == def.id) {
+                    continue;
+                }
+                let mut w = writer.lock().await;
+                overrides.push((def.id, latest_rows(&mut w, Some(block))?));
+            }
+        }
+        let (ctx, mut plan) = self.plan_query_over(statement, settings, overrides).await?;
         if let Some(p) = params {
             plan = plan.with_param_values(p.clone())?;
         }
@@ -228,9 +303,12 @@ impl Database {
     }
 }
 
-/// A table's latest rows, for DataFusion to read.
-pub(super) fn latest_rows(writer: &mut TableWriter) -> Result<Arc<dyn TableProvider>> {
-    let latest = writer.latest()?;
+/// A table's latest rows (in a transaction block, with its changes), for DataFusion to read.
+pub(super) fn latest_rows(
+    writer: &mut TableWriter,
+    block: Option<&Block>,
+) -> Result<Arc<dyn TableProvider>> {
+    let latest = writer.latest(block)?;
     Ok(Arc::new(RelationTable {
         schema: writer.schema().clone(),
         rows: RelationRows::Latest {

@@ -28,7 +28,7 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::{DataRow, RowDescription};
 use pgwire::messages::extendedquery::{Execute, PortalSuspended};
-use pgwire::messages::response::EmptyQueryResponse;
+use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 use tokio::sync::{Mutex, OwnedSemaphorePermit};
@@ -39,7 +39,7 @@ use super::sqlstate::sqlstate;
 use super::startup::Startup;
 use crate::db::{Database, Output};
 use crate::error::{Error, ErrorKind, Result};
-use crate::session::Session;
+use crate::session::{BlockState, Session};
 use crate::sql::{parse, parse_message, Parsed};
 use crate::types::pg_type_of;
 
@@ -163,24 +163,14 @@ impl QueryParser for StatementParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        check_size(&self.db, sql).map_err(to_pgwire)?;
-        let mut parsed = parse(sql).map_err(to_pgwire)?;
-        if parsed.len() > 1 {
-            return Err(to_pgwire(Error::syntax(
-                "cannot insert multiple commands into a prepared statement",
-            )));
+        let mut guard = self.session.lock().await;
+        let session = guard.as_mut().ok_or_else(no_session)?;
+        let prepared = prepare(&self.db, session, sql).await;
+        if prepared.is_err() {
+            // As in PostgreSQL, a statement that fails to parse fails the block.
+            session.fail();
         }
-        let Some(parsed) = parsed.pop() else {
-            return Ok(None);
-        };
-        let guard = self.session.lock().await;
-        let session = guard.as_ref().ok_or_else(no_session)?;
-        let description = session.describe(&parsed).await.map_err(to_pgwire)?;
-        Ok(Some(Prepared {
-            parsed: Some(parsed),
-            parameters: description.parameters,
-            columns: description.columns,
-        }))
+        prepared.map_err(to_pgwire)
     }
 
     fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
@@ -194,6 +184,26 @@ impl QueryParser for StatementParser {
     ) -> PgWireResult<Vec<FieldInfo>> {
         Ok(stmt.fields(format))
     }
+}
+
+/// Parses and describes a Parse message's statement.
+async fn prepare(db: &Database, session: &Session, sql: &str) -> Result<Option<Prepared>> {
+    check_size(db, sql)?;
+    let mut parsed = parse(sql)?;
+    if parsed.len() > 1 {
+        return Err(Error::syntax(
+            "cannot insert multiple commands into a prepared statement",
+        ));
+    }
+    let Some(parsed) = parsed.pop() else {
+        return Ok(None);
+    };
+    let description = session.describe(&parsed).await?;
+    Ok(Some(Prepared {
+        parsed: Some(parsed),
+        parameters: description.parameters,
+        columns: description.columns,
+    }))
 }
 
 /// Refuses statements over the configured size before parsing them.
@@ -247,6 +257,23 @@ struct Queries {
 }
 
 impl Queries {
+    /// Where the session's transaction block stands, for ReadyForQuery.
+    async fn status(&self) -> TransactionStatus {
+        match self.session.lock().await.as_ref().map(Session::block_state) {
+            Some(BlockState::Open) => TransactionStatus::Transaction,
+            Some(BlockState::Failed) => TransactionStatus::Error,
+            Some(BlockState::Idle) | None => TransactionStatus::Idle,
+        }
+    }
+
+    /// A statement failed outside `Session::execute` (its rows, or before it could run): the
+    /// session's block, if open, fails with it.
+    async fn fail(&self) {
+        if let Some(session) = self.session.lock().await.as_mut() {
+            session.fail();
+        }
+    }
+
     /// Runs one statement, turning a panic into an internal error so that the connection
     /// (and the server) go on.
     async fn run(&self, parsed: &Parsed, params: Option<&ParamValues>) -> Result<Output> {
@@ -266,6 +293,7 @@ impl Queries {
                     .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                     .unwrap_or_default();
                 tracing::error!(statement = %parsed.text, "statement panicked: {msg}");
+                session.fail();
                 Err(Error::internal(format!("internal error: {msg}")))
             }
         }
@@ -394,14 +422,13 @@ impl SimpleQueryHandler for Queries {
         if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
             return Err(PgWireError::NotReadyForQuery);
         }
-        let mut status = client.transaction_status();
         client.set_state(PgWireConnectionState::QueryInProgress);
         match check_size(&self.db, &query.query).and_then(|_| parse_message(&query.query)) {
             Err(e) => {
                 client
                     .feed(PgWireBackendMessage::ErrorResponse(error_info(e).into()))
                     .await?;
-                status = status.to_error_state();
+                self.fail().await;
             }
             // Nothing but blanks, semicolons and comments.
             Ok(statements) if statements.is_empty() => {
@@ -443,18 +470,16 @@ impl SimpleQueryHandler for Queries {
                                     client
                                         .feed(PgWireBackendMessage::ErrorResponse((*info).into()))
                                         .await?;
-                                    status = status.to_error_state();
+                                    self.fail().await;
                                     break;
                                 }
                             }
                         }
                         Ok(Response::TransactionStart(tag)) => {
                             send_execution_response(client, tag).await?;
-                            status = status.to_in_transaction_state();
                         }
                         Ok(Response::TransactionEnd(tag)) => {
                             send_execution_response(client, tag).await?;
-                            status = status.to_idle_state();
                         }
                         Ok(Response::Execution(tag)) => {
                             send_execution_response(client, tag).await?;
@@ -470,7 +495,7 @@ impl SimpleQueryHandler for Queries {
                             client
                                 .feed(PgWireBackendMessage::ErrorResponse(error_info(e).into()))
                                 .await?;
-                            status = status.to_error_state();
+                            self.fail().await;
                             break;
                         }
                     }
@@ -478,6 +503,7 @@ impl SimpleQueryHandler for Queries {
                 }
             }
         }
+        let status = self.status().await;
         client.set_state(PgWireConnectionState::ReadyForQuery);
         client.set_transaction_status(status);
         send_ready_for_query(client, status).await
@@ -522,7 +548,6 @@ impl ExtendedQueryHandler for Queries {
         if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
             return Err(PgWireError::NotReadyForQuery);
         }
-        let mut status = client.transaction_status();
         client.set_state(PgWireConnectionState::QueryInProgress);
         let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
         let max_rows = usize::try_from(message.max_rows).unwrap_or(0);
@@ -543,7 +568,17 @@ impl ExtendedQueryHandler for Queries {
         let started = !matches!(*state.lock().await, PortalExecutionState::Initial);
         let mut fetch = started;
         if !started {
-            match ExtendedQueryHandler::do_query(self, client, portal.as_ref(), max_rows).await? {
+            let response =
+                match ExtendedQueryHandler::do_query(self, client, portal.as_ref(), max_rows).await
+                {
+                    Ok(response) => response,
+                    Err(e) => {
+                        self.fail().await;
+                        client.set_transaction_status(self.status().await);
+                        return Err(e);
+                    }
+                };
+            match response {
                 Response::Query(results) => {
                     portal.start(results).await;
                     fetch = true;
@@ -558,11 +593,9 @@ impl ExtendedQueryHandler for Queries {
                 Response::Execution(tag) => send_execution_response(client, tag).await?,
                 Response::TransactionStart(tag) => {
                     send_execution_response(client, tag).await?;
-                    status = status.to_in_transaction_state();
                 }
                 Response::TransactionEnd(tag) => {
                     send_execution_response(client, tag).await?;
-                    status = status.to_idle_state();
                     client.portal_store().rm_portal(DEFAULT_NAME);
                 }
                 _ => {
@@ -602,16 +635,20 @@ impl ExtendedQueryHandler for Queries {
                 }
                 Ok((_, Sent::Failed(info))) => {
                     *state = PortalExecutionState::Finished;
+                    self.fail().await;
+                    client.set_transaction_status(self.status().await);
                     return Err(PgWireError::UserError(info));
                 }
                 Err(e) => {
                     *state = PortalExecutionState::Finished;
+                    self.fail().await;
+                    client.set_transaction_status(self.status().await);
                     return Err(e);
                 }
             }
         }
         client.set_state(PgWireConnectionState::ReadyForQuery);
-        client.set_transaction_status(status);
+        client.set_transaction_status(self.status().await);
         Ok(())
     }
 

@@ -38,6 +38,9 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::QueryCanceled => "57014",
         ErrorKind::ObjectNotInPrerequisiteState => "55000",
         ErrorKind::Unavailable => "57P03",
+        ErrorKind::InFailedTransaction => "25P02",
+        ErrorKind::SerializationFailure => "40001",
+        ErrorKind::TransactionResolutionUnknown => "08007",
         ErrorKind::DataCorruption => "XX001",
         ErrorKind::Internal => "XX000",
     }

@@ -289,6 +289,19 @@ fn register_functions(ctx: &SessionContext, settings: &HashMap<String, String>) 
     ctx.register_udf(constant("version", version_string()));
     ctx.register_udf(constant("current_schema", "public".into()));
     ctx.register_udf(constant("current_database", crate::DATABASE_NAME.into()));
+    // Weir has no advisory locks, so a session holds none to release (a pool's reset of a
+    // connection calls it). PostgreSQL returns void: an empty value.
+    ctx.register_udf(create_udf(
+        "pg_advisory_unlock_all",
+        vec![],
+        DataType::Utf8,
+        Volatility::Volatile,
+        Arc::new(|_| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
+                Some(String::new()),
+            )))
+        }),
+    ));
     let settings = settings.clone();
     ctx.register_udf(create_udf(
         "current_setting",

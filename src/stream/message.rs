@@ -109,12 +109,19 @@ pub const FEED_ROWS_MAX: usize = 4096;
 pub struct Feed {
     sender: mpsc::Sender<Message>,
     /// Held while a statement or a barrier goes in.
-    lock: Arc<tokio::sync::Mutex<FeedPosition>>,
+    lock: Arc<tokio::sync::Mutex<Sent>>,
     /// Where the feed started: the source's position before anything it sends, which is also
     /// where the actor's state ends until it commits an epoch.
     pub start: FeedPosition,
     /// A table's feed: its offset at its barriers, for `offset_at`.
     offsets: Option<Arc<std::sync::Mutex<BarrierOffsets>>>,
+}
+
+/// What has gone into a feed: its position, and the epoch of the last barrier (0 before any).
+#[derive(Debug)]
+struct Sent {
+    position: FeedPosition,
+    barrier: u64,
 }
 
 /// A table's offset at each barrier where it had moved since the one before, until its epoch
@@ -164,7 +171,10 @@ impl Feed {
     pub fn starting_at(sender: mpsc::Sender<Message>, start: FeedPosition) -> Feed {
         Feed {
             sender,
-            lock: Arc::new(tokio::sync::Mutex::new(start.clone())),
+            lock: Arc::new(tokio::sync::Mutex::new(Sent {
+                position: start.clone(),
+                barrier: 0,
+            })),
             start,
             offsets: None,
         }
@@ -229,7 +239,34 @@ impl Feed {
     ) -> Result<(), ()> {
         let rows = chunk.len() as u64;
         let mut sent = self.send_changes([chunk], watermark, rows).await?;
-        sent.splits = splits;
+        sent.position.splits = splits;
+        Ok(())
+    }
+
+    /// Sends one statement's changes into each of several feeds (with the watermark each
+    /// advanced), all in the same epoch: under every feed's lock, taken in the order given
+    /// (table-id order, so that two such sends cannot deadlock), once each has received the
+    /// same last barrier; while a barrier is only partly injected, the locks are let go and
+    /// taken again. Fails when an actor is gone (the feeds before it have their changes).
+    pub async fn send_together(
+        parts: Vec<(&Feed, StreamChunk, Option<Watermark>)>,
+    ) -> Result<(), ()> {
+        let mut held = loop {
+            let mut held = Vec::with_capacity(parts.len());
+            for (feed, _, _) in &parts {
+                held.push(feed.lock.lock().await);
+            }
+            let first = held.first().map(|s| s.barrier);
+            if held.iter().all(|s| Some(s.barrier) == first) {
+                break held;
+            }
+            drop(held);
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        };
+        for ((feed, chunk, watermark), sent) in parts.into_iter().zip(&mut held) {
+            feed.send_locked(sent, chunk.slices(FEED_ROWS_MAX), watermark, 1)
+                .await?;
+        }
         Ok(())
     }
 
@@ -240,8 +277,21 @@ impl Feed {
         chunks: impl IntoIterator<Item = StreamChunk>,
         watermark: Option<Watermark>,
         advance: u64,
-    ) -> Result<tokio::sync::MutexGuard<'_, FeedPosition>, ()> {
+    ) -> Result<tokio::sync::MutexGuard<'_, Sent>, ()> {
         let mut sent = self.lock.lock().await;
+        self.send_locked(&mut sent, chunks, watermark, advance)
+            .await?;
+        Ok(sent)
+    }
+
+    /// `send_changes` with the lock already held.
+    async fn send_locked(
+        &self,
+        sent: &mut Sent,
+        chunks: impl IntoIterator<Item = StreamChunk>,
+        watermark: Option<Watermark>,
+        advance: u64,
+    ) -> Result<(), ()> {
         for chunk in chunks {
             self.sender
                 .send(Message::Chunk(chunk))
@@ -253,10 +303,10 @@ impl Feed {
                 .send(Message::Watermark(w))
                 .await
                 .map_err(|_| ())?;
-            sent.watermark = Some(w.value);
+            sent.position.watermark = Some(w.value);
         }
-        sent.offset += advance;
-        Ok(sent)
+        sent.position.offset += advance;
+        Ok(())
     }
 
     /// Sends a watermark between statements (a restored source's, before anything else).
@@ -266,7 +316,7 @@ impl Feed {
             .send(Message::Watermark(watermark))
             .await
             .map_err(|_| ())?;
-        sent.watermark = Some(watermark.value);
+        sent.position.watermark = Some(watermark.value);
         Ok(())
     }
 
@@ -278,16 +328,19 @@ impl Feed {
         barrier: Barrier,
         record: impl FnOnce(FeedPosition),
     ) -> Result<(), ()> {
-        let sent = self.lock.lock().await;
-        record(sent.clone());
+        let mut sent = self.lock.lock().await;
+        record(sent.position.clone());
         if let Some(offsets) = &self.offsets {
             // Only where the offset moved, so that an idle table keeps nothing.
             let mut offsets = offsets.lock().unwrap_or_else(|p| p.into_inner());
             let last = offsets.barriers.back().map_or(offsets.sealed, |b| b.1);
-            if sent.offset != last {
-                offsets.barriers.push_back((barrier.epoch, sent.offset));
+            if sent.position.offset != last {
+                offsets
+                    .barriers
+                    .push_back((barrier.epoch, sent.position.offset));
             }
         }
+        sent.barrier = barrier.epoch;
         self.sender
             .send(Message::Barrier(barrier))
             .await

@@ -10,6 +10,8 @@
 //! the changes of the statements that epoch does not hold yet, which the writer keeps in
 //! memory until it does (`Unsealed`). See `docs/architecture.md` ("Tables").
 
+mod block;
+
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
@@ -28,6 +30,9 @@ use crate::state::Snapshot;
 use crate::stream::relation::{read_snapshot_part, RowChanges};
 use crate::stream::{BarrierClient, Feed, Op, RowCodec, StreamChunk, Watermark};
 use crate::types::SqlType;
+
+use self::block::{affected, Pending};
+pub use self::block::{commit, Block, Transactions};
 
 /// Where a table restored from a checkpoint stands: how many records of its log its restored
 /// state holds, and its watermark then.
@@ -51,7 +56,28 @@ pub struct TableWriter {
     /// The table's watermark so far (with `WATERMARK FOR`): the greatest time inserted, less
     /// the delay.
     watermark: Option<i64>,
+    transactions: Arc<Transactions>,
+    /// What was committed while some transaction block was open, for its COMMIT to check.
+    recent: Recent,
+    /// A transaction block's commit reached only some of its tables' logs: this one takes no
+    /// more writes until a restart applies the rest.
+    in_doubt: bool,
 }
+
+/// For each row a commit changed while a transaction block was open (by primary key; for a
+/// table without one, each row deleted), the commit's number: a block whose COMMIT finds one
+/// numbered after its start conflicts (first committer wins). Bounded by
+/// `RECENT_BYTES_MAX`: past it everything is forgotten and `horizon` set, and the blocks that
+/// began before it get 40001 at COMMIT rather than an unchecked commit.
+#[derive(Default)]
+struct Recent {
+    keys: RowMap<Arc<[u8]>, u64>,
+    bytes: usize,
+    horizon: u64,
+}
+
+/// The most bytes of keys a table remembers for open blocks' conflict checks.
+const RECENT_BYTES_MAX: usize = 16 << 20;
 
 /// A table's latest rows, to read: its rows at a sealed snapshot with the changes of the
 /// statements the snapshot does not hold.
@@ -88,10 +114,22 @@ struct Change {
     weight: i64,
 }
 
+impl Change {
+    fn bytes(&self) -> usize {
+        self.row.len() + self.key.as_ref().map_or(0, |k| k.len())
+    }
+}
+
 impl TableWriter {
     /// Deletes every file of table `id` in `dir`: its change log.
     pub fn remove(dir: &Path, id: u32) -> Result<()> {
         ChangeLog::remove(dir, id)
+    }
+
+    /// Appends to the tables' logs in `dir` the records of committed transaction blocks a
+    /// crash cut short (`changelog::redo`), for the tables `live` names; before any opens.
+    pub fn redo_commits(dir: &Path, live: impl Fn(u32) -> bool) -> Result<()> {
+        crate::blocking(|| crate::changelog::redo(dir, live))
     }
 
     /// The tables in `dir` whose logs were truncated, with the record each now starts at.
@@ -109,7 +147,7 @@ impl TableWriter {
     pub fn open(
         def: TableDef,
         dir: &Path,
-        (feed, barriers): (Feed, BarrierClient),
+        (feed, barriers, transactions): (Feed, BarrierClient, Arc<Transactions>),
         restored: Option<Restored>,
         unsealed_max: usize,
     ) -> Result<(TableWriter, Vec<StreamChunk>)> {
@@ -142,6 +180,9 @@ impl TableWriter {
             barriers,
             unsealed_max,
             watermark: None,
+            transactions,
+            recent: Recent::default(),
+            in_doubt: false,
         };
         let (base, next) = (writer.log.base(), writer.log.next_record());
         let name = writer.def.name.clone();
@@ -192,18 +233,29 @@ impl TableWriter {
         &self.schema
     }
 
-    /// The table's rows after every acknowledged statement, to read.
-    pub fn latest(&mut self) -> Result<Latest> {
+    /// The table's rows after every acknowledged statement, to read; in a transaction
+    /// block, with the block's changes to it.
+    pub fn latest(&mut self, block: Option<&Block>) -> Result<Latest> {
         // A stopped actor seals nothing more of the table: its state would not hold what the
         // writer takes as sealed.
         if self.feed.is_closed() {
             return Err(self.stopped());
         }
         let snapshot = self.seal()?;
+        let changes = match block.and_then(|b| b.pending(self.def.id)) {
+            Some(pending) if !pending.changes.is_empty() => {
+                let mut both = (*self.unsealed.changes).clone();
+                for (row, weight) in &pending.changes {
+                    add_to(&mut both, row, *weight);
+                }
+                Arc::new(both)
+            }
+            _ => self.unsealed.changes.clone(),
+        };
         Ok(Latest {
             snapshot,
             order: self.def.storage_order(),
-            changes: self.unsealed.changes.clone(),
+            changes,
         })
     }
 
@@ -225,6 +277,38 @@ impl TableWriter {
         deleted: Option<RecordBatch>,
         inserted: Option<RecordBatch>,
     ) -> Result<usize> {
+        let Some(chunk) = self.chunk_of(deleted, inserted)? else {
+            return Ok(0);
+        };
+        let snapshot = self.ready().await?;
+        self.check_keys(&chunk, &snapshot, None)?;
+        let record = self.log.next_record();
+        self.log.append(&chunk)?;
+        // Durable but not yet sent nor acknowledged: a crash here leaves a statement in doubt.
+        crate::failpoint::hit("table.after_append");
+        let affected = affected(&chunk);
+        let (sequence, oldest) = self.transactions.commit();
+        let watermark = self.apply(record, sequence, oldest, &chunk)?;
+        // Logged, the statement is durable and acknowledged even if its actor has just
+        // stopped: a restart replays it. Reporting a failure would make a retry write it twice.
+        if self.feed.send_statement(chunk, watermark).await.is_err() {
+            tracing::error!(
+                table = %self.def.name,
+                "a logged statement could not reach the table's actor, which has stopped; \
+                 views see it after a restart"
+            );
+        }
+        self.barriers.wrote();
+        Ok(affected)
+    }
+
+    /// One statement's changes as a chunk (deletes first), its inserted rows checked against
+    /// the columns' constraints; `None` when it changes nothing.
+    fn chunk_of(
+        &self,
+        deleted: Option<RecordBatch>,
+        inserted: Option<RecordBatch>,
+    ) -> Result<Option<StreamChunk>> {
         let mut parts = Vec::new();
         let mut ops = Vec::new();
         if let Some(d) = deleted.filter(|b| b.num_rows() > 0) {
@@ -237,13 +321,30 @@ impl TableWriter {
             parts.push(i);
         }
         if ops.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
         let data = concat_batches(&self.schema, &parts)?;
-        let chunk = StreamChunk::new(ops, data);
-        // Refused before anything is logged: a failure reported means nothing happened.
+        Ok(Some(StreamChunk::new(ops, data)))
+    }
+
+    /// Makes the writer ready to take changes: refused (before anything is logged, as a
+    /// failure reported means nothing happened) when the table's actor has stopped, and
+    /// first through a barrier when the unsealed changes have grown too large. Returns the
+    /// last sealed snapshot.
+    async fn ready(&mut self) -> Result<Arc<Snapshot>> {
         if self.feed.is_closed() {
             return Err(self.stopped());
+        }
+        if self.in_doubt {
+            return Err(Error::new(
+                ErrorKind::TransactionResolutionUnknown,
+                format!(
+                    "table \"{}\" cannot take writes: a transaction block committed to it is \
+                     not yet in its change log",
+                    self.def.name
+                ),
+            )
+            .with_hint("Restart the server: it applies the block at start."));
         }
         let mut snapshot = self.seal()?;
         if self.unsealed.bytes > self.unsealed_max {
@@ -251,30 +352,67 @@ impl TableWriter {
             self.barriers.flush().await?;
             snapshot = self.seal()?;
         }
-        self.check_keys(&chunk, &snapshot)?;
-        let record = self.log.next_record();
-        self.log.append(&chunk)?;
-        // Durable but not yet sent nor acknowledged: a crash here leaves a statement in doubt.
-        crate::failpoint::hit("table.after_append");
-        self.unsealed.add(record, &chunk)?;
-        let affected = chunk
-            .ops
-            .iter()
-            .filter(|o| **o == Op::Insert)
-            .count()
-            .max(chunk.ops.iter().filter(|o| **o == Op::Delete).count());
-        let watermark = self.advance_watermark(&chunk);
-        // Logged, the statement is durable and acknowledged even if its actor has just
-        // stopped: a restart replays it. Reporting a failure would make a retry write it twice.
-        if self.feed.send_statement(chunk, watermark).await.is_err() {
-            tracing::error!(
-                table = %self.def.name,
-                "a logged statement could not reach the table's actor, which has stopped; \
-                 views see it after a restart"
-            );
+        Ok(snapshot)
+    }
+
+    /// Takes in a logged statement (record `record`, commit `sequence`; `oldest`, the start of
+    /// the oldest open block) as unsealed changes and in the conflicts open blocks check;
+    /// returns the watermark it advanced, to send with it.
+    fn apply(
+        &mut self,
+        record: u64,
+        sequence: u64,
+        oldest: Option<u64>,
+        chunk: &StreamChunk,
+    ) -> Result<Option<Watermark>> {
+        self.unsealed.add(record, chunk)?;
+        self.remember(sequence, oldest, chunk)?;
+        Ok(self.advance_watermark(chunk))
+    }
+
+    /// Remembers the rows commit `sequence` changed, while a block that began before it is
+    /// open.
+    fn remember(&mut self, sequence: u64, oldest: Option<u64>, chunk: &StreamChunk) -> Result<()> {
+        let recent = &mut self.recent;
+        let Some(oldest) = oldest else {
+            if !recent.keys.is_empty() {
+                *recent = Recent {
+                    horizon: recent.horizon,
+                    ..Recent::default()
+                };
+            }
+            return Ok(());
+        };
+        if recent.bytes > RECENT_BYTES_MAX / 2 {
+            recent.keys.retain(|_, s| *s > oldest);
+            recent.bytes = recent.keys.keys().map(|k| k.len()).sum();
         }
-        self.barriers.wrote();
-        Ok(affected)
+        let keys: Vec<Vec<u8>> = match self.unsealed.keys_of(chunk.data.columns())? {
+            Some(keys) => keys,
+            None => self
+                .unsealed
+                .rows
+                .encode(chunk.data.columns())?
+                .into_iter()
+                .zip(&chunk.ops)
+                .filter(|(_, op)| **op == Op::Delete)
+                .map(|(row, _)| row)
+                .collect(),
+        };
+        for key in keys {
+            if recent.bytes + key.len() > RECENT_BYTES_MAX {
+                // Too much to remember: the blocks open now cannot be checked key by key.
+                recent.keys.clear();
+                recent.bytes = 0;
+                recent.horizon = sequence;
+                return Ok(());
+            }
+            let len = key.len();
+            if recent.keys.insert(Arc::from(key), sequence).is_none() {
+                recent.bytes += len;
+            }
+        }
+        Ok(())
     }
 
     /// Why a write is refused once the table's actor has stopped: a full disk or descriptor
@@ -353,23 +491,33 @@ impl TableWriter {
 }
 
 impl TableWriter {
-    /// Refuses a change that would give two rows the same primary key.
-    fn check_keys(&self, chunk: &StreamChunk, snapshot: &Snapshot) -> Result<()> {
+    /// Refuses a change that would give two rows the same primary key: against the latest
+    /// rows, and in a block with its earlier changes (`pending`).
+    fn check_keys(
+        &self,
+        chunk: &StreamChunk,
+        snapshot: &Snapshot,
+        pending: Option<&Pending>,
+    ) -> Result<()> {
         let Some(keys) = self.unsealed.keys_of(chunk.data.columns())? else {
             return Ok(());
         };
-        // Whether the table holds a key the statement inserts: its unsealed changes tell where
-        // they touched it, the snapshot tells otherwise.
+        // How the unsealed changes and the block's moved a key: +1 added, -1 removed, 0
+        // untouched (or both), when only the snapshot tells whether the table holds it.
+        let moved = |key: &[u8]| {
+            self.unsealed.keys.get(key).copied().unwrap_or(0)
+                + pending.map_or(0, |p| p.keys.get(key).copied().unwrap_or(0))
+        };
         let unsettled: Vec<&[u8]> = keys
             .iter()
             .zip(&chunk.ops)
-            .filter(|(k, op)| **op == Op::Insert && !self.unsealed.keys.contains_key(k.as_slice()))
+            .filter(|(k, op)| **op == Op::Insert && moved(k) == 0)
             .map(|(k, _)| k.as_slice())
             .collect();
         let held = crate::blocking(|| self.held_keys(snapshot, &unsettled))?;
-        let holds = |key: &[u8]| match self.unsealed.keys.get(key) {
-            Some(change) => *change > 0,
-            None => held.contains(key),
+        let holds = |key: &[u8]| match moved(key) {
+            0 => held.contains(key),
+            change => change > 0,
         };
         let mut removed: HashMap<&[u8], ()> = HashMap::new();
         let mut added: HashMap<&[u8], usize> = HashMap::new();
@@ -447,22 +595,31 @@ impl Unsealed {
         }
     }
 
-    /// Keeps the changes of the statement logged as `record`.
-    fn add(&mut self, record: u64, chunk: &StreamChunk) -> Result<()> {
+    /// A statement's changes, row by row, encoded as the table stores them.
+    fn encode(&self, chunk: &StreamChunk) -> Result<Vec<Change>> {
         let rows = self.rows.encode(chunk.data.columns())?;
         let mut keys = self.keys_of(chunk.data.columns())?.map(Vec::into_iter);
+        Ok(rows
+            .into_iter()
+            .zip(&chunk.ops)
+            .map(|(row, op)| Change {
+                row: Arc::from(row),
+                key: keys.as_mut().and_then(Iterator::next).map(Arc::from),
+                weight: op.weight(),
+            })
+            .collect())
+    }
+
+    /// Keeps the changes of the statement logged as `record`.
+    fn add(&mut self, record: u64, chunk: &StreamChunk) -> Result<()> {
+        let changes = self.encode(chunk)?;
         let summed = Arc::make_mut(&mut self.changes);
-        let mut changes = Vec::with_capacity(rows.len());
-        for (row, op) in rows.into_iter().zip(&chunk.ops) {
-            let weight = op.weight();
-            let key: Option<Arc<[u8]>> = keys.as_mut().and_then(Iterator::next).map(Arc::from);
-            let row: Arc<[u8]> = Arc::from(row);
-            add_to(summed, &row, weight);
-            if let Some(k) = &key {
-                add_to(&mut self.keys, k, weight);
+        for c in &changes {
+            add_to(summed, &c.row, c.weight);
+            if let Some(k) = &c.key {
+                add_to(&mut self.keys, k, c.weight);
             }
-            self.bytes += row.len() + key.as_ref().map_or(0, |k| k.len());
-            changes.push(Change { row, key, weight });
+            self.bytes += c.bytes();
         }
         self.records.push_back((record, changes));
         Ok(())
@@ -479,7 +636,7 @@ impl Unsealed {
                 break;
             };
             for c in changes {
-                self.bytes -= c.row.len() + c.key.as_ref().map_or(0, |k| k.len());
+                self.bytes -= c.bytes();
                 add_to(summed, &c.row, -c.weight);
                 if let Some(k) = &c.key {
                     add_to(&mut self.keys, k, -c.weight);

@@ -75,7 +75,71 @@ def main(dsn):
             cur.execute("SELECT version()")
             assert cur.fetchone()[0].startswith("PostgreSQL 15.18 (Weir ")
             checks += 1
+
+    checks += transactions(dsn)
     print(f"psycopg: {checks} passed, 0 failed")
+
+
+def transactions(dsn):
+    """Transaction blocks as psycopg opens them (implicitly, before the first statement), on
+    two connections as a pool hands them out: a block's writes are its own until commit,
+    rollback undoes them, an error fails the block until rollback, and a committed write is
+    read at once on the other connection."""
+    checks = 0
+    with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:
+        a.execute("CREATE TABLE py_tx (id int PRIMARY KEY, v int)")
+        a.commit()
+        a.execute("INSERT INTO py_tx VALUES (1, 1)")
+        assert a.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert a.execute("SELECT count(*) FROM py_tx").fetchone() == (1,)
+        assert b.execute("SELECT count(*) FROM py_tx").fetchone() == (0,)
+        b.commit()
+        a.rollback()
+        assert a.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert b.execute("SELECT count(*) FROM py_tx").fetchone() == (0,)
+        b.commit()
+        checks += 1
+
+        # Committed on one connection, read on the other at once (no FLUSH).
+        a.execute("INSERT INTO py_tx VALUES (2, 20)")
+        a.execute("UPDATE py_tx SET v = v + 1 WHERE id = 2")
+        a.commit()
+        assert b.execute("SELECT v FROM py_tx WHERE id = 2").fetchone() == (21,)
+        b.commit()
+        checks += 1
+
+        # An error fails the block: every statement is refused until rollback, which
+        # leaves nothing of it.
+        a.execute("INSERT INTO py_tx VALUES (3, 30)")
+        try:
+            a.execute("INSERT INTO py_tx VALUES (2, 0)")
+            raise AssertionError("duplicate key accepted")
+        except psycopg.errors.UniqueViolation:
+            pass
+        assert a.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        try:
+            a.execute("SELECT 1")
+            raise AssertionError("a statement ran in a failed block")
+        except psycopg.errors.InFailedSqlTransaction:
+            pass
+        a.rollback()
+        assert a.execute("SELECT count(*) FROM py_tx").fetchone() == (1,)
+        a.commit()
+        checks += 1
+
+        # First committer wins: the second block to change a row cannot commit.
+        a.execute("UPDATE py_tx SET v = 100 WHERE id = 2")
+        b.execute("UPDATE py_tx SET v = 200 WHERE id = 2")
+        b.commit()
+        try:
+            a.commit()
+            raise AssertionError("a lost update was committed")
+        except psycopg.errors.SerializationFailure:
+            pass
+        assert a.execute("SELECT v FROM py_tx WHERE id = 2").fetchone() == (200,)
+        a.commit()
+        checks += 1
+    return checks
 
 
 if __name__ == "__main__":

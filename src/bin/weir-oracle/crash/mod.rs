@@ -1,7 +1,8 @@
 //! `weir-oracle crash`: exactly-once results across crashes (`docs/design/0004-recovery.md`).
 //!
 //! Runs the `weir` binary as a child process with checkpoints every few hundred milliseconds,
-//! two writers changing two tables, and views over them; kills the server again and again,
+//! two writers changing two tables, a third sending transaction blocks over both (`blocks`:
+//! committed, rolled back, cut off by the kill), and views over them; kills the server again and again,
 //! alternately with `SIGKILL` at a random moment and by arming one failpoint
 //! (`WEIR_FAILPOINTS`, debug builds) of the checkpoint, table and recovery paths, so that the
 //! process aborts exactly there, or one I/O error of the change log (a full disk, a failed
@@ -22,12 +23,16 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 use weir::rng::Rng;
 
+mod blocks;
 mod model;
 mod server;
+mod verify;
 
-use self::model::{Change, Model, Statement};
+use self::blocks::{transact_until_failure, Blocks, InDoubt};
+use self::model::{Model, Statement};
 use self::server::{print_log_tail, Death, Launcher, Server};
-use crate::replay::{connect, describe, difference, exec, float_columns, rows};
+use self::verify::{check, resolve};
+use crate::replay::{connect, describe, exec, rows};
 
 /// The failpoints armed in turn, every other kill.
 const FAILPOINTS: &[&str] = &[
@@ -38,6 +43,9 @@ const FAILPOINTS: &[&str] = &[
     "checkpoint.during_expiry",
     "table.after_append",
     "table.log_truncated",
+    // A block over both tables: after its commit point, and between its two tables' appends.
+    "table.after_commit_point",
+    "table.commit_appended",
     "recovery.during_download",
     "recovery.before_swap",
     "recovery.between_renames",
@@ -170,6 +178,10 @@ struct Tally {
     acknowledged: u64,
     in_doubt_applied: u64,
     in_doubt_not_applied: u64,
+    blocks_committed: u64,
+    blocks_rolled_back: u64,
+    blocks_in_doubt_applied: u64,
+    blocks_in_doubt_not_applied: u64,
     checks: u64,
 }
 
@@ -218,7 +230,8 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
         .collect();
     println!(
         "crash: {} kills in {:.0} s ({} at random, at failpoints: {}; {} armed but not reached), \
-         {} statements acknowledged, in doubt: {} applied, {} not; {} checks of every view and \
+         {} statements acknowledged, in doubt: {} applied, {} not; transaction blocks: {} \
+         committed, {} rolled back, in doubt: {} applied, {} not; {} checks of every view and \
          table against PostgreSQL; I/O errors injected in {} rounds ({}), {} statements refused \
          for them",
         tally.kills_random + tally.fired.values().sum::<u64>(),
@@ -233,6 +246,10 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
         tally.acknowledged,
         tally.in_doubt_applied,
         tally.in_doubt_not_applied,
+        tally.blocks_committed,
+        tally.blocks_rolled_back,
+        tally.blocks_in_doubt_applied,
+        tally.blocks_in_doubt_not_applied,
         tally.checks,
         tally.injected.values().sum::<u64>(),
         injected.join(", "),
@@ -303,6 +320,9 @@ impl Armed {
 /// What a run carries from round to round.
 struct Run {
     models: Vec<Model>,
+    /// The block writer, between rounds.
+    blocks: Option<Blocks>,
+    blocks_in_doubt: Vec<InDoubt>,
     /// The views compared with PostgreSQL after every restart.
     views: Vec<String>,
     /// Views created by a round, dropped by a later one.
@@ -346,6 +366,8 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
             Model::new("t1", args.seed.wrapping_mul(31) + 1),
             Model::new("t2", args.seed.wrapping_mul(31) + 2),
         ],
+        blocks: Some(Blocks::new(args.seed.wrapping_mul(31) + 3)),
+        blocks_in_doubt: Vec::new(),
         views: VIEWS.iter().map(|(n, _)| n.to_string()).collect(),
         later: Vec::new(),
         in_doubt: Vec::new(),
@@ -365,7 +387,7 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         .await?
         .ok_or("the server aborted at a start with no failpoint armed")?;
     let weir = server.connect().await?;
-    resolve(&weir, &pg, &mut run.models, &mut run.in_doubt, tally).await?;
+    resolve(&weir, &pg, &mut run, tally).await?;
     check(&weir, &pg, &run.views, tally).await?;
     drop(weir);
     server.stop().await?;
@@ -471,7 +493,7 @@ async fn ready(
             create_view(weir, pg, name, query).await?;
         }
     }
-    resolve(weir, pg, &mut run.models, &mut run.in_doubt, tally).await?;
+    resolve(weir, pg, run, tally).await?;
     check(weir, pg, &run.views, tally).await?;
     // DDL only where the server cannot die during it, so that it is never in doubt.
     if armed.after_start().is_none() && armed.io_fault.is_none() && run.round % 4 == 2 {
@@ -509,6 +531,12 @@ async fn write_until_death(
         let weir = format!("host=127.0.0.1 port={} user=crash dbname=weir", server.port);
         writers.push(tokio::spawn(write_until_failure(weir, pg, model)));
     }
+    let blocks = run.blocks.take().ok_or("the block writer is missing")?;
+    let transactor = {
+        let pg = connect(pg_conn).await?;
+        let weir = format!("host=127.0.0.1 port={} user=crash dbname=weir", server.port);
+        tokio::spawn(transact_until_failure(weir, pg, blocks, foreign_ids))
+    };
     let wait = match armed.after_start() {
         Some(_) => Duration::from_secs(10),
         None => Duration::from_millis(rng.below(2500)),
@@ -533,6 +561,13 @@ async fn write_until_death(
         tally.refused += outcome.refused;
         run.in_doubt.extend(outcome.in_doubt);
     }
+    let (blocks, outcome) = transactor.await.map_err(|e| format!("block writer: {e}"))?;
+    run.blocks = Some(blocks);
+    let outcome = outcome?;
+    tally.blocks_committed += outcome.committed;
+    tally.blocks_rolled_back += outcome.rolled_back;
+    tally.refused += outcome.refused;
+    run.blocks_in_doubt.extend(outcome.in_doubt);
     run.models.sort_by_key(|m| m.table);
     Ok(())
 }
@@ -646,6 +681,20 @@ async fn write_until_failure(
             }
             // An injected I/O error: refused, so not applied anywhere.
             Ok(Err(e)) if e.code().is_some_and(|c| io_refusal(c.code())) => refused += 1,
+            // A transaction block's commit met the injected error between its tables' logs:
+            // they refuse writes (not applied) until the restart applies it. Wait for the kill.
+            Ok(Err(e)) if e.code().is_some_and(|c| c.code() == "08007") => {
+                refused += 1;
+                while weir.simple_query("SELECT 1").await.is_ok() {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                let outcome = Outcome {
+                    acknowledged,
+                    refused,
+                    in_doubt: None,
+                };
+                return (model, Ok(outcome));
+            }
             // Refused by the server: the writer never sends what should be refused.
             Ok(Err(e)) if e.as_db_error().is_some() => {
                 let e = format!("weir refused {}: {}", statement.sql, describe(e));
@@ -662,125 +711,4 @@ async fn write_until_failure(
             }
         }
     }
-}
-
-/// Decides each in-doubt statement from what Weir's table holds after the restart: applied
-/// whole (PostgreSQL and the model apply it too) or not at all.
-async fn resolve(
-    weir: &Client,
-    pg: &Client,
-    models: &mut [Model],
-    in_doubt: &mut Vec<Statement>,
-    tally: &mut Tally,
-) -> Result<(), String> {
-    exec(weir, "FLUSH").await?;
-    // One at a time, so that those not yet decided stay in doubt if the server dies now.
-    while let Some(statement) = in_doubt.first().cloned() {
-        let Some(model) = models.iter_mut().find(|m| m.table == statement.table) else {
-            return Err(format!("no writer for table {}", statement.table));
-        };
-        let column = if statement.table == "t1" { "v" } else { "w" };
-        let ids: Vec<i64> = match &statement.change {
-            Change::Insert(rows) => rows.iter().map(|r| r.id).collect(),
-            Change::Delete(ids) => ids.clone(),
-            Change::Update { id, .. } => vec![*id],
-        };
-        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
-        let query = format!(
-            "SELECT id, {column} FROM {} WHERE id IN ({})",
-            statement.table,
-            list.join(", ")
-        );
-        let found: BTreeMap<i64, Option<i64>> = rows(weir, &query)
-            .await
-            .map_err(|e| format!("weir: {query}: {e}"))?
-            .into_iter()
-            .map(|r| {
-                let num = |i: usize| r.get(i).cloned().flatten().and_then(|t| t.parse().ok());
-                (num(0).unwrap_or(-1), num(1))
-            })
-            .collect();
-        let applied = match &statement.change {
-            Change::Insert(rows) if found.is_empty() => {
-                let _ = rows;
-                false
-            }
-            Change::Insert(rows)
-                if rows.len() == found.len()
-                    && rows
-                        .iter()
-                        .all(|r| found.get(&r.id) == Some(&Some(r.value))) =>
-            {
-                true
-            }
-            Change::Delete(ids) if found.len() == ids.len() => false,
-            Change::Delete(_) if found.is_empty() => true,
-            Change::Update { id, to } if found.get(id) == Some(&Some(*to)) => true,
-            Change::Update { id, .. } if found.get(id) == Some(&model.rows.get(id).copied()) => {
-                false
-            }
-            _ => {
-                return Err(format!(
-                    "statement in doubt applied in part or wrongly: {}; weir holds {found:?}",
-                    statement.sql
-                ))
-            }
-        };
-        if applied {
-            exec(pg, &statement.sql)
-                .await
-                .map_err(|e| format!("postgres: {}: {e}", statement.sql))?;
-            model.apply(&statement.change);
-            tally.in_doubt_applied += 1;
-        } else {
-            tally.in_doubt_not_applied += 1;
-        }
-        in_doubt.remove(0);
-    }
-    Ok(())
-}
-
-/// Compares every view and both tables with PostgreSQL.
-async fn check(
-    weir: &Client,
-    pg: &Client,
-    views: &[String],
-    tally: &mut Tally,
-) -> Result<(), String> {
-    exec(weir, "FLUSH").await?;
-    for name in views.iter().map(String::as_str).chain(["t1", "t2"]) {
-        let query = format!("SELECT * FROM {name}");
-        let actual = rows(weir, &query)
-            .await
-            .map_err(|e| format!("weir: {query}: {e}"))?;
-        let expected = rows(pg, &query)
-            .await
-            .map_err(|e| format!("postgres: {query}: {e}"))?;
-        let floats = float_columns(pg, &query).await?;
-        let (extra, missing) = difference(&actual, &expected, &floats);
-        if !extra.is_empty() || !missing.is_empty() {
-            let show = |rows: Vec<&crate::replay::Row>| -> String {
-                let n = rows.len();
-                let mut shown: Vec<String> = rows
-                    .into_iter()
-                    .take(10)
-                    .map(|r| format!("{r:?}"))
-                    .collect();
-                if n > 10 {
-                    shown.push(format!("... {} more", n - 10));
-                }
-                shown.join("\n    ")
-            };
-            return Err(format!(
-                "{name} differs from PostgreSQL after a restart: {} rows only in weir, {} only \
-                 in PostgreSQL\n  only in weir:\n    {}\n  only in PostgreSQL:\n    {}",
-                extra.len(),
-                missing.len(),
-                show(extra),
-                show(missing),
-            ));
-        }
-        tally.checks += 1;
-    }
-    Ok(())
 }

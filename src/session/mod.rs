@@ -1,65 +1,31 @@
 //! A client session: its settings, and the dispatch of each parsed statement to the database.
 //!
-//! Transactions: BEGIN, COMMIT and ROLLBACK are accepted so that drivers which wrap every
-//! statement in a transaction work unchanged, but every statement takes effect when it runs
-//! (autocommit); ROLLBACK undoes nothing. See `docs/sql.md`.
+//! Transaction blocks: between BEGIN and COMMIT, INSERT, UPDATE and DELETE are kept in the
+//! session's block (`table::Block`), which its statements read, and reach the tables only at
+//! COMMIT; ROLLBACK, a failed COMMIT or a disconnect drop them. After an error the block is
+//! failed: every statement but COMMIT and ROLLBACK (which both end it) gets 25P02. DDL, FLUSH
+//! and CHECKPOINT take effect when they run, in a block too. See `docs/sql.md` and
+//! `docs/design/0010-transactions.md`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::{self, Statement as Ast};
 
 use crate::catalog::Kind;
-use crate::db::{text_rows, Database, Output, RowStream};
+use crate::db::{Database, Output, RowStream};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::{relation_name, Parsed, Statement};
+use crate::table::Block;
 
-/// Settings every session starts with, as PostgreSQL 15 reports them (names lower-case).
-fn default_settings() -> HashMap<String, String> {
-    let pairs = [
-        ("application_name", ""),
-        ("client_encoding", "UTF8"),
-        ("datestyle", "ISO, MDY"),
-        ("default_transaction_isolation", "read committed"),
-        ("default_transaction_read_only", "off"),
-        ("extra_float_digits", "1"),
-        ("in_hot_standby", "off"),
-        ("integer_datetimes", "on"),
-        ("intervalstyle", "postgres"),
-        ("read_after_write", "on"),
-        ("is_superuser", "on"),
-        ("lc_messages", "C"),
-        ("max_identifier_length", "63"),
-        ("search_path", "\"$user\", public"),
-        ("server_encoding", "UTF8"),
-        ("server_version", crate::PG_VERSION),
-        ("server_version_num", crate::PG_VERSION_NUM),
-        ("standard_conforming_strings", "on"),
-        ("statement_timeout", "0"),
-        ("timezone", "UTC"),
-        ("transaction_isolation", "read committed"),
-        ("transaction_read_only", "off"),
-    ];
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
+mod settings;
 
-/// Settings whose only supported value is fixed: Weir computes and prints in UTC, ISO date
-/// style and UTF-8.
-fn fixed_setting(name: &str) -> Option<&'static [&'static str]> {
-    match name {
-        "timezone" => Some(&["utc", "etc/utc", "gmt", "z", "zulu", "+00:00", "0", "00:00"]),
-        "client_encoding" => Some(&["utf8", "utf-8", "unicode"]),
-        "datestyle" => Some(&["iso, mdy", "iso", "iso,mdy", "iso, ymd", "iso,ymd"]),
-        _ => None,
-    }
-}
+pub use self::settings::parse_timeout;
+use self::settings::{default_settings, on_off};
 
 /// What a statement will take and return, for the extended protocol's Describe.
 pub struct Description {
@@ -103,7 +69,27 @@ impl Interrupts {
 pub struct Session {
     db: Arc<Database>,
     pub settings: HashMap<String, String>,
+    /// The settings the session started with, which RESET restores.
+    initial: HashMap<String, String>,
     interrupts: Interrupts,
+    transaction: Transaction,
+}
+
+/// Where a session stands with respect to a transaction block.
+enum Transaction {
+    /// Outside a block: each statement commits on its own.
+    Idle,
+    Open(Block),
+    /// A statement of the block failed: its writes are dropped, and it waits for its end.
+    Failed,
+}
+
+/// What ReadyForQuery reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    Idle,
+    Open,
+    Failed,
 }
 
 impl Session {
@@ -126,12 +112,98 @@ impl Session {
         }
         Session {
             db,
+            initial: settings.clone(),
             settings,
             interrupts,
+            transaction: Transaction::Idle,
         }
     }
 
+    /// Where the session stands in a transaction block.
+    pub fn block_state(&self) -> BlockState {
+        match self.transaction {
+            Transaction::Idle => BlockState::Idle,
+            Transaction::Open(_) => BlockState::Open,
+            Transaction::Failed => BlockState::Failed,
+        }
+    }
+
+    fn open_block(&self) -> Option<&Block> {
+        match &self.transaction {
+            Transaction::Open(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// A statement of the session's open block failed (also where the failure came after
+    /// `execute` returned: a query's rows, a statement that did not parse).
+    pub fn fail(&mut self) {
+        if let Transaction::Open(_) = self.transaction {
+            self.transaction = Transaction::Failed;
+        }
+    }
+
+    /// Runs one statement: BEGIN, COMMIT and ROLLBACK on the session's block, anything else
+    /// in it (refused with 25P02 once it has failed, and failing it when it fails).
     pub async fn execute(
+        &mut self,
+        parsed: &Parsed,
+        params: Option<&ParamValues>,
+    ) -> Result<Output> {
+        if let Statement::Sql(stmt) = &parsed.statement {
+            match stmt.as_ref() {
+                Ast::StartTransaction { .. } => {
+                    // In a block already, PostgreSQL warns and goes on with it.
+                    if let Transaction::Idle = self.transaction {
+                        self.transaction = Transaction::Open(self.db.begin());
+                    }
+                    return Ok(Output::TransactionStart);
+                }
+                Ast::Commit { .. } => return self.commit().await,
+                Ast::Rollback {
+                    savepoint: None, ..
+                } => {
+                    self.transaction = Transaction::Idle;
+                    return Ok(Output::TransactionEnd {
+                        tag: "ROLLBACK".into(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        if let Transaction::Failed = self.transaction {
+            return Err(Error::new(
+                ErrorKind::InFailedTransaction,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let output = self.execute_statement(parsed, params).await;
+        if output.is_err() {
+            self.fail();
+        }
+        output
+    }
+
+    /// Ends the session's block: its writes are applied, atomically, or (for a failed block,
+    /// which answers ROLLBACK as PostgreSQL does, or when the commit fails) dropped.
+    async fn commit(&mut self) -> Result<Output> {
+        match std::mem::replace(&mut self.transaction, Transaction::Idle) {
+            Transaction::Idle => Ok(Output::TransactionEnd {
+                tag: "COMMIT".into(),
+            }),
+            Transaction::Failed => Ok(Output::TransactionEnd {
+                tag: "ROLLBACK".into(),
+            }),
+            Transaction::Open(block) => {
+                self.db.commit(block).await?;
+                Ok(Output::TransactionEnd {
+                    tag: "COMMIT".into(),
+                })
+            }
+        }
+    }
+
+    async fn execute_statement(
         &mut self,
         parsed: &Parsed,
         params: Option<&ParamValues>,
@@ -228,6 +300,10 @@ impl Session {
 
     async fn execute_sql(&mut self, stmt: &Ast, params: Option<&ParamValues>) -> Result<Output> {
         let db = self.db.clone();
+        let mut block = match &mut self.transaction {
+            Transaction::Open(b) => Some(b),
+            _ => None,
+        };
         match stmt {
             Ast::Drop {
                 object_type,
@@ -268,7 +344,8 @@ impl Session {
                         "INSERT ... ON CONFLICT and RETURNING are not supported",
                     ));
                 }
-                db.dml(&table, stmt, params, &self.settings).await
+                db.dml(&table, stmt, params, &self.settings, block.take())
+                    .await
             }
             Ast::Update(u) => {
                 if u.returning.is_some() || u.from.is_some() {
@@ -277,7 +354,8 @@ impl Session {
                     ));
                 }
                 let table = target_table(&u.table.relation)?;
-                db.dml(&table, stmt, params, &self.settings).await
+                db.dml(&table, stmt, params, &self.settings, block.take())
+                    .await
             }
             Ast::Delete(d) => {
                 if d.returning.is_some() || d.using.is_some() {
@@ -294,150 +372,39 @@ impl Session {
                     ));
                 };
                 let table = target_table(&t.relation)?;
-                db.dml(&table, stmt, params, &self.settings).await
+                db.dml(&table, stmt, params, &self.settings, block.take())
+                    .await
             }
-            Ast::Query(_) => self.bounded(db.query(stmt, params, &self.settings)).await,
+            Ast::Query(_) => {
+                let block = self.open_block();
+                self.bounded(db.query(stmt, params, &self.settings, block))
+                    .await
+            }
             Ast::Explain { statement, .. } => match statement.as_ref() {
                 Ast::CreateView(cv) if cv.materialized => db.explain_view(cv, &self.settings).await,
-                _ => self.bounded(db.query(stmt, params, &self.settings)).await,
+                _ => {
+                    let block = self.open_block();
+                    self.bounded(db.query(stmt, params, &self.settings, block))
+                        .await
+                }
             },
-            Ast::StartTransaction { .. } => Ok(Output::TransactionStart),
-            Ast::Commit { .. } => Ok(Output::TransactionEnd {
-                tag: "COMMIT".into(),
-            }),
-            Ast::Rollback { .. } => Ok(Output::TransactionEnd {
-                tag: "ROLLBACK".into(),
-            }),
+            Ast::Rollback { .. } => Err(Error::not_supported("savepoints are not supported")),
             Ast::Set(set) => self.set(set),
             Ast::ShowVariable { variable } => self.show(variable),
             Ast::Discard { .. } => Ok(Output::command("DISCARD ALL")),
+            Ast::Reset(reset) => Ok(self.reset(&reset.reset)),
+            // Weir has no SQL cursors and no LISTEN: what a pool sends to clean a connection
+            // it takes back (asyncpg's reset) has nothing to do.
+            Ast::Close {
+                cursor: ast::CloseCursor::All,
+            } => Ok(Output::command("CLOSE CURSOR ALL")),
+            Ast::UNLISTEN { .. } => Ok(Output::command("UNLISTEN")),
             Ast::Deallocate { .. } => Ok(Output::command("DEALLOCATE")),
             other => Err(Error::not_supported(format!(
                 "statement is not supported: {}",
                 first_words(&other.to_string())
             ))),
         }
-    }
-
-    fn set(&mut self, set: &ast::Set) -> Result<Output> {
-        match set {
-            ast::Set::SingleAssignment {
-                variable, values, ..
-            } => {
-                let name = variable.to_string().to_lowercase();
-                let value = values
-                    .iter()
-                    .map(setting_value)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                self.assign(&name, value)?;
-            }
-            ast::Set::SetTimeZone { value, .. } => self.assign("timezone", setting_value(value))?,
-            ast::Set::SetTransaction { .. } => {}
-            ast::Set::SetNames { charset_name, .. } => {
-                self.assign("client_encoding", charset_name.value.clone())?
-            }
-            other => return Err(Error::not_supported(format!("{other} is not supported"))),
-        }
-        Ok(Output::command("SET"))
-    }
-
-    fn assign(&mut self, name: &str, value: String) -> Result<()> {
-        let value = if value.eq_ignore_ascii_case("default") {
-            if name == "streaming_parallelism" {
-                let n = self.db.config.streaming_parallelism.max(1);
-                self.settings.insert(name.to_string(), n.to_string());
-                return Ok(());
-            }
-            if name == "read_after_write" {
-                let on = on_off(self.db.config.read_after_write);
-                self.settings.insert(name.to_string(), on.to_string());
-                return Ok(());
-            }
-            match default_settings().get(name) {
-                Some(v) => v.clone(),
-                None => return Ok(()),
-            }
-        } else {
-            value
-        };
-        if let Some(allowed) = fixed_setting(name) {
-            if !allowed.contains(&value.to_lowercase().as_str()) {
-                return Err(Error::new(
-                    ErrorKind::InvalidParameter,
-                    format!("invalid value for parameter \"{name}\": \"{value}\""),
-                )
-                .with_hint(format!(
-                    "Weir supports only {} for {name}.",
-                    default_settings().get(name).cloned().unwrap_or_default()
-                )));
-            }
-            return Ok(());
-        }
-        if name == "streaming_parallelism" {
-            crate::db::parse_parallelism(&value)?;
-        }
-        if name == "statement_timeout" {
-            parse_timeout(&value)?;
-        }
-        if name == "read_after_write" {
-            let on = parse_bool(name, &value)?;
-            self.settings
-                .insert(name.to_string(), on_off(on).to_string());
-            return Ok(());
-        }
-        // Unknown settings are kept (and shown back) like PostgreSQL's custom settings;
-        // read-only ones are refused.
-        if matches!(
-            name,
-            "server_version"
-                | "server_version_num"
-                | "server_encoding"
-                | "integer_datetimes"
-                | "max_identifier_length"
-                | "is_superuser"
-                | "in_hot_standby"
-        ) {
-            return Err(Error::new(
-                ErrorKind::InvalidParameter,
-                format!("parameter \"{name}\" cannot be changed"),
-            ));
-        }
-        self.settings.insert(name.to_string(), value);
-        Ok(())
-    }
-
-    fn show(&self, variable: &[ast::Ident]) -> Result<Output> {
-        let words: Vec<String> = variable.iter().map(|i| i.value.to_lowercase()).collect();
-        let name = match words.join(" ").as_str() {
-            "transaction isolation level" => "transaction_isolation".to_string(),
-            "time zone" => "timezone".to_string(),
-            other => other.replace(' ', "_"),
-        };
-        if name == "all" {
-            let mut pairs: Vec<Vec<String>> = self
-                .settings
-                .iter()
-                .map(|(k, v)| vec![k.clone(), v.clone()])
-                .collect();
-            pairs.sort();
-            return text_rows(&["name", "setting"], pairs);
-        }
-        let value = self.settings.get(&name).cloned().ok_or_else(|| {
-            Error::new(
-                ErrorKind::UndefinedObject,
-                format!("unrecognized configuration parameter \"{name}\""),
-            )
-        })?;
-        let schema = Arc::new(Schema::new(vec![Field::new(&name, DataType::Utf8, false)]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![Arc::new(StringArray::from(vec![value]))],
-        )?;
-        Ok(Output::Rows {
-            schema,
-            batches: vec![batch],
-        })
     }
 
     /// The parameter types and result columns of a statement, without running it.
@@ -624,88 +591,6 @@ fn target_table(rel: &ast::TableFactor) -> Result<String> {
     }
 }
 
-fn setting_value(e: &ast::Expr) -> String {
-    match e {
-        ast::Expr::Value(v) => match &v.value {
-            ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
-            other => other.to_string(),
-        },
-        ast::Expr::Identifier(i) => i.value.clone(),
-        other => other.to_string(),
-    }
-}
-
 fn first_words(s: &str) -> String {
     s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
-
-/// A Boolean setting as PostgreSQL reads one: `on`, `off`, `true`, `false`, `yes`, `no`, `1`,
-/// `0`, or a unique prefix of the words (any case).
-fn parse_bool(name: &str, value: &str) -> Result<bool> {
-    let v = value.trim().to_lowercase();
-    let is = |word: &str, shortest: usize| v.len() >= shortest && word.starts_with(v.as_str());
-    if v == "1" || is("true", 1) || is("yes", 1) || is("on", 2) {
-        Ok(true)
-    } else if v == "0" || is("false", 1) || is("no", 1) || is("off", 2) {
-        Ok(false)
-    } else {
-        Err(Error::new(
-            ErrorKind::InvalidParameter,
-            format!("parameter \"{name}\" requires a Boolean value"),
-        ))
-    }
-}
-
-fn on_off(on: bool) -> &'static str {
-    if on {
-        "on"
-    } else {
-        "off"
-    }
-}
-
-/// The longest `statement_timeout` PostgreSQL accepts: 2^31 - 1 milliseconds.
-const TIMEOUT_MAX_MS: u64 = i32::MAX as u64;
-
-/// A `statement_timeout` as PostgreSQL reads it: milliseconds, or a number with a unit (`us`,
-/// `ms`, `s`, `min`, `h`, `d`); 0 turns it off.
-pub fn parse_timeout(value: &str) -> Result<std::time::Duration> {
-    let invalid = |hint: &str| {
-        Error::new(
-            ErrorKind::InvalidParameter,
-            format!("invalid value for parameter \"statement_timeout\": \"{value}\""),
-        )
-        .with_hint(hint.to_string())
-    };
-    let text = value.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| {
-        invalid(
-            "Valid units for this parameter are \"us\", \"ms\", \"s\", \"min\", \"h\", and \"d\".",
-        )
-    })?;
-    let ms_per_unit = match unit.trim() {
-        "" | "ms" => 1.0,
-        "us" => 0.001,
-        "s" => 1000.0,
-        "min" => 60_000.0,
-        "h" => 3_600_000.0,
-        "d" => 86_400_000.0,
-        _ => return Err(invalid(
-            "Valid units for this parameter are \"us\", \"ms\", \"s\", \"min\", \"h\", and \"d\".",
-        )),
-    };
-    let ms = (number * ms_per_unit).round();
-    if !(0.0..=TIMEOUT_MAX_MS as f64).contains(&ms) {
-        return Err(Error::new(
-            ErrorKind::InvalidParameter,
-            format!(
-                "{ms} ms is outside the valid range for parameter \"statement_timeout\" (0 .. {TIMEOUT_MAX_MS})"
-            ),
-        ));
-    }
-    Ok(std::time::Duration::from_millis(ms as u64))
 }

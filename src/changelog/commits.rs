@@ -1,0 +1,217 @@
+//! Commit files: how a transaction block that wrote several tables commits atomically.
+//!
+//! Before any of the block's records goes into a table's log, all of them are written to one
+//! file, `commits/<sequence>.commit` in the tables' directory, which is synced and then given
+//! its name (and the directory synced): that rename is the commit point. Only then is each
+//! record appended to its table's log, at the record number the file names for it (the
+//! committer holds every table's writer, so the numbers are the logs' next ones), and the
+//! file is removed. A crash before the rename leaves no record anywhere; after it,
+//! `redo` (at the next start, before any table opens) appends each record its log does not
+//! hold yet, so the block is in every log or in none. See `docs/design/0010-transactions.md`.
+//!
+//! A file is `[table id: u32 LE][record number: u64 LE][record]` per table, where a record is
+//! laid out as in a change log.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::stream::StreamChunk;
+
+use super::{encode_record, ChangeLog, HEADER_BYTES};
+
+/// The directory of commit files, inside the tables' directory.
+const COMMITS_DIR: &str = "commits";
+
+/// One table's part of a commit: its id, the record number the record takes in its log, and
+/// the record.
+pub type Part<'a> = (u32, u64, &'a StreamChunk);
+
+/// A commit file written and named: the block is committed. Removed once every record is in
+/// its log.
+pub struct Committed {
+    path: PathBuf,
+}
+
+impl Committed {
+    /// Writes the commit file of the block numbered `sequence`, syncs it and names it: the
+    /// commit point. Blocking: call off the async workers.
+    pub fn write(tables_dir: &Path, sequence: u64, parts: &[Part]) -> Result<Committed> {
+        let dir = tables_dir.join(COMMITS_DIR);
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("{sequence}.commit"));
+        let tmp = path.with_extension("tmp");
+        let mut bytes = Vec::new();
+        for (table, record, chunk) in parts {
+            bytes.extend_from_slice(&table.to_le_bytes());
+            bytes.extend_from_slice(&record.to_le_bytes());
+            bytes.extend(encode_record(chunk)?);
+        }
+        let written = (|| -> std::io::Result<()> {
+            crate::failpoint::io("changelog.commit")?;
+            let mut f = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_data()?;
+            drop(f);
+            std::fs::rename(&tmp, &path)?;
+            File::open(&dir)?.sync_all()
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            // Renamed but not known durable: the block may yet be redone at a restart, so
+            // it cannot be reported as not having happened either way.
+            if path.exists() {
+                return Err(Error::new(
+                    ErrorKind::TransactionResolutionUnknown,
+                    format!("the commit of a transaction block is in doubt: {e}"),
+                )
+                .with_hint("Restart the server: it applies the block at start if it committed."));
+            }
+            return Err(Error::io(
+                &e,
+                format!("could not write a transaction block's commit file: {e}"),
+            ));
+        }
+        Ok(Committed { path })
+    }
+
+    /// Every record is in its log (appended and synced): the file is no longer needed.
+    pub fn done(self) {
+        // A file left behind is redone harmlessly: its records are in their logs.
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not remove a commit file");
+        }
+    }
+}
+
+/// Appends to each table's log the records of committed blocks it does not hold yet, then
+/// removes the commit files (and any half-written one). `live` tells which table ids are in
+/// the catalog: a part for any other table (dropped since) is skipped.
+pub fn redo(tables_dir: &Path, live: impl Fn(u32) -> bool) -> Result<()> {
+    let dir = tables_dir.join(COMMITS_DIR);
+    if !dir.exists() {
+        return Ok(());
+    }
+    let mut files: Vec<(u64, PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        match name.strip_suffix(".commit").map(str::parse::<u64>) {
+            Some(Ok(sequence)) => files.push((sequence, path)),
+            // Never named: its block never committed.
+            _ => std::fs::remove_file(&path)?,
+        }
+    }
+    files.sort();
+    for (_, path) in &files {
+        let bytes = std::fs::read(path)?;
+        for (table, record, chunk) in parts(&bytes, path)? {
+            if !live(table) {
+                continue;
+            }
+            let (mut log, _) = ChangeLog::open(tables_dir, table, u64::MAX)?;
+            let next = log.next_record();
+            if record < next {
+                continue; // appended before the crash
+            }
+            if record > next {
+                return Err(Error::new(
+                    ErrorKind::DataCorruption,
+                    format!(
+                        "commit file {} puts a record at {record} in the log of table {table}, \
+                         which ends at {next}",
+                        path.display()
+                    ),
+                ));
+            }
+            log.append(&chunk)?;
+            tracing::info!(
+                table,
+                record,
+                "redid a committed transaction block's record"
+            );
+        }
+    }
+    for (_, path) in files {
+        std::fs::remove_file(path)?;
+    }
+    File::open(&dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Decodes a commit file's parts.
+fn parts(bytes: &[u8], path: &Path) -> Result<Vec<(u32, u64, StreamChunk)>> {
+    let corrupt = || {
+        Error::new(
+            ErrorKind::DataCorruption,
+            format!("commit file {} is damaged", path.display()),
+        )
+    };
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        if rest.len() < 12 + HEADER_BYTES as usize {
+            return Err(corrupt());
+        }
+        let table = u32::from_le_bytes(rest[..4].try_into().map_err(|_| corrupt())?);
+        let record = u64::from_le_bytes(rest[4..12].try_into().map_err(|_| corrupt())?);
+        let len = u32::from_le_bytes(rest[12..16].try_into().map_err(|_| corrupt())?) as usize;
+        let end = 12 + HEADER_BYTES as usize + len;
+        if rest.len() < end {
+            return Err(corrupt());
+        }
+        let mut chunks = ChangeLog::decode_segment(&rest[12..end], &path.display().to_string())?;
+        if chunks.len() != 1 {
+            return Err(corrupt());
+        }
+        out.push((table, record, chunks.remove(0)));
+        rest = &rest[end..];
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::test_util::chunk;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_commit_is_redone_into_the_logs_that_miss_it_and_only_those() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+        let (mut a, _) = ChangeLog::open(dir.path(), 1, 0).unwrap();
+        let (b, _) = ChangeLog::open(dir.path(), 2, 0).unwrap();
+        a.append(&chunk(&schema, "+ 1")).unwrap();
+        let (one, two) = (chunk(&schema, "+ 10"), chunk(&schema, "+ 20\n- 1"));
+        let parts = [(1, 1, &one), (2, 0, &two), (3, 0, &two)];
+        let committed = Committed::write(dir.path(), 7, &parts).unwrap();
+        // The crash came after table 1's append, before table 2's.
+        a.append(&one).unwrap();
+        drop((a, b, committed));
+        // A half-written file of another block, never named.
+        std::fs::write(dir.path().join(COMMITS_DIR).join("8.tmp"), b"junk").unwrap();
+        redo(dir.path(), |t| t != 3).unwrap();
+        let (_, a) = ChangeLog::open(dir.path(), 1, 0).unwrap();
+        let (_, b) = ChangeLog::open(dir.path(), 2, 0).unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].ops.len(), 2);
+        assert!(!dir.path().join("3.log").exists());
+        assert_eq!(
+            std::fs::read_dir(dir.path().join(COMMITS_DIR))
+                .unwrap()
+                .count(),
+            0
+        );
+        // Redone once: a second start finds nothing to do.
+        redo(dir.path(), |_| true).unwrap();
+        assert_eq!(ChangeLog::open(dir.path(), 2, 0).unwrap().1.len(), 1);
+    }
+}

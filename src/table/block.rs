@@ -1,0 +1,316 @@
+//! Transaction blocks on the write path: a block's changes kept aside until COMMIT, the
+//! order of commits that first-committer-wins checks against, and the commit of a block into
+//! every table it wrote, atomically and in one epoch. See `docs/design/0010-transactions.md`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::common::HashMap as RowMap;
+
+use crate::catalog::ObjectId;
+use crate::changelog::Committed;
+use crate::error::{Error, ErrorKind, Result};
+use crate::stream::relation::RowChanges;
+use crate::stream::{Feed, Op, StreamChunk};
+
+use super::{add_to, TableWriter};
+
+/// The most bytes of changes a block keeps for one table: its commit is one change-log
+/// record, which holds at most `RECORD_BYTES_MAX`.
+const PENDING_BYTES_MAX: usize = crate::changelog::RECORD_BYTES_MAX as usize / 2;
+
+/// Shared by every table's writer and every session: the order of commits, and where each
+/// open block began in it.
+pub struct Transactions {
+    /// Commits so far: each statement outside a block, and each block's COMMIT, takes the
+    /// next number.
+    sequence: AtomicU64,
+    /// The start of each open block (the commits it came after), with how many began there.
+    open: Mutex<BTreeMap<u64, usize>>,
+    /// The tables' directory, where multi-table commits write their commit files.
+    dir: PathBuf,
+}
+
+impl Transactions {
+    pub fn new(dir: PathBuf) -> Arc<Transactions> {
+        Arc::new(Transactions {
+            sequence: AtomicU64::new(0),
+            open: Mutex::new(BTreeMap::new()),
+            dir,
+        })
+    }
+
+    /// Begins a block: it conflicts with what commits from now on.
+    pub fn begin(self: &Arc<Transactions>) -> Block {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        // Read under the lock, so that a commit numbered after it sees the block open.
+        let start = self.sequence.load(Ordering::SeqCst);
+        *open.entry(start).or_default() += 1;
+        Block {
+            start,
+            tables: BTreeMap::new(),
+            transactions: self.clone(),
+        }
+    }
+
+    /// Numbers a commit; returns its number with the start of the oldest open block, if any
+    /// (only what commits after it needs remembering).
+    pub(super) fn commit(&self) -> (u64, Option<u64>) {
+        let sequence = self.sequence.fetch_add(1, Ordering::SeqCst) + 1;
+        let oldest = self
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .next()
+            .copied();
+        (sequence, oldest)
+    }
+}
+
+/// An open transaction block's writes, per table, until COMMIT. Dropped (ROLLBACK, an error
+/// at COMMIT, a disconnect), they are gone and the block no longer counts as open.
+pub struct Block {
+    /// The commits before the block began.
+    start: u64,
+    tables: BTreeMap<ObjectId, Pending>,
+    transactions: Arc<Transactions>,
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        let mut open = self
+            .transactions
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.start) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.start);
+            }
+        }
+    }
+}
+
+impl Block {
+    /// The tables the block has written, in id order.
+    pub fn tables(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        self.tables.keys().copied()
+    }
+
+    pub(super) fn pending(&self, table: ObjectId) -> Option<&Pending> {
+        self.tables.get(&table)
+    }
+}
+
+/// A block's changes to one table, summed as the writer sums its unsealed changes: by row
+/// (as the table stores it) and, with a primary key, by key. Never 0.
+#[derive(Default)]
+pub(super) struct Pending {
+    pub(super) changes: RowChanges,
+    pub(super) keys: RowMap<Arc<[u8]>, i64>,
+    /// What the block changed, for its conflicts: each key of a table with a primary key
+    /// (also where its changes summed to 0, as an UPDATE's do), each row deleted otherwise.
+    touched: RowMap<Arc<[u8]>, ()>,
+    bytes: usize,
+}
+
+impl TableWriter {
+    /// Checks one statement's changes in a block (against the latest rows with the block's
+    /// earlier changes) and keeps them in the block. Returns how many rows it affected.
+    pub async fn stage(
+        &mut self,
+        block: &mut Block,
+        deleted: Option<RecordBatch>,
+        inserted: Option<RecordBatch>,
+    ) -> Result<usize> {
+        let Some(chunk) = self.chunk_of(deleted, inserted)? else {
+            return Ok(0);
+        };
+        let snapshot = self.ready().await?;
+        let pending = block.tables.entry(self.def.id).or_default();
+        self.check_keys(&chunk, &snapshot, Some(pending))?;
+        let changes = self.unsealed.encode(&chunk)?;
+        // Each change is kept twice at most: summed, and as a key touched.
+        let bytes: usize = changes.iter().map(|c| 2 * c.bytes()).sum();
+        if pending.bytes + bytes > PENDING_BYTES_MAX {
+            return Err(Error::new(
+                ErrorKind::ProgramLimitExceeded,
+                format!(
+                    "a transaction block's changes to table \"{}\" exceed {PENDING_BYTES_MAX} bytes",
+                    self.def.name
+                ),
+            )
+            .with_hint("Commit the block in smaller ones."));
+        }
+        for c in changes {
+            add_to(&mut pending.changes, &c.row, c.weight);
+            if let Some(k) = &c.key {
+                add_to(&mut pending.keys, k, c.weight);
+            }
+            match c.key {
+                Some(k) => pending.touched.insert(k, ()),
+                None if c.weight < 0 => pending.touched.insert(c.row, ()),
+                None => None,
+            };
+        }
+        pending.bytes += bytes;
+        Ok(affected(&chunk))
+    }
+
+    /// The block's changes to this table as one statement: deleted rows, then inserted ones.
+    fn net_chunk(&self, pending: &Pending) -> Result<Option<StreamChunk>> {
+        let mut rows: Vec<(&Arc<[u8]>, i64)> =
+            pending.changes.iter().map(|(r, w)| (r, *w)).collect();
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        // Deletes first, each side in row order.
+        rows.sort_unstable_by(|a, b| (a.1 > 0, a.0).cmp(&(b.1 > 0, b.0)));
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut ops = Vec::new();
+        for (row, weight) in rows {
+            let op = if weight > 0 { Op::Insert } else { Op::Delete };
+            for _ in 0..weight.unsigned_abs() {
+                keys.push(row);
+                ops.push(op);
+            }
+        }
+        let columns = self.unsealed.rows.decode(keys)?;
+        let data = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(ops.len())),
+        )?;
+        Ok(Some(StreamChunk::new(ops, data)))
+    }
+
+    /// Refuses the block (40001) when a row it changes was committed by another after it
+    /// began: by primary key, or for a table without one by the rows it deletes.
+    fn check_conflicts(&self, block: &Block, pending: &Pending) -> Result<()> {
+        let conflict = || {
+            Error::new(
+                ErrorKind::SerializationFailure,
+                "could not serialize access due to concurrent update",
+            )
+            .with_detail(format!(
+                "A row of table \"{}\" this transaction changed was changed and committed \
+                 by another since it began.",
+                self.def.name
+            ))
+            .with_hint("Retry the transaction.")
+        };
+        if self.recent.horizon > block.start {
+            return Err(conflict());
+        }
+        let after = |k: &[u8]| self.recent.keys.get(k).is_some_and(|s| *s > block.start);
+        if pending.touched.keys().any(|k| after(k)) {
+            return Err(conflict());
+        }
+        Ok(())
+    }
+}
+
+/// How many rows a statement affected: its inserts, or its deletes when it has more (an
+/// UPDATE deletes and inserts each row it changes).
+pub(super) fn affected(chunk: &StreamChunk) -> usize {
+    let inserts = chunk.ops.iter().filter(|o| **o == Op::Insert).count();
+    inserts.max(chunk.len() - inserts)
+}
+
+/// Commits `block` through the writers of every table it wrote (locked by the caller, in id
+/// order): checks its conflicts and keys against the latest rows, makes it durable (one
+/// change-log record for a block that wrote one table; a commit file first for several), and
+/// sends it to the tables' actors in one epoch. An error before the commit point applies
+/// nothing.
+pub async fn commit(mut block: Block, writers: &mut [&mut TableWriter]) -> Result<()> {
+    let mut parts: Vec<(usize, StreamChunk)> = Vec::new();
+    for (i, writer) in writers.iter_mut().enumerate() {
+        let Some(pending) = block.tables.remove(&writer.def.id) else {
+            return Err(Error::internal("a block's commit without a table it wrote"));
+        };
+        let snapshot = writer.ready().await?;
+        writer.check_conflicts(&block, &pending)?;
+        let Some(chunk) = writer.net_chunk(&pending)? else {
+            continue; // changes that cancelled out
+        };
+        writer.check_keys(&chunk, &snapshot, None)?;
+        parts.push((i, chunk));
+    }
+    if !block.tables.is_empty() {
+        return Err(Error::internal(
+            "a block's commit without the writer of a table it wrote",
+        ));
+    }
+    let (sequence, oldest) = block.transactions.commit();
+    match parts.as_slice() {
+        [] => return Ok(()),
+        [(i, chunk)] => {
+            writers[*i].log.append(chunk)?;
+        }
+        _ => {
+            let records: Vec<(u32, u64, &StreamChunk)> = parts
+                .iter()
+                .map(|(i, c)| (writers[*i].def.id, writers[*i].log.next_record(), c))
+                .collect();
+            let dir = block.transactions.dir.clone();
+            let committed = match crate::blocking(|| Committed::write(&dir, sequence, &records)) {
+                Ok(c) => c,
+                Err(e) => {
+                    if e.kind == ErrorKind::TransactionResolutionUnknown {
+                        for (j, _) in &parts {
+                            writers[*j].in_doubt = true;
+                        }
+                    }
+                    return Err(e);
+                }
+            };
+            crate::failpoint::hit("table.after_commit_point");
+            for (i, chunk) in &parts {
+                if let Err(e) = writers[*i].log.append(chunk) {
+                    // Committed, but not in every log: a restart redoes it from the commit
+                    // file. Until then these tables take no writes, so their logs and feeds
+                    // cannot drift apart.
+                    for (j, _) in &parts {
+                        writers[*j].in_doubt = true;
+                    }
+                    return Err(Error::new(
+                        ErrorKind::TransactionResolutionUnknown,
+                        format!("a transaction block is committed but not yet in every table: {e}"),
+                    )
+                    .with_hint("Restart the server: it applies the block at start."));
+                }
+                // Some of the block's tables have it in their logs, the rest only in the
+                // commit file.
+                crate::failpoint::hit("table.commit_appended");
+            }
+            committed.done();
+        }
+    }
+    crate::failpoint::hit("table.after_append");
+    let mut sends = Vec::with_capacity(parts.len());
+    for (i, chunk) in parts {
+        let writer = &mut *writers[i];
+        let record = writer.log.next_record() - 1;
+        let watermark = writer.apply(record, sequence, oldest, &chunk)?;
+        sends.push((i, chunk, watermark));
+    }
+    let feeds: Vec<(&Feed, StreamChunk, _)> = sends
+        .into_iter()
+        .map(|(i, chunk, w)| (&writers[i].feed, chunk, w))
+        .collect();
+    if Feed::send_together(feeds).await.is_err() {
+        tracing::error!(
+            "a committed transaction block could not reach a table's actor, which has \
+             stopped; views see it after a restart"
+        );
+    }
+    if let Some(w) = writers.first() {
+        w.barriers.wrote();
+    }
+    Ok(())
+}
