@@ -74,6 +74,8 @@ pub enum ErrorKind {
     SerializationFailure,
     /// A commit whose outcome cannot be told: it may be applied at the next start.
     TransactionResolutionUnknown,
+    /// A write in a read-only transaction.
+    ReadOnlySqlTransaction,
     /// Stored data failed a checksum or could not be decoded.
     DataCorruption,
     /// A bug: an invariant that should hold did not.

@@ -41,6 +41,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::InFailedTransaction => "25P02",
         ErrorKind::SerializationFailure => "40001",
         ErrorKind::TransactionResolutionUnknown => "08007",
+        ErrorKind::ReadOnlySqlTransaction => "25006",
         ErrorKind::DataCorruption => "XX001",
         ErrorKind::Internal => "XX000",
     }

@@ -73,6 +73,14 @@ pub struct Session {
     initial: HashMap<String, String>,
     interrupts: Interrupts,
     transaction: Transaction,
+    /// While a block is open (or failed): the settings as they were at its BEGIN, which
+    /// ROLLBACK restores, and the values SET LOCAL replaced, which its end restores either way.
+    begun: Option<Begun>,
+}
+
+struct Begun {
+    settings: HashMap<String, String>,
+    local: HashMap<String, Option<String>>,
 }
 
 /// Where a session stands with respect to a transaction block.
@@ -116,6 +124,7 @@ impl Session {
             settings,
             interrupts,
             transaction: Transaction::Idle,
+            begun: None,
         }
     }
 
@@ -152,10 +161,10 @@ impl Session {
     ) -> Result<Output> {
         if let Statement::Sql(stmt) = &parsed.statement {
             match stmt.as_ref() {
-                Ast::StartTransaction { .. } => {
+                Ast::StartTransaction { modes, .. } => {
                     // In a block already, PostgreSQL warns and goes on with it.
                     if let Transaction::Idle = self.transaction {
-                        self.transaction = Transaction::Open(self.db.begin());
+                        self.begin(modes)?;
                     }
                     return Ok(Output::TransactionStart);
                 }
@@ -163,7 +172,7 @@ impl Session {
                 Ast::Rollback {
                     savepoint: None, ..
                 } => {
-                    self.transaction = Transaction::Idle;
+                    self.end(false);
                     return Ok(Output::TransactionEnd {
                         tag: "ROLLBACK".into(),
                     });
@@ -177,11 +186,61 @@ impl Session {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
-        let output = self.execute_statement(parsed, params).await;
+        let output = match writes(parsed) {
+            Some(command) if self.read_only() => Err(Error::new(
+                ErrorKind::ReadOnlySqlTransaction,
+                format!("cannot execute {command} in a read-only transaction"),
+            )),
+            _ => self.execute_statement(parsed, params).await,
+        };
         if output.is_err() {
             self.fail();
         }
         output
+    }
+
+    /// Opens a block with `modes` (READ ONLY, an isolation level) over the defaults.
+    fn begin(&mut self, modes: &[ast::TransactionMode]) -> Result<()> {
+        let mut defaults = Vec::new();
+        for name in ["transaction_isolation", "transaction_read_only"] {
+            let default = self.settings.get(&format!("default_{name}")).cloned();
+            defaults.push((name, default.unwrap_or_default()));
+        }
+        self.begun = Some(Begun {
+            settings: self.settings.clone(),
+            local: HashMap::new(),
+        });
+        for (name, value) in defaults {
+            self.settings.insert(name.to_string(), value);
+        }
+        if let Err(e) = self.transaction_modes(modes) {
+            self.end(false);
+            return Err(e);
+        }
+        self.transaction = Transaction::Open(self.db.begin());
+        Ok(())
+    }
+
+    /// Ends the block: its writes dropped (unless `commit` applied them), and its settings
+    /// undone: all of them, or after a commit those SET LOCAL changed and the transaction's
+    /// modes.
+    fn end(&mut self, committed: bool) {
+        self.transaction = Transaction::Idle;
+        let Some(begun) = self.begun.take() else {
+            return;
+        };
+        if !committed {
+            self.settings = begun.settings;
+            return;
+        }
+        let modes = ["transaction_isolation", "transaction_read_only"]
+            .map(|name| (name.to_string(), begun.settings.get(name).cloned()));
+        for (name, value) in begun.local.into_iter().chain(modes) {
+            match value {
+                Some(v) => self.settings.insert(name, v),
+                None => self.settings.remove(&name),
+            };
+        }
     }
 
     /// Ends the session's block: its writes are applied, atomically, or (for a failed block,
@@ -191,11 +250,16 @@ impl Session {
             Transaction::Idle => Ok(Output::TransactionEnd {
                 tag: "COMMIT".into(),
             }),
-            Transaction::Failed => Ok(Output::TransactionEnd {
-                tag: "ROLLBACK".into(),
-            }),
+            Transaction::Failed => {
+                self.end(false);
+                Ok(Output::TransactionEnd {
+                    tag: "ROLLBACK".into(),
+                })
+            }
             Transaction::Open(block) => {
-                self.db.commit(block).await?;
+                let committed = self.db.commit(block).await;
+                self.end(committed.is_ok());
+                committed?;
                 Ok(Output::TransactionEnd {
                     tag: "COMMIT".into(),
                 })
@@ -467,6 +531,25 @@ impl Session {
             _ => Ok(none(None)),
         }
     }
+}
+
+/// The command a statement that writes runs, as a read-only transaction refuses it (25006).
+fn writes(parsed: &Parsed) -> Option<&'static str> {
+    Some(match &parsed.statement {
+        Statement::CreateTable { .. } => "CREATE TABLE",
+        Statement::CreateSource { .. } => "CREATE SOURCE",
+        Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
+        Statement::CreateSink(_) => "CREATE SINK",
+        Statement::Drop { .. } => "DROP",
+        Statement::Sql(stmt) => match stmt.as_ref() {
+            Ast::Insert(_) => "INSERT",
+            Ast::Update(_) => "UPDATE",
+            Ast::Delete(_) => "DELETE",
+            Ast::Drop { .. } => "DROP",
+            _ => return None,
+        },
+        _ => return None,
+    })
 }
 
 /// The columns of an answer, if it has rows.

@@ -60,7 +60,10 @@ impl Session {
     pub(super) fn set(&mut self, set: &ast::Set) -> Result<Output> {
         match set {
             ast::Set::SingleAssignment {
-                variable, values, ..
+                scope,
+                variable,
+                values,
+                ..
             } => {
                 let name = variable.to_string().to_lowercase();
                 let value = values
@@ -68,16 +71,68 @@ impl Session {
                     .map(setting_value)
                     .collect::<Vec<_>>()
                     .join(", ");
+                let local = matches!(scope, Some(ast::ContextModifier::Local));
+                match self.begun.as_mut() {
+                    // SET LOCAL lasts until the block ends: the value before it comes back
+                    // then, committed or not.
+                    Some(begun) if local => {
+                        let before = self.settings.get(&name).cloned();
+                        begun.local.entry(name.clone()).or_insert(before);
+                    }
+                    Some(begun) => {
+                        begun.local.remove(&name);
+                    }
+                    // Outside a block, SET LOCAL does nothing (PostgreSQL warns).
+                    None if local => return Ok(Output::command("SET")),
+                    None => {}
+                }
                 self.assign(&name, value)?;
             }
             ast::Set::SetTimeZone { value, .. } => self.assign("timezone", setting_value(value))?,
-            ast::Set::SetTransaction { .. } => {}
+            // The characteristics of the transactions to come.
+            ast::Set::SetTransaction {
+                modes,
+                session: true,
+                ..
+            } => {
+                for mode in modes {
+                    let (name, value) = transaction_mode(mode);
+                    self.assign(&format!("default_{name}"), value)?;
+                }
+            }
+            // This block's; outside a block it does nothing (PostgreSQL warns).
+            ast::Set::SetTransaction { modes, .. } => {
+                if self.begun.is_some() {
+                    self.transaction_modes(modes)?;
+                }
+            }
             ast::Set::SetNames { charset_name, .. } => {
                 self.assign("client_encoding", charset_name.value.clone())?
             }
             other => return Err(Error::not_supported(format!("{other} is not supported"))),
         }
         Ok(Output::command("SET"))
+    }
+
+    /// Applies a block's modes (BEGIN's, or SET TRANSACTION's) to the settings that report
+    /// them, `transaction_isolation` and `transaction_read_only`.
+    pub(super) fn transaction_modes(&mut self, modes: &[ast::TransactionMode]) -> Result<()> {
+        for mode in modes {
+            let (name, value) = transaction_mode(mode);
+            self.assign(name, value)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the session's current transaction (its block, or the statement's own outside
+    /// one) is read-only.
+    pub(super) fn read_only(&self) -> bool {
+        let name = if self.begun.is_some() {
+            "transaction_read_only"
+        } else {
+            "default_transaction_read_only"
+        };
+        self.settings.get(name).is_some_and(|v| v == "on")
     }
 
     /// RESET: settings back to what the session started with (a custom setting it did not
@@ -138,7 +193,10 @@ impl Session {
         if name == "statement_timeout" {
             parse_timeout(&value)?;
         }
-        if name == "read_after_write" {
+        if matches!(
+            name,
+            "read_after_write" | "default_transaction_read_only" | "transaction_read_only"
+        ) {
             let on = parse_bool(name, &value)?;
             self.settings
                 .insert(name.to_string(), on_off(on).to_string());
@@ -196,6 +254,21 @@ impl Session {
             schema,
             batches: vec![batch],
         })
+    }
+}
+
+/// The setting a transaction mode sets (without its `default_`), and its value.
+fn transaction_mode(mode: &ast::TransactionMode) -> (&'static str, String) {
+    match mode {
+        ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadOnly) => {
+            ("transaction_read_only", "on".into())
+        }
+        ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadWrite) => {
+            ("transaction_read_only", "off".into())
+        }
+        ast::TransactionMode::IsolationLevel(level) => {
+            ("transaction_isolation", level.to_string().to_lowercase())
+        }
     }
 }
 

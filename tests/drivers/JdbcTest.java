@@ -86,6 +86,15 @@ public class JdbcTest {
             check(one(a, "SELECT v FROM jdbc WHERE id = 2") == 200, "the first commit was lost");
             a.commit();
             checks++;
+
+            // A read-only connection's blocks (BEGIN READ ONLY) read and refuse writes.
+            a.setReadOnly(true);
+            check(one(a, "SELECT count(*) FROM jdbc") == 1, "a read-only block cannot read");
+            String readOnly = stateOf(() -> run(a, "INSERT INTO jdbc VALUES (9, 9)"));
+            check(readOnly.equals("25006"), "a write in a read-only block gave " + readOnly);
+            a.rollback();
+            a.setReadOnly(false);
+            checks++;
         }
         System.out.println("pgjdbc: " + checks + " passed, 0 failed");
     }

@@ -139,6 +139,18 @@ def transactions(dsn):
         assert a.execute("SELECT v FROM py_tx WHERE id = 2").fetchone() == (200,)
         a.commit()
         checks += 1
+
+        # A read-only connection's blocks (BEGIN READ ONLY) read and refuse writes.
+        a.read_only = True
+        assert a.execute("SELECT count(*) FROM py_tx").fetchone() == (1,)
+        try:
+            a.execute("INSERT INTO py_tx VALUES (9, 9)")
+            raise AssertionError("a read-only block wrote")
+        except psycopg.errors.ReadOnlySqlTransaction:
+            pass
+        a.rollback()
+        a.read_only = False
+        checks += 1
     return checks
 
 
