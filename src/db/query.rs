@@ -191,23 +191,15 @@ impl Database {
         crate::table::commit(block, &mut held).await
     }
 
-    /// Plans a query (for Describe, or before running it).
+    /// Plans a query (for Describe, or before running it) over a context with `overrides`
+    /// for some relations.
     pub async fn plan_query(
-        &self,
-        statement: &ast::Statement,
-        settings: &HashMap<String, String>,
-    ) -> Result<(SessionContext, LogicalPlan)> {
-        self.plan_query_over(statement, settings, vec![]).await
-    }
-
-    /// Plans a query over a context with `overrides` for some relations.
-    async fn plan_query_over(
         &self,
         statement: &ast::Statement,
         settings: &HashMap<String, String>,
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
     ) -> Result<(SessionContext, LogicalPlan)> {
-        let (ctx, plan) = self.plan_over(statement, settings, overrides).await?;
+        let (ctx, plan) = self.plan_statement(statement, settings, overrides).await?;
         match &plan {
             LogicalPlan::Dml(_)
             | LogicalPlan::Ddl(_)
@@ -222,14 +214,6 @@ impl Database {
     /// Plans any statement DataFusion can plan (DML included), without running it: for the
     /// parameter types of a prepared statement.
     pub async fn plan_statement(
-        &self,
-        statement: &ast::Statement,
-        settings: &HashMap<String, String>,
-    ) -> Result<(SessionContext, LogicalPlan)> {
-        self.plan_over(statement, settings, vec![]).await
-    }
-
-    async fn plan_over(
         &self,
         statement: &ast::Statement,
         settings: &HashMap<String, String>,
@@ -256,7 +240,9 @@ impl Database {
         let references = references(statement)?;
         self.read_fence(&references, false, settings).await?;
         let mut overrides: Vec<(ObjectId, Arc<dyn TableProvider>)> = Vec::new();
-        if let Some(block) = block {
+        // Only when the block wrote a table: most blocks' reads (a driver's implicit BEGIN
+        // before a SELECT) have nothing to lay over.
+        if let Some(block) = block.filter(|b| b.tables().next().is_some()) {
             let written: Vec<ObjectId> = block.tables().collect();
             for reference in &references {
                 let Ok((def, writer)) = self.writer(reference.table()) else {
@@ -269,7 +255,7 @@ impl Database {
                 overrides.push((def.id, latest_rows(&mut w, Some(block))?));
             }
         }
-        let (ctx, mut plan) = self.plan_query_over(statement, settings, overrides).await?;
+        let (ctx, mut plan) = self.plan_query(statement, settings, overrides).await?;
         if let Some(p) = params {
             plan = plan.with_param_values(p.clone())?;
         }

@@ -137,6 +137,13 @@ impl Session {
         }
     }
 
+    /// Runs a query, bounded, in the session's block if one is open.
+    async fn query(&self, stmt: &Ast, params: Option<&ParamValues>) -> Result<Output> {
+        let block = self.open_block();
+        self.bounded(self.db.query(stmt, params, &self.settings, block))
+            .await
+    }
+
     fn open_block(&self) -> Option<&Block> {
         match &self.transaction {
             Transaction::Open(b) => Some(b),
@@ -439,18 +446,10 @@ impl Session {
                 db.dml(&table, stmt, params, &self.settings, block.take())
                     .await
             }
-            Ast::Query(_) => {
-                let block = self.open_block();
-                self.bounded(db.query(stmt, params, &self.settings, block))
-                    .await
-            }
+            Ast::Query(_) => self.query(stmt, params).await,
             Ast::Explain { statement, .. } => match statement.as_ref() {
                 Ast::CreateView(cv) if cv.materialized => db.explain_view(cv, &self.settings).await,
-                _ => {
-                    let block = self.open_block();
-                    self.bounded(db.query(stmt, params, &self.settings, block))
-                        .await
-                }
+                _ => self.query(stmt, params).await,
             },
             Ast::Rollback { .. } => Err(Error::not_supported("savepoints are not supported")),
             Ast::Set(set) => self.set(set),
@@ -514,14 +513,14 @@ impl Session {
         }
         match stmt.as_ref() {
             Ast::Query(_) | Ast::Explain { .. } => {
-                let (_, plan) = self.db.plan_query(stmt, &self.settings).await?;
+                let (_, plan) = self.db.plan_query(stmt, &self.settings, vec![]).await?;
                 Ok(Description {
                     parameters: parameter_types(&plan)?,
                     columns: Some(crate::db::result_schema(&plan)),
                 })
             }
             Ast::Insert(_) | Ast::Update(_) | Ast::Delete(_) => {
-                let (_, plan) = self.db.plan_statement(stmt, &self.settings).await?;
+                let (_, plan) = self.db.plan_statement(stmt, &self.settings, vec![]).await?;
                 Ok(Description {
                     parameters: parameter_types(&plan)?,
                     columns: None,
