@@ -828,3 +828,119 @@ async fn a_block_killed_after_its_commit_point_is_applied_whole_at_restart() {
         server.stop(15).await;
     }
 }
+
+/// DDL in transaction blocks across a kill: a block that creates a table and a view, writes
+/// both a new and an old table and drops another, its server killed after its commit point
+/// (the commit file named; one table's log holding the block; the catalog saved and the file
+/// not yet removed), is applied whole at the restart; a block left open by the kill, and
+/// another whose COMMIT fails before its commit point, leave nothing of their DDL behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocks_ddl_is_applied_with_its_writes_or_not_at_all_across_a_kill() {
+    for failpoint in [
+        "table.after_commit_point@1",
+        "table.commit_appended@1",
+        "table.block_settled@1",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let server = ChildServer::start_with_env(
+            &data,
+            &[],
+            &[(
+                "WEIR_FAILPOINTS",
+                &format!("{failpoint},changelog.commit@1:eio"),
+            )],
+        )
+        .await;
+        let client = server.connect().await;
+        client
+            .batch_execute(
+                "CREATE TABLE a (id int PRIMARY KEY, v int);
+                 CREATE TABLE old (x int);
+                 INSERT INTO a VALUES (1, 10);",
+            )
+            .await
+            .unwrap();
+        // The first commit file's write fails: that block commits nothing, DDL included.
+        let err = client
+            .batch_execute(
+                "BEGIN;
+                 CREATE TABLE failed (x int);
+                 INSERT INTO failed VALUES (1);
+                 INSERT INTO a VALUES (5, 50);
+                 DROP TABLE old;
+                 COMMIT;",
+            )
+            .await
+            .expect_err("the commit file cannot be written");
+        assert_eq!(
+            err.as_db_error().map(|e| e.code().code()),
+            Some("58030"),
+            "{failpoint}: {err}"
+        );
+        assert_eq!(text_rows(&client, "SHOW TABLES").await, ["a", "old"]);
+        // A block the kill leaves open.
+        let other = server.connect().await;
+        other
+            .batch_execute(
+                "BEGIN;
+                 CREATE TABLE lost (x int);
+                 INSERT INTO lost VALUES (1);
+                 CREATE MATERIALIZED VIEW lost_count AS SELECT count(*) AS n FROM a;",
+            )
+            .await
+            .unwrap();
+        let err = client
+            .batch_execute(
+                "BEGIN;
+                 CREATE TABLE c (id int PRIMARY KEY, w int);
+                 INSERT INTO c VALUES (1, 100), (2, 200);
+                 UPDATE a SET v = 11 WHERE id = 1;
+                 CREATE MATERIALIZED VIEW ac AS SELECT a.id, a.v, c.w FROM a JOIN c ON a.id = c.id;
+                 DROP TABLE old;
+                 COMMIT;",
+            )
+            .await
+            .expect_err("the server aborts at the failpoint");
+        assert!(err.as_db_error().is_none(), "{failpoint}: {err}");
+        server.stop(9).await;
+
+        let server = ChildServer::start(&data).await;
+        let client = server.connect().await;
+        assert_eq!(
+            text_rows(&client, "SHOW TABLES").await,
+            ["a", "c"],
+            "{failpoint}"
+        );
+        assert_eq!(
+            text_rows(&client, "SHOW MATERIALIZED VIEWS").await.len(),
+            1,
+            "{failpoint}"
+        );
+        assert_eq!(
+            text_rows(&client, "SELECT * FROM a ORDER BY id").await,
+            ["1 11"],
+            "{failpoint}"
+        );
+        assert_eq!(
+            text_rows(&client, "SELECT * FROM ac ORDER BY id").await,
+            ["1 11 100"],
+            "{failpoint}"
+        );
+        // The names the lost blocks took are free, and a new table of one starts empty.
+        client
+            .batch_execute("CREATE TABLE lost (x int); CREATE TABLE failed (x int)")
+            .await
+            .unwrap();
+        assert!(text_rows(&client, "SELECT * FROM lost").await.is_empty());
+        assert_eq!(
+            std::fs::read_dir(data.join("tables/commits"))
+                .unwrap()
+                .count(),
+            0,
+            "{failpoint}: the commit file is gone once redone"
+        );
+        drop((client, other));
+        server.stop(15).await;
+    }
+}

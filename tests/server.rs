@@ -917,3 +917,74 @@ async fn reads_see_every_write_acknowledged_before_them() {
         ["on"]
     );
 }
+
+/// A client that goes away in the middle of a transaction block takes the block's DDL with
+/// it: what the block created is dropped and what it dropped stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_its_client_leaves_open_leaves_no_ddl_behind() {
+    let server = TestServer::start().await;
+    let a = server.connect().await;
+    a.batch_execute(
+        "CREATE TABLE keep (x int);
+         BEGIN;
+         CREATE TABLE gone (x int);
+         INSERT INTO gone VALUES (1);
+         CREATE MATERIALIZED VIEW gone_count AS SELECT count(*) AS n FROM gone;
+         DROP TABLE keep;",
+    )
+    .await
+    .unwrap();
+    let b = server.connect().await;
+    assert_eq!(rows(&b, "SHOW TABLES").await, ["keep"]);
+    let err = b
+        .batch_execute("CREATE TABLE gone (y int)")
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "42P07");
+    drop(a);
+    // The server notices the hang-up when it reads the connection's end.
+    let mut created = false;
+    for _ in 0..50 {
+        if b.batch_execute("CREATE TABLE gone (y int)").await.is_ok() {
+            created = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        created,
+        "the name the block took is free once its client has gone"
+    );
+    assert_eq!(rows(&b, "SHOW TABLES").await, ["gone", "keep"]);
+    assert!(rows(&b, "SHOW MATERIALIZED VIEWS").await.is_empty());
+    assert_eq!(
+        rows(&b, "SELECT count(*), count(y) FROM gone").await,
+        ["0 0"]
+    );
+}
+
+/// A block's DROP that another session has since built a view on fails at COMMIT with 2BP01
+/// (PostgreSQL would have made the other session wait), and the whole block is undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_another_session_built_on_meanwhile_fails_its_commit_with_2bp01() {
+    let server = TestServer::start().await;
+    let a = server.connect().await;
+    let b = server.connect().await;
+    a.batch_execute(
+        "CREATE TABLE t (x int);
+         BEGIN;
+         CREATE TABLE made (x int);
+         DROP TABLE t;",
+    )
+    .await
+    .unwrap();
+    b.batch_execute("CREATE MATERIALIZED VIEW tv AS SELECT count(*) AS n FROM t")
+        .await
+        .unwrap();
+    let err = a.batch_execute("COMMIT").await.unwrap_err();
+    let db = err.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "2BP01", "{db:?}");
+    assert!(db.message().contains("cannot drop table t"), "{db:?}");
+    assert_eq!(rows(&a, "SHOW TABLES").await, ["t"]);
+    assert_eq!(rows(&a, "SELECT n FROM tv").await, ["0"]);
+}

@@ -253,7 +253,18 @@ struct Persisted {
     /// Tables and views in creation order, so that a restart recreates them in an order where
     /// each view's inputs exist before it.
     objects: Vec<Object>,
+    /// The objects created by a transaction block not yet committed, with the block's number:
+    /// only that block sees them, and a start drops those whose block left no commit file.
+    /// (A version of Weir from before blocks ran DDL would ignore the field and keep them:
+    /// start this one once after a crash to settle them first.)
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    uncommitted: BTreeMap<ObjectId, u64>,
 }
+
+/// The transaction block a lookup is made for, whose own uncommitted objects it sees and whose
+/// own drops it does not: `None` outside a block (and for the server's own lookups, which see
+/// every object).
+pub type Scope = Option<u64>;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Object {
@@ -365,6 +376,10 @@ pub struct Catalog {
     data: Persisted,
     /// The schema of every relation, by id (views' schemas come from planning their query).
     schemas: BTreeMap<ObjectId, SchemaRef>,
+    /// The objects an open transaction block has dropped, with the block's number: hidden
+    /// from that block, kept for every other session until the block commits. Never saved: a
+    /// drop not committed did not happen.
+    hidden: BTreeMap<ObjectId, u64>,
 }
 
 /// First id handed out: small ids stay free for system relations.
@@ -385,6 +400,7 @@ impl Catalog {
                     state_format: crate::state::FORMAT,
                     next_id: FIRST_USER_ID,
                     objects: Vec::new(),
+                    uncommitted: BTreeMap::new(),
                 },
                 true,
             ),
@@ -394,6 +410,7 @@ impl Catalog {
             path,
             data,
             schemas: BTreeMap::new(),
+            hidden: BTreeMap::new(),
         };
         if new {
             catalog.save()?;
@@ -432,6 +449,7 @@ impl Catalog {
             path: dir.join("catalog.json"),
             data,
             schemas: BTreeMap::new(),
+            hidden: BTreeMap::new(),
         };
         catalog.save()
     }
@@ -452,16 +470,41 @@ impl Catalog {
         (start..self.data.next_id).collect()
     }
 
-    pub fn get(&self, name: &str) -> Option<&Object> {
-        self.data.objects.iter().find(|o| o.name() == name)
+    /// Whether `scope` sees object `id`: a committed object unless its own block dropped it,
+    /// an uncommitted one only from its block.
+    pub fn visible(&self, id: ObjectId, scope: Scope) -> bool {
+        if let Some(block) = self.data.uncommitted.get(&id) {
+            return scope == Some(*block);
+        }
+        self.hidden
+            .get(&id)
+            .is_none_or(|block| scope != Some(*block))
+    }
+
+    /// Whether `scope`'s block has dropped object `id` (it goes when the block commits).
+    pub fn dropped_by(&self, id: ObjectId, scope: Scope) -> bool {
+        scope.is_some() && self.hidden.get(&id).copied() == scope
+    }
+
+    /// The objects `scope` sees, in creation order.
+    pub fn visible_objects(&self, scope: Scope) -> impl Iterator<Item = &Object> {
+        self.data
+            .objects
+            .iter()
+            .filter(move |o| self.visible(o.id(), scope))
+    }
+
+    /// The object named `name` that `scope` sees.
+    pub fn get(&self, name: &str, scope: Scope) -> Option<&Object> {
+        self.visible_objects(scope).find(|o| o.name() == name)
     }
 
     pub fn by_id(&self, id: ObjectId) -> Option<&Object> {
         self.data.objects.iter().find(|o| o.id() == id)
     }
 
-    pub fn table(&self, name: &str) -> Result<&TableDef> {
-        match self.get(name) {
+    pub fn table(&self, name: &str, scope: Scope) -> Result<&TableDef> {
+        match self.get(name, scope) {
             Some(Object::Table(t)) => Ok(t),
             Some(Object::View(_) | Object::Source(_)) => Err(Error::new(
                 ErrorKind::WrongObjectType,
@@ -485,9 +528,15 @@ impl Catalog {
         self.schemas.remove(&id);
     }
 
-    /// Refuses a name already taken by a table or view.
-    pub fn check_free(&self, name: &str) -> Result<()> {
-        if let Some(o) = self.get(name) {
+    /// Refuses a name already taken by a relation: by any, also one another block created
+    /// and has not committed (PostgreSQL would wait for that block's end), except one that
+    /// `scope` has dropped.
+    pub fn check_free(&self, name: &str, scope: Scope) -> Result<()> {
+        let taken = self.data.objects.iter().find(|o| {
+            o.name() == name
+                && (self.data.uncommitted.contains_key(&o.id()) || self.visible(o.id(), scope))
+        });
+        if let Some(o) = taken {
             return Err(Error::new(
                 ErrorKind::DuplicateObject,
                 format!("relation \"{}\" already exists", o.name()),
@@ -496,13 +545,89 @@ impl Catalog {
         Ok(())
     }
 
-    pub fn add(&mut self, object: Object) -> Result<()> {
+    /// Adds an object; with `scope` a block, as that block's until it commits.
+    pub fn add(&mut self, object: Object, scope: Scope) -> Result<()> {
+        let id = object.id();
         self.data.objects.push(object);
+        if let Some(block) = scope {
+            self.data.uncommitted.insert(id, block);
+        }
         if let Err(e) = self.save() {
             self.data.objects.pop();
+            self.data.uncommitted.remove(&id);
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Hides objects from block `block`, which dropped them; the others see them until the
+    /// block commits.
+    pub fn hide(&mut self, ids: &[ObjectId], block: u64) {
+        for id in ids {
+            self.hidden.insert(*id, block);
+        }
+    }
+
+    /// What block `block` changed and has not committed: the objects it created, and those
+    /// it dropped, each in creation order.
+    pub fn block_changes(&self, block: u64) -> (Vec<ObjectId>, Vec<ObjectId>) {
+        let of = |marks: &BTreeMap<ObjectId, u64>| -> Vec<ObjectId> {
+            self.data
+                .objects
+                .iter()
+                .map(Object::id)
+                .filter(|id| marks.get(id) == Some(&block))
+                .collect()
+        };
+        (of(&self.data.uncommitted), of(&self.hidden))
+    }
+
+    /// Forgets the drops of block `block` (rolled back): its objects are its to see again.
+    pub fn unhide(&mut self, block: u64) {
+        self.hidden.retain(|_, b| *b != block);
+    }
+
+    /// Applies what block `block` changed, as its commit: the objects it created become
+    /// everyone's and those it dropped (`dropped`) go. Saved, or (when the save fails) not
+    /// changed.
+    pub fn commit_block(&mut self, block: u64, dropped: &[ObjectId]) -> Result<()> {
+        let before = (self.data.clone(), self.hidden.clone());
+        self.data.uncommitted.retain(|_, b| *b != block);
+        self.hidden.retain(|_, b| *b != block);
+        self.data.objects.retain(|o| !dropped.contains(&o.id()));
+        if let Err(e) = self.save() {
+            (self.data, self.hidden) = before;
+            return Err(e);
+        }
+        for id in dropped {
+            self.schemas.remove(id);
+        }
+        Ok(())
+    }
+
+    /// At start: applies the changes of the blocks that committed (`committed`: each one's
+    /// number with the objects it dropped, from the commit files) and removes the objects of
+    /// the others, which never did. Returns the objects removed, whose state and logs can go.
+    pub fn settle_blocks(
+        &mut self,
+        committed: &BTreeMap<u64, Vec<ObjectId>>,
+    ) -> Result<Vec<Object>> {
+        if self.data.uncommitted.is_empty() && committed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let dropped: Vec<ObjectId> = committed.values().flatten().copied().collect();
+        let uncommitted = std::mem::take(&mut self.data.uncommitted);
+        let (gone, kept): (Vec<Object>, Vec<Object>) = std::mem::take(&mut self.data.objects)
+            .into_iter()
+            .partition(|o| {
+                dropped.contains(&o.id())
+                    || uncommitted
+                        .get(&o.id())
+                        .is_some_and(|b| !committed.contains_key(b))
+            });
+        self.data.objects = kept;
+        self.save()?;
+        Ok(gone)
     }
 
     /// Keeps `plan` as view `id`'s compiled plan.
@@ -522,14 +647,16 @@ impl Catalog {
 
     /// Removes objects by id.
     pub fn remove(&mut self, ids: &[ObjectId]) -> Result<()> {
-        let before = self.data.objects.clone();
+        let before = self.data.clone();
         self.data.objects.retain(|o| !ids.contains(&o.id()));
+        self.data.uncommitted.retain(|id, _| !ids.contains(id));
         if let Err(e) = self.save() {
-            self.data.objects = before;
+            self.data = before;
             return Err(e);
         }
         for id in ids {
             self.schemas.remove(id);
+            self.hidden.remove(id);
         }
         Ok(())
     }
@@ -610,28 +737,72 @@ mod tests {
         })
     }
 
+    fn table(id: ObjectId, name: &str) -> Object {
+        Object::Table(TableDef {
+            id,
+            name: name.into(),
+            columns: vec![],
+            primary_key: vec![],
+            watermark: None,
+            key_first: true,
+        })
+    }
+
+    #[test]
+    fn a_blocks_objects_are_its_own_until_it_commits_and_gone_at_start_unless_it_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Catalog::load(dir.path()).unwrap();
+        let ids = c.allocate_ids(4);
+        c.add(table(ids[0], "t"), None).unwrap();
+        // Block 1 creates a table and drops t; block 2 creates one too.
+        c.add(table(ids[1], "mine"), Some(1)).unwrap();
+        c.hide(&[ids[0]], 1);
+        c.add(table(ids[2], "theirs"), Some(2)).unwrap();
+        let names = |c: &Catalog, scope: Scope| -> Vec<String> {
+            c.visible_objects(scope)
+                .map(|o| o.name().to_string())
+                .collect()
+        };
+        assert_eq!(names(&c, None), ["t"]);
+        assert_eq!(names(&c, Some(1)), ["mine"]);
+        assert_eq!(names(&c, Some(2)), ["t", "theirs"]);
+        // A name another block holds is taken; one the block itself dropped is free for it.
+        assert!(c.check_free("theirs", Some(1)).is_err());
+        assert!(c.check_free("t", Some(1)).is_ok());
+        assert!(c.check_free("t", Some(2)).is_err());
+        assert_eq!(c.block_changes(1), (vec![ids[1]], vec![ids[0]]));
+        // Block 1 commits; block 2 never does (the server stops).
+        c.commit_block(1, &[ids[0]]).unwrap();
+        assert_eq!(names(&c, None), ["mine"]);
+        let mut c = Catalog::load(dir.path()).unwrap();
+        assert_eq!(names(&c, Some(2)), ["mine", "theirs"]);
+        let gone = c.settle_blocks(&BTreeMap::new()).unwrap();
+        assert_eq!(gone.iter().map(Object::id).collect::<Vec<_>>(), [ids[2]]);
+        // A block whose commit file remains is applied at start.
+        c.add(table(ids[3], "late"), Some(7)).unwrap();
+        let mut c = Catalog::load(dir.path()).unwrap();
+        let gone = c
+            .settle_blocks(&BTreeMap::from([(7, vec![ids[1]])]))
+            .unwrap();
+        assert_eq!(gone.iter().map(Object::id).collect::<Vec<_>>(), [ids[1]]);
+        let c = Catalog::load(dir.path()).unwrap();
+        assert_eq!(names(&c, None), ["late"]);
+    }
+
     #[test]
     fn survives_reload_and_finds_dependents_transitively() {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Catalog::load(dir.path()).unwrap();
         let ids = c.allocate_ids(4);
-        c.add(Object::Table(TableDef {
-            id: ids[0],
-            name: "t".into(),
-            columns: vec![],
-            primary_key: vec![],
-            watermark: None,
-            key_first: true,
-        }))
-        .unwrap();
-        c.add(view(ids[1], "v1", &[ids[0]])).unwrap();
-        c.add(view(ids[2], "v2", &[ids[1]])).unwrap();
-        c.add(view(ids[3], "v3", &[ids[0]])).unwrap();
+        c.add(table(ids[0], "t"), None).unwrap();
+        c.add(view(ids[1], "v1", &[ids[0]]), None).unwrap();
+        c.add(view(ids[2], "v2", &[ids[1]]), None).unwrap();
+        c.add(view(ids[3], "v3", &[ids[0]]), None).unwrap();
         let mut c = Catalog::load(dir.path()).unwrap();
         assert_eq!(c.dependents(ids[0]), vec![ids[1], ids[2], ids[3]]);
         assert_eq!(c.dependents(ids[2]), Vec::<ObjectId>::new());
         assert_eq!(
-            c.check_free("v2").unwrap_err().kind,
+            c.check_free("v2", None).unwrap_err().kind,
             ErrorKind::DuplicateObject
         );
         assert_eq!(c.allocate_ids(1).len(), 1);
@@ -645,7 +816,7 @@ mod tests {
         std::fs::write(&path, r#"{"next_id": 1000, "objects": []}"#).unwrap();
         let mut c = Catalog::load(dir.path()).unwrap();
         let ids = c.allocate_ids(1);
-        c.add(view(ids[0], "v", &[])).unwrap();
+        c.add(view(ids[0], "v", &[]), None).unwrap();
         let saved: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(saved["format"], CATALOG_FORMAT);

@@ -18,7 +18,7 @@ use crate::stream::StreamChunk;
 
 mod commits;
 
-pub use self::commits::{redo, Committed};
+pub use self::commits::{committed_blocks, redo, CatalogPart, Committed};
 
 /// The encoding of a log's records, as the catalog records it (`catalog::Catalog`): a reader
 /// refuses a data directory whose logs may hold a newer one. A change to the record layout

@@ -14,7 +14,7 @@ use crate::sql::{self, relation_name, Watermark};
 use crate::stream::{
     build_actor, ActorId, ErrorSink, Feed, FeedPosition, Mutation, PlanNode, SourceRows,
 };
-use crate::table::TableWriter;
+use crate::table::{Block, TableWriter};
 
 use super::{Database, Output, SOURCES_DIR};
 
@@ -96,13 +96,15 @@ impl Database {
         &self,
         ct: &ast::CreateTable,
         watermark: Option<&Watermark>,
+        block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
+        let scope = block.as_ref().map(|b| b.number);
         let name = relation_name(&ct.name)?;
-        if self.catalog().get(&name).is_some() && ct.if_not_exists {
+        if self.catalog().get(&name, scope).is_some() && ct.if_not_exists {
             return Ok(Output::command("CREATE TABLE"));
         }
-        self.catalog().check_free(&name)?;
+        self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
         let def = sql::create_table(ct, watermark, id)?;
         // A log left behind by a table of the same id cannot exist (ids are never reused),
@@ -110,7 +112,7 @@ impl Database {
         TableWriter::remove(&self.tables_dir, id)?;
         let replay = self.start_table(def.clone(), None).await?;
         self.replay(replay).await?;
-        self.add_started(Object::Table(def)).await?;
+        self.add_started(Object::Table(def), block).await?;
         Ok(Output::command("CREATE TABLE"))
     }
 
@@ -179,30 +181,34 @@ impl Database {
         &self,
         ct: &ast::CreateTable,
         watermark: Option<&Watermark>,
+        block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
+        let scope = block.as_ref().map(|b| b.number);
         let name = relation_name(&ct.name)?;
-        if self.catalog().get(&name).is_some() && ct.if_not_exists {
+        if self.catalog().get(&name, scope).is_some() && ct.if_not_exists {
             return Ok(Output::command("CREATE SOURCE"));
         }
-        self.catalog().check_free(&name)?;
+        self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
         let def = sql::create_source(ct, watermark, id)?;
         self.start_source(def.clone(), FeedPosition::default())
             .await?;
-        self.add_started(Object::Source(def)).await?;
+        self.add_started(Object::Source(def), block).await?;
         Ok(Output::command("CREATE SOURCE"))
     }
 
-    /// DROP TABLE / MATERIALIZED VIEW / SOURCE / SINK: `kind` is what each name must be.
+    /// DROP TABLE / MATERIALIZED VIEW / SOURCE / SINK: `kind` is what each name must be. In
+    /// a transaction block, what the block created goes at once, and the rest is hidden from
+    /// the block and goes at its COMMIT.
     pub async fn drop_objects(
         &self,
         kind: Kind,
-        names: &[String],
-        if_exists: bool,
-        cascade: bool,
+        (names, if_exists, cascade): (&[String], bool, bool),
+        block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
+        let scope = block.as_ref().map(|b| b.number);
         let tag = match kind {
             Kind::Table => "DROP TABLE",
             Kind::MaterializedView => "DROP MATERIALIZED VIEW",
@@ -216,11 +222,10 @@ impl Database {
             Kind::Sink => "SINK",
         };
         let mut to_stop: Vec<ObjectId> = Vec::new();
-        let mut dropped_tables: Vec<ObjectId> = Vec::new();
         {
             let catalog = self.catalog();
             for name in names {
-                let Some(object) = catalog.get(name) else {
+                let Some(object) = catalog.get(name, scope) else {
                     if if_exists {
                         continue;
                     }
@@ -232,7 +237,6 @@ impl Database {
                         ),
                     });
                 };
-                let is_table = matches!(object, Object::Table(_));
                 if object.kind() != kind {
                     return Err(Error::new(
                         ErrorKind::WrongObjectType,
@@ -240,7 +244,11 @@ impl Database {
                     )
                     .with_hint(format!("Use DROP {}.", statement(object.kind()))));
                 }
-                let dependents = catalog.dependents(object.id());
+                let dependents: Vec<ObjectId> = catalog
+                    .dependents(object.id())
+                    .into_iter()
+                    .filter(|d| !catalog.dropped_by(*d, scope))
+                    .collect();
                 let outside: Vec<ObjectId> = dependents
                     .iter()
                     .copied()
@@ -272,19 +280,48 @@ impl Database {
                 }
                 to_stop.push(object.id());
                 to_stop.extend(outside);
-                if is_table {
-                    dropped_tables.push(object.id());
-                }
             }
         }
-        if to_stop.is_empty() {
-            return Ok(Output::command(tag));
+        if let Some(block) = block {
+            for id in &to_stop {
+                block.forget_table(*id);
+            }
+            let committed: Vec<ObjectId> = {
+                let (created, _) = self.catalog().block_changes(block.number);
+                to_stop
+                    .iter()
+                    .copied()
+                    .filter(|id| !created.contains(id))
+                    .collect()
+            };
+            if !committed.is_empty() {
+                block.ddl = true;
+                self.catalog_mut().hide(&committed, block.number);
+            }
+            to_stop.retain(|id| !committed.contains(id));
         }
+        self.remove_objects(&to_stop).await?;
+        Ok(Output::command(tag))
+    }
+
+    /// Removes objects from the catalog and stops their actors, which drop their state.
+    pub(super) async fn remove_objects(&self, to_stop: &[ObjectId]) -> Result<()> {
+        if to_stop.is_empty() {
+            return Ok(());
+        }
+        let dropped_tables: Vec<ObjectId> = {
+            let catalog = self.catalog();
+            to_stop
+                .iter()
+                .copied()
+                .filter(|id| matches!(catalog.by_id(*id), Some(Object::Table(_))))
+                .collect()
+        };
         // A view's parallel workers stop with it.
         let mut actors: HashSet<ObjectId> = to_stop.iter().copied().collect();
         {
             let catalog = self.catalog();
-            for id in &to_stop {
+            for id in to_stop {
                 if let Some(Object::View(v)) = catalog.by_id(*id) {
                     actors.extend(&v.workers);
                 }
@@ -293,14 +330,121 @@ impl Database {
         // The catalog first: a DROP refused because the catalog cannot be saved changes
         // nothing. Once saved, the objects are gone (a restart finds none of them, and drops
         // their state); their actors stop at the next barrier.
-        self.catalog_mut().remove(&to_stop)?;
+        self.catalog_mut().remove(to_stop)?;
+        self.retire(actors, to_stop, &dropped_tables).await;
+        Ok(())
+    }
+
+    /// Stops the actors of objects no longer in the catalog, and forgets them.
+    async fn retire(&self, actors: HashSet<ActorId>, objects: &[ObjectId], tables: &[ObjectId]) {
         if let Err(e) = self.stop_actors(actors).await {
             // Only when the dataflow itself has stopped (the server is going down).
             tracing::warn!("cannot stop the actors of dropped objects: {e}");
         }
-        self.forget(&to_stop, &dropped_tables);
+        self.forget(objects, tables);
         self.run_sources_read();
-        Ok(Output::command(tag))
+    }
+
+    /// Commits a block that ran DDL (`docs/design/0010-transactions.md`): its writes and its
+    /// catalog changes together (the objects it created become everyone's, those it dropped
+    /// go), or, on an error, none of it, and what it created is dropped.
+    pub(super) async fn commit_ddl(&self, mut block: Block) -> Result<()> {
+        // Its end is handled here, whatever it turns out to be.
+        block.ddl = false;
+        let number = block.number;
+        let _ddl = self.ddl.lock().await;
+        let (_, dropped) = self.catalog().block_changes(number);
+        if let Err(e) = self.check_still_droppable(&dropped) {
+            drop(block);
+            self.undo_block(number).await;
+            return Err(e);
+        }
+        let (actors, tables) = {
+            let catalog = self.catalog();
+            let mut actors: HashSet<ActorId> = HashSet::new();
+            let mut tables = Vec::new();
+            for id in &dropped {
+                actors.insert(*id);
+                match catalog.by_id(*id) {
+                    Some(Object::View(v)) => actors.extend(&v.workers),
+                    Some(Object::Table(_)) => tables.push(*id),
+                    _ => {}
+                }
+            }
+            (actors, tables)
+        };
+        let settle = || self.catalog_mut().commit_block(number, &dropped);
+        match self
+            .commit_writes(block, Some((number, &dropped)), settle)
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if e.kind == ErrorKind::TransactionResolutionUnknown => return Err(e),
+            Err(e) => {
+                self.undo_block(number).await;
+                return Err(e);
+            }
+        }
+        if !dropped.is_empty() {
+            self.retire(actors, &dropped, &tables).await;
+        }
+        self.run_sources_read();
+        Ok(())
+    }
+
+    /// Refuses the commit of a block's drops (2BP01) when another session has since created
+    /// an object that reads one of them (where PostgreSQL would have made it wait for the
+    /// block's end).
+    fn check_still_droppable(&self, dropped: &[ObjectId]) -> Result<()> {
+        let catalog = self.catalog();
+        for id in dropped {
+            let Some(reader) = catalog
+                .dependents(*id)
+                .into_iter()
+                .find(|d| !dropped.contains(d))
+                .and_then(|d| catalog.by_id(d))
+            else {
+                continue;
+            };
+            let (kind, name) = catalog
+                .by_id(*id)
+                .map(|o| (o.kind_name(), o.name()))
+                .unwrap_or_default();
+            return Err(Error::new(
+                ErrorKind::DependentObjects,
+                format!("cannot drop {kind} {name} because other objects depend on it"),
+            )
+            .with_detail(format!(
+                "{} {} was created by another session after this transaction dropped {name}.",
+                reader.kind_name(),
+                reader.name()
+            ))
+            .with_hint("Retry the transaction, with DROP ... CASCADE to drop it too."));
+        }
+        Ok(())
+    }
+
+    /// Ends a block without committing it (ROLLBACK, a failed block's end): drops what it
+    /// created and forgets its drops.
+    pub async fn rollback(&self, mut block: Block) {
+        if !block.ddl {
+            return;
+        }
+        block.ddl = false;
+        let number = block.number;
+        drop(block);
+        let _ddl = self.ddl.lock().await;
+        self.undo_block(number).await;
+    }
+
+    /// Undoes the DDL of block `number`, which will not commit. The caller holds the DDL lock.
+    pub(super) async fn undo_block(&self, number: u64) {
+        let (created, _) = self.catalog().block_changes(number);
+        self.catalog_mut().unhide(number);
+        if let Err(e) = self.remove_objects(&created).await {
+            // Still marked as the block's in the saved catalog: the next start drops them.
+            tracing::warn!("cannot drop the objects of a transaction rolled back: {e}");
+        }
     }
 
     /// Stops actors at the next barrier; they drop their state.
@@ -344,8 +488,17 @@ impl Database {
     /// Adds an object whose actors already run to the catalog. When its entry cannot be
     /// saved, the statement is refused and what it started stops and leaves nothing behind
     /// (its actors drop their state; a table's log goes), as if it had never run.
-    pub(super) async fn add_started(&self, object: Object) -> Result<()> {
-        let Err(e) = self.catalog_mut().add(object.clone()) else {
+    /// In a transaction block, the object is the block's until it commits.
+    pub(super) async fn add_started(
+        &self,
+        object: Object,
+        block: Option<&mut Block>,
+    ) -> Result<()> {
+        let scope = block.as_ref().map(|b| b.number);
+        let Err(e) = self.catalog_mut().add(object.clone(), scope) else {
+            if let Some(block) = block {
+                block.ddl = true;
+            }
             return Ok(());
         };
         let mut actors: HashSet<ActorId> = HashSet::from([object.id()]);

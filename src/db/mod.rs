@@ -149,17 +149,9 @@ impl Database {
             recovery::install_from_store(&config, &storage, &contents, m, &tables_dir).await?;
             recovery.from_store_alone = true;
         }
-        let catalog = Catalog::load(&config.data_dir)?;
+        let mut catalog = Catalog::load(&config.data_dir)?;
+        recovery::finish_commits(&mut catalog, &tables_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
-        // Transaction blocks committed but cut short on their way into their tables' logs.
-        let tables: std::collections::HashSet<ObjectId> = objects
-            .iter()
-            .filter_map(|o| match o {
-                Object::Table(t) => Some(t.id),
-                _ => None,
-            })
-            .collect();
-        TableWriter::redo_commits(&tables_dir, |id| tables.contains(&id))?;
         let in_checkpoint = recovery::usable_objects(&store, restored.as_ref(), &objects)?;
         let (barriers, events) = Coordinator::start(
             store.clone(),
@@ -201,6 +193,7 @@ impl Database {
             _dataflow: dataflow,
             lock,
         });
+        db.undo_abandoned_blocks();
         recovery.records_replayed = db
             .start_objects(objects, &in_checkpoint, restored.as_ref())
             .await?;
@@ -312,6 +305,23 @@ impl Database {
 
     fn catalog_mut(&self) -> std::sync::RwLockWriteGuard<'_, Catalog> {
         self.catalog.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Undoes the DDL of each transaction block dropped without its end being handled (its
+    /// session went away), as its number is reported.
+    fn undo_abandoned_blocks(self: &Arc<Self>) {
+        let (report, mut reports) = tokio::sync::mpsc::unbounded_channel();
+        self.transactions.report_abandoned(report);
+        let db = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Some(number) = reports.recv().await {
+                let Some(db) = db.upgrade() else {
+                    return;
+                };
+                let _ddl = db.ddl.lock().await;
+                db.undo_block(number).await;
+            }
+        });
     }
 
     pub async fn flush(&self) -> Result<Output> {

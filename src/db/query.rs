@@ -15,7 +15,7 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::resolve::resolve_table_references;
 use datafusion::sql::sqlparser::ast;
 
-use crate::catalog::{Object, ObjectId, TableDef};
+use crate::catalog::{Object, ObjectId, Scope, TableDef};
 use crate::error::{Error, Result};
 use crate::sql::dml::{self, conform};
 use crate::sql::{query_context, result_schema, RelationRows, RelationTable};
@@ -24,22 +24,24 @@ use crate::table::{Block, TableWriter};
 use super::{Database, Output};
 
 impl Database {
-    /// A context reading every relation at the last sealed epoch.
+    /// A context reading every relation `scope` sees at the last sealed epoch.
     pub fn context(
         &self,
         settings: &HashMap<String, String>,
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+        scope: Scope,
     ) -> Result<SessionContext> {
         let snapshot = self.store.snapshot();
         let ctx = query_context(
             &self.catalog(),
+            scope,
             &snapshot,
             &self.barriers.failed,
             settings,
             overrides,
             &self.query_runtime,
         )?;
-        crate::sql::register_system_tables(&ctx, self.system_tables()?)?;
+        crate::sql::register_system_tables(&ctx, self.system_tables(scope)?)?;
         Ok(ctx)
     }
 
@@ -53,9 +55,10 @@ impl Database {
         references: &[TableReference],
         dml: bool,
         settings: &HashMap<String, String>,
+        scope: Scope,
     ) -> Result<()> {
         if settings.get("read_after_write").is_some_and(|v| v == "off")
-            || !self.reads_sealed(references, dml)
+            || !self.reads_sealed(references, dml, scope)
         {
             return Ok(());
         }
@@ -64,13 +67,13 @@ impl Database {
 
     /// Whether a statement naming `references` reads a relation at the last sealed epoch:
     /// any of the catalog's for a query, a view for DML.
-    fn reads_sealed(&self, references: &[TableReference], dml: bool) -> bool {
+    fn reads_sealed(&self, references: &[TableReference], dml: bool, scope: Scope) -> bool {
         let catalog = self.catalog();
         references.iter().any(|r| {
             if r.schema().is_some_and(|s| s != "public") {
                 return false; // the system tables
             }
-            match catalog.get(r.table()) {
+            match catalog.get(r.table(), scope) {
                 Some(Object::View(_)) => true,
                 Some(_) => !dml,
                 None => false,
@@ -81,8 +84,9 @@ impl Database {
     pub(super) fn writer(
         &self,
         table: &str,
+        scope: Scope,
     ) -> Result<(TableDef, Arc<tokio::sync::Mutex<TableWriter>>)> {
-        let def = self.catalog().table(table)?.clone();
+        let def = self.catalog().table(table, scope)?.clone();
         let writer = self
             .tables
             .read()
@@ -103,7 +107,8 @@ impl Database {
         settings: &HashMap<String, String>,
         block: Option<&mut Block>,
     ) -> Result<Output> {
-        let (def, writer) = self.writer(table)?;
+        let scope = block.as_ref().map(|b| b.number);
+        let (def, writer) = self.writer(table, scope)?;
         // Tables are read at their latest rows, as PostgreSQL reads every change committed
         // before the statement; views at the last sealed epoch. VALUES-only inserts read
         // nothing.
@@ -112,11 +117,11 @@ impl Database {
         if reads {
             let references = references(statement)?;
             // Views are read at the last sealed epoch: one that holds every earlier write.
-            self.read_fence(&references, true, settings).await?;
+            self.read_fence(&references, true, settings, scope).await?;
             // Other tables first, each locked alone: never while holding the target's lock,
             // so that two statements copying in opposite directions cannot deadlock.
             for reference in references {
-                let Ok((other, other_writer)) = self.writer(reference.table()) else {
+                let Ok((other, other_writer)) = self.writer(reference.table(), scope) else {
                     continue; // a view, or a name the planner reports
                 };
                 if other.id == def.id || latest.iter().any(|(id, _)| *id == other.id) {
@@ -140,7 +145,7 @@ impl Database {
         }
         // The statement's rows are gathered before they are written, and whatever read the
         // latest rows is gone by then.
-        let ctx = self.context(settings, latest)?;
+        let ctx = self.context(settings, latest, scope)?;
         let (tag, deleted, inserted) = dml::rows(&ctx, statement, params, &schema).await?;
         let affected = match block {
             Some(block) => w.stage(block, deleted, inserted).await?,
@@ -166,9 +171,26 @@ impl Database {
     /// table-id order (so that two commits cannot deadlock; a statement holds one writer at a
     /// time). An error means nothing of it was applied, except 08007 (in doubt).
     pub async fn commit(&self, block: Block) -> Result<()> {
+        if block.ddl {
+            return self.commit_ddl(block).await;
+        }
+        self.commit_writes(block, None, || Ok(())).await
+    }
+
+    /// Commits a block's writes, with its catalog changes and what saves them when it ran
+    /// DDL (`table::commit`).
+    pub(super) async fn commit_writes(
+        &self,
+        block: Block,
+        catalog: Option<crate::table::CatalogPart<'_>>,
+        settle: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let ids: Vec<ObjectId> = block.tables().collect();
         if ids.is_empty() {
-            return Ok(());
+            return match catalog {
+                Some(_) => settle(),
+                None => Ok(()),
+            };
         }
         let mut writers = Vec::with_capacity(ids.len());
         {
@@ -188,7 +210,7 @@ impl Database {
             guards.push(w.lock().await);
         }
         let mut held: Vec<&mut TableWriter> = guards.iter_mut().map(|g| &mut **g).collect();
-        crate::table::commit(block, &mut held).await
+        crate::table::commit(block, &mut held, catalog, settle).await
     }
 
     /// Plans a query (for Describe, or before running it) over a context with `overrides`
@@ -198,8 +220,11 @@ impl Database {
         statement: &ast::Statement,
         settings: &HashMap<String, String>,
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+        scope: Scope,
     ) -> Result<(SessionContext, LogicalPlan)> {
-        let (ctx, plan) = self.plan_statement(statement, settings, overrides).await?;
+        let (ctx, plan) = self
+            .plan_statement(statement, settings, overrides, scope)
+            .await?;
         match &plan {
             LogicalPlan::Dml(_)
             | LogicalPlan::Ddl(_)
@@ -218,8 +243,9 @@ impl Database {
         statement: &ast::Statement,
         settings: &HashMap<String, String>,
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+        scope: Scope,
     ) -> Result<(SessionContext, LogicalPlan)> {
-        let ctx = self.context(settings, overrides)?;
+        let ctx = self.context(settings, overrides, scope)?;
         let plan = ctx
             .state()
             .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
@@ -237,15 +263,16 @@ impl Database {
         settings: &HashMap<String, String>,
         block: Option<&Block>,
     ) -> Result<Output> {
+        let scope = block.map(|b| b.number);
         let references = references(statement)?;
-        self.read_fence(&references, false, settings).await?;
+        self.read_fence(&references, false, settings, scope).await?;
         let mut overrides: Vec<(ObjectId, Arc<dyn TableProvider>)> = Vec::new();
         // Only when the block wrote a table: most blocks' reads (a driver's implicit BEGIN
         // before a SELECT) have nothing to lay over.
         if let Some(block) = block.filter(|b| b.tables().next().is_some()) {
             let written: Vec<ObjectId> = block.tables().collect();
             for reference in &references {
-                let Ok((def, writer)) = self.writer(reference.table()) else {
+                let Ok((def, writer)) = self.writer(reference.table(), scope) else {
                     continue;
                 };
                 if !written.contains(&def.id) || overrides.iter().any(|(id, _)| *id == def.id) {
@@ -255,7 +282,9 @@ impl Database {
                 overrides.push((def.id, latest_rows(&mut w, Some(block))?));
             }
         }
-        let (ctx, mut plan) = self.plan_query(statement, settings, overrides).await?;
+        let (ctx, mut plan) = self
+            .plan_query(statement, settings, overrides, scope)
+            .await?;
         if let Some(p) = params {
             plan = plan.with_param_values(p.clone())?;
         }

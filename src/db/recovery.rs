@@ -231,6 +231,28 @@ pub(super) async fn install_from_store(
     Ok(())
 }
 
+/// Finishes the transaction blocks a crash cut short after their commit points, before
+/// anything starts: the catalog changes of those that ran DDL first (their objects kept, their
+/// drops applied; the objects of blocks that never committed dropped, with their tables'
+/// logs), then each block's records into the logs that miss them.
+pub(super) fn finish_commits(catalog: &mut Catalog, tables_dir: &Path) -> Result<()> {
+    let committed = TableWriter::committed_blocks(tables_dir)?;
+    for gone in catalog.settle_blocks(&committed)? {
+        if let Object::Table(t) = gone {
+            TableWriter::remove(tables_dir, t.id)?;
+        }
+    }
+    let tables: HashSet<ObjectId> = catalog
+        .objects()
+        .iter()
+        .filter_map(|o| match o {
+            Object::Table(t) => Some(t.id),
+            _ => None,
+        })
+        .collect();
+    TableWriter::redo_commits(tables_dir, |id| tables.contains(&id))
+}
+
 /// The objects of the restored checkpoint whose state is usable, by id. The state of the
 /// others is deleted (with the row errors their actors counted) and they start as new ones.
 pub(super) fn usable_objects(

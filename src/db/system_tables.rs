@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use datafusion::arrow::array::RecordBatch;
 
 use super::{Database, Output};
-use crate::catalog::{Kind, Object};
+use crate::catalog::{Kind, Object, Scope};
 use crate::checkpoint::restore::Recovery;
 use crate::checkpoint::{Record, RetainedFiles};
 use crate::error::{Error, ErrorKind, Result};
@@ -136,7 +136,7 @@ pub fn text_rows(columns: &[&'static str], values: Vec<Vec<String>>) -> Result<O
 
 impl Database {
     /// The `weir_catalog` system tables, as of now.
-    pub(super) fn system_tables(&self) -> Result<Vec<(&'static str, RecordBatch)>> {
+    pub(super) fn system_tables(&self, scope: Scope) -> Result<Vec<(&'static str, RecordBatch)>> {
         let Some(checkpoints) = self.checkpoints.get() else {
             return Ok(Vec::new());
         };
@@ -145,9 +145,9 @@ impl Database {
             ("checkpoints", self::checkpoints(&checkpoints.records())?),
             ("checkpoint_files", checkpoint_files(&checkpoints.files())?),
             ("recoveries", recoveries),
-            ("sources", self.sources_batch()?),
-            ("sinks", self.sinks_batch()?),
-            ("views", self.views_batch()?),
+            ("sources", self.sources_batch(scope)?),
+            ("sinks", self.sinks_batch(scope)?),
+            ("views", self.views_batch(scope)?),
         ])
     }
 
@@ -158,7 +158,7 @@ impl Database {
 
     /// `weir_catalog.sources`: each source's connector, rows fed, whether it has ended, why it
     /// stopped early, and whether something reads it (it produces only then).
-    fn sources_batch(&self) -> Result<RecordBatch> {
+    fn sources_batch(&self, scope: Scope) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[
             ("name", Text),
@@ -170,7 +170,7 @@ impl Database {
         ]);
         let catalog = self.catalog();
         let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
-        for o in catalog.objects() {
+        for o in catalog.visible_objects(scope) {
             let (Object::Source(def), Some(h)) = (o, sources.get(&o.id())) else {
                 continue;
             };
@@ -193,12 +193,12 @@ impl Database {
     }
 
     /// `weir_catalog.sinks`: the rows each sink has received since the server started.
-    fn sinks_batch(&self) -> Result<RecordBatch> {
+    fn sinks_batch(&self, scope: Scope) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[("name", Text), ("inserts", Int), ("deletes", Int)]);
         let catalog = self.catalog();
         let sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
-        for o in catalog.objects() {
+        for o in catalog.visible_objects(scope) {
             if let Some(c) = sinks.get(&o.id()) {
                 rows.push(vec![
                     o.name().into(),
@@ -213,7 +213,7 @@ impl Database {
     /// `weir_catalog.views`: each view's status (`running`; `degraded` while some of its rows
     /// hold an error: `row_errors` of them, the last `last_error`; or why its actors failed)
     /// and parallelism, by name.
-    fn views_batch(&self) -> Result<RecordBatch> {
+    fn views_batch(&self, scope: Scope) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[
             ("name", Text),
@@ -231,8 +231,7 @@ impl Database {
             .clone();
         let errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
         let mut views: Vec<_> = catalog
-            .objects()
-            .iter()
+            .visible_objects(scope)
             .filter_map(|o| match o {
                 Object::View(v) if !v.sink => Some(v),
                 _ => None,
@@ -262,16 +261,15 @@ impl Database {
     }
 
     /// SHOW MATERIALIZED VIEWS: the rows of `weir_catalog.views`.
-    pub fn show_views(&self) -> Result<Output> {
-        self.views_batch().map(rows_of)
+    pub fn show_views(&self, scope: Scope) -> Result<Output> {
+        self.views_batch(scope).map(rows_of)
     }
 
     /// SHOW TABLES, SHOW SOURCES, SHOW SINKS: the names of the objects of `kind`.
-    pub fn show_names(&self, kind: Kind) -> Result<Output> {
+    pub fn show_names(&self, kind: Kind, scope: Scope) -> Result<Output> {
         let mut names: Vec<String> = self
             .catalog()
-            .objects()
-            .iter()
+            .visible_objects(scope)
             .filter(|o| o.kind() == kind)
             .map(|o| o.name().to_string())
             .collect();
@@ -280,9 +278,9 @@ impl Database {
     }
 
     /// SHOW CREATE MATERIALIZED VIEW: the view's name and its statement.
-    pub fn show_create_view(&self, name: &str) -> Result<Output> {
+    pub fn show_create_view(&self, name: &str, scope: Scope) -> Result<Output> {
         let catalog = self.catalog();
-        match catalog.get(name) {
+        match catalog.get(name, scope) {
             Some(Object::View(v)) if !v.sink => text_rows(
                 &["name", "create_sql"],
                 vec![vec![v.name.clone(), v.create_sql()]],

@@ -10,7 +10,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 
-use crate::catalog::{Object, ObjectId, ViewDef};
+use crate::catalog::{Object, ObjectId, Scope, ViewDef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::{
     self, check_deterministic, pg_names, relation_name, CreateSink, CreateView, PlanFunctions,
@@ -18,6 +18,7 @@ use crate::sql::{
 };
 use crate::stream::graph;
 use crate::stream::{Compiled, ErrorSink, Fragment, PlanNode, SinkCounter, SinkDriver, StreamPlan};
+use crate::table::Block;
 
 use super::query::identity_exprs;
 use super::{text_rows, Database, Output};
@@ -51,8 +52,8 @@ impl Database {
                     .plan_view(
                         &query,
                         &HashMap::new(),
-                        v.emit_on_window_close,
-                        v.int4_literals,
+                        (v.emit_on_window_close, v.int4_literals),
+                        None,
                     )
                     .await?;
                 let compiled = compile(plan, v.parallelism())?;
@@ -91,10 +92,10 @@ impl Database {
         &self,
         query: &ast::Query,
         settings: &HashMap<String, String>,
-        emit_on_window_close: bool,
-        int4_literals: bool,
+        (emit_on_window_close, int4_literals): (bool, bool),
+        scope: Scope,
     ) -> Result<(StreamPlan, Vec<ObjectId>)> {
-        let ctx = self.context(settings, vec![])?;
+        let ctx = self.context(settings, vec![], scope)?;
         let state = ctx.state();
         let mut stmt = ast::Statement::Query(Box::new(query.clone()));
         crate::sql::mark_view_now(&mut stmt);
@@ -110,6 +111,7 @@ impl Database {
         let planner = Planner {
             state: &state,
             catalog: &catalog,
+            scope,
             emit_on_window_close,
         };
         let (mut stream_plan, deps) = planner.plan(&optimized)?;
@@ -221,9 +223,15 @@ impl Database {
         &self,
         cv: &ast::CreateView,
         settings: &HashMap<String, String>,
+        scope: Scope,
     ) -> Result<Output> {
         let (plan, _) = self
-            .plan_view(&cv.query, settings, view_options(&cv.options)?, true)
+            .plan_view(
+                &cv.query,
+                settings,
+                (view_options(&cv.options)?, true),
+                scope,
+            )
             .await?;
         let fragments = cut(plan.clone(), self.parallelism_for(settings)?)?;
         let names: Vec<String> = {
@@ -246,6 +254,7 @@ impl Database {
         &self,
         cv: &CreateView,
         settings: &HashMap<String, String>,
+        block: Option<&mut Block>,
     ) -> Result<Output> {
         let view = &cv.view;
         if !view.materialized {
@@ -268,7 +277,7 @@ impl Database {
             emit_on_window_close: cv.emit_on_window_close || view_options(&view.options)?,
             sink: false,
         };
-        self.create_view_or_sink(new, settings).await
+        self.create_view_or_sink(new, settings, block).await
     }
 
     /// `CREATE SINK`: a view whose changes go to a connector instead of being kept. The one
@@ -277,6 +286,7 @@ impl Database {
         &self,
         sink: &CreateSink,
         settings: &HashMap<String, String>,
+        block: Option<&mut Block>,
     ) -> Result<Output> {
         let mut connector = None;
         let mut rest = Vec::new();
@@ -305,13 +315,14 @@ impl Database {
             emit_on_window_close: sink.emit_on_window_close || view_options(&options)?,
             sink: true,
         };
-        self.create_view_or_sink(new, settings).await
+        self.create_view_or_sink(new, settings, block).await
     }
 
     async fn create_view_or_sink(
         &self,
         cv: NewView<'_>,
         settings: &HashMap<String, String>,
+        block: Option<&mut Block>,
     ) -> Result<Output> {
         let tag = if cv.sink {
             "CREATE SINK"
@@ -319,15 +330,16 @@ impl Database {
             "CREATE MATERIALIZED VIEW"
         };
         let _ddl = self.ddl.lock().await;
+        let scope = block.as_ref().map(|b| b.number);
         let name = relation_name(cv.name)?;
-        if self.catalog().get(&name).is_some() && cv.if_not_exists {
+        if self.catalog().get(&name, scope).is_some() && cv.if_not_exists {
             return Ok(Output::command(tag));
         }
-        self.catalog().check_free(&name)?;
+        self.catalog().check_free(&name, scope)?;
         let query = cv.query.to_string();
         let emit_on_window_close = cv.emit_on_window_close;
         let (mut plan, deps) = self
-            .plan_view(cv.query, settings, emit_on_window_close, true)
+            .plan_view(cv.query, settings, (emit_on_window_close, true), scope)
             .await?;
         if !cv.columns.is_empty() {
             plan.schema = rename_columns(&plan.schema, cv.columns)?;
@@ -363,7 +375,7 @@ impl Database {
             plan: Some(stored),
         };
         self.start_view(&def, compiled, ViewStart::New).await?;
-        self.add_started(Object::View(def)).await?;
+        self.add_started(Object::View(def), block).await?;
         self.run_sources_read();
         Ok(Output::command(tag))
     }

@@ -83,6 +83,17 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// Ends the session once its client has gone: a transaction block it left open is rolled
+    /// back, its DDL undone, before anything else can trip over it.
+    pub async fn close(&self) {
+        let session = self.session.lock().await.take();
+        if let Some(mut session) = session {
+            session.close().await;
+        }
+    }
+}
+
 impl Drop for Connection {
     fn drop(&mut self) {
         if let Some(pid) = *self.pid.lock().unwrap_or_else(|p| p.into_inner()) {

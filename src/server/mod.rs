@@ -75,7 +75,9 @@ pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Futu
         ));
         let limit = db.config.message_bytes_max;
         tokio::spawn(async move {
-            if let Err(e) = serve_socket(socket, handlers, limit).await {
+            let served = serve_socket(socket, handlers.clone(), limit).await;
+            handlers.close().await;
+            if let Err(e) = served {
                 tracing::debug!(%peer, "connection ended with an error: {e}");
             }
         });

@@ -3,9 +3,10 @@
 //! Transaction blocks: between BEGIN and COMMIT, INSERT, UPDATE and DELETE are kept in the
 //! session's block (`table::Block`), which its statements read, and reach the tables only at
 //! COMMIT; ROLLBACK, a failed COMMIT or a disconnect drop them. After an error the block is
-//! failed: every statement but COMMIT and ROLLBACK (which both end it) gets 25P02. DDL, FLUSH
-//! and CHECKPOINT take effect when they run, in a block too. See `docs/sql.md` and
-//! `docs/design/0010-transactions.md`.
+//! failed: every statement but COMMIT and ROLLBACK (which both end it) gets 25P02. DDL in a
+//! block is the block's (its objects are seen by it alone, its drops hidden from it) until
+//! COMMIT applies it with the writes; FLUSH and CHECKPOINT take effect when they run. See
+//! `docs/sql.md` and `docs/design/0010-transactions.md`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,8 +89,9 @@ enum Transaction {
     /// Outside a block: each statement commits on its own.
     Idle,
     Open(Block),
-    /// A statement of the block failed: its writes are dropped, and it waits for its end.
-    Failed,
+    /// A statement of the block failed: its writes are dropped, and it waits for its end,
+    /// which undoes its DDL.
+    Failed(Block),
 }
 
 /// What ReadyForQuery reports.
@@ -133,7 +135,7 @@ impl Session {
         match self.transaction {
             Transaction::Idle => BlockState::Idle,
             Transaction::Open(_) => BlockState::Open,
-            Transaction::Failed => BlockState::Failed,
+            Transaction::Failed(_) => BlockState::Failed,
         }
     }
 
@@ -151,12 +153,21 @@ impl Session {
         }
     }
 
+    /// The block whose objects the session's statements see.
+    fn scope(&self) -> crate::catalog::Scope {
+        self.open_block().map(|b| b.number)
+    }
+
     /// A statement of the session's open block failed (also where the failure came after
     /// `execute` returned: a query's rows, a statement that did not parse).
     pub fn fail(&mut self) {
-        if let Transaction::Open(_) = self.transaction {
-            self.transaction = Transaction::Failed;
-        }
+        self.transaction = match std::mem::replace(&mut self.transaction, Transaction::Idle) {
+            Transaction::Open(mut block) => {
+                block.forget_writes();
+                Transaction::Failed(block)
+            }
+            other => other,
+        };
     }
 
     /// Runs one statement: BEGIN, COMMIT and ROLLBACK on the session's block, anything else
@@ -179,7 +190,7 @@ impl Session {
                 Ast::Rollback {
                     savepoint: None, ..
                 } => {
-                    self.end(false);
+                    self.rollback().await;
                     return Ok(Output::TransactionEnd {
                         tag: "ROLLBACK".into(),
                     });
@@ -187,7 +198,7 @@ impl Session {
                 _ => {}
             }
         }
-        if let Transaction::Failed = self.transaction {
+        if let Transaction::Failed(_) = self.transaction {
             return Err(Error::new(
                 ErrorKind::InFailedTransaction,
                 "current transaction is aborted, commands ignored until end of transaction block",
@@ -228,6 +239,21 @@ impl Session {
         Ok(())
     }
 
+    /// Ends the session: its client has gone. An open block is rolled back.
+    pub async fn close(&mut self) {
+        self.rollback().await;
+    }
+
+    /// Ends the block without committing it: its writes dropped, its DDL undone, its settings
+    /// restored.
+    async fn rollback(&mut self) {
+        match std::mem::replace(&mut self.transaction, Transaction::Idle) {
+            Transaction::Open(block) | Transaction::Failed(block) => self.db.rollback(block).await,
+            Transaction::Idle => {}
+        }
+        self.end(false);
+    }
+
     /// Ends the block: its writes dropped (unless `commit` applied them), and its settings
     /// undone: all of them, or after a commit those SET LOCAL changed and the transaction's
     /// modes.
@@ -257,7 +283,8 @@ impl Session {
             Transaction::Idle => Ok(Output::TransactionEnd {
                 tag: "COMMIT".into(),
             }),
-            Transaction::Failed => {
+            Transaction::Failed(block) => {
+                self.db.rollback(block).await;
                 self.end(false);
                 Ok(Output::TransactionEnd {
                     tag: "ROLLBACK".into(),
@@ -279,28 +306,37 @@ impl Session {
         parsed: &Parsed,
         params: Option<&ParamValues>,
     ) -> Result<Output> {
+        let scope = self.scope();
+        let block = match &mut self.transaction {
+            Transaction::Open(b) => Some(b),
+            _ => None,
+        };
         match &parsed.statement {
             Statement::Flush => self.db.flush().await,
             Statement::Checkpoint { base } => self.db.checkpoint(*base).await,
             Statement::ShowCheckpoints => self.db.show_checkpoints(),
-            Statement::ShowTables => self.db.show_names(Kind::Table),
-            Statement::ShowMaterializedViews => self.db.show_views(),
-            Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name),
-            Statement::ShowSources => self.db.show_names(Kind::Source),
-            Statement::ShowSinks => self.db.show_names(Kind::Sink),
+            Statement::ShowTables => self.db.show_names(Kind::Table, scope),
+            Statement::ShowMaterializedViews => self.db.show_views(scope),
+            Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name, scope),
+            Statement::ShowSources => self.db.show_names(Kind::Source, scope),
+            Statement::ShowSinks => self.db.show_names(Kind::Sink, scope),
             Statement::CreateTable { table, watermark } => {
-                self.db.create_table(table, watermark.as_deref()).await
+                self.db
+                    .create_table(table, watermark.as_deref(), block)
+                    .await
             }
             Statement::CreateSource { table, watermark } => {
-                self.db.create_source(table, watermark.as_deref()).await
+                self.db
+                    .create_source(table, watermark.as_deref(), block)
+                    .await
             }
             Statement::CreateView(cv) => {
                 crate::sql::check_supported(cv.view.as_ref())?;
-                self.db.create_view(cv, &self.settings).await
+                self.db.create_view(cv, &self.settings, block).await
             }
             Statement::CreateSink(sink) => {
                 crate::sql::check_supported(sink.query.as_ref())?;
-                self.db.create_sink(sink, &self.settings).await
+                self.db.create_sink(sink, &self.settings, block).await
             }
             Statement::Drop {
                 kind,
@@ -309,7 +345,7 @@ impl Session {
                 cascade,
             } => {
                 self.db
-                    .drop_objects(*kind, names, *if_exists, *cascade)
+                    .drop_objects(*kind, (names, *if_exists, *cascade), block)
                     .await
             }
             Statement::Sql(stmt) => {
@@ -403,7 +439,8 @@ impl Session {
                     .iter()
                     .map(relation_name)
                     .collect::<Result<Vec<String>>>()?;
-                db.drop_objects(kind, &names, *if_exists, *cascade).await
+                db.drop_objects(kind, (&names, *if_exists, *cascade), block)
+                    .await
             }
             Ast::Insert(i) => {
                 let table = match &i.table {
@@ -448,7 +485,9 @@ impl Session {
             }
             Ast::Query(_) => self.query(stmt, params).await,
             Ast::Explain { statement, .. } => match statement.as_ref() {
-                Ast::CreateView(cv) if cv.materialized => db.explain_view(cv, &self.settings).await,
+                Ast::CreateView(cv) if cv.materialized => {
+                    db.explain_view(cv, &self.settings, self.scope()).await
+                }
                 _ => self.query(stmt, params).await,
             },
             Ast::Rollback { .. } => Err(Error::not_supported("savepoints are not supported")),
@@ -476,6 +515,7 @@ impl Session {
             parameters: vec![],
             columns,
         };
+        let scope = self.scope();
         let stmt = match &parsed.statement {
             Statement::Sql(s) => s,
             Statement::Flush => return Ok(none(None)),
@@ -485,18 +525,20 @@ impl Session {
             }
             // These answer rows; run them to learn their shape (they are cheap and read-only).
             Statement::ShowTables => {
-                return Ok(none(rows_schema(self.db.show_names(Kind::Table)?)))
+                return Ok(none(rows_schema(self.db.show_names(Kind::Table, scope)?)))
             }
             Statement::ShowMaterializedViews => {
-                return Ok(none(rows_schema(self.db.show_views()?)))
+                return Ok(none(rows_schema(self.db.show_views(scope)?)))
             }
             Statement::ShowCreateMaterializedView(name) => {
-                return Ok(none(rows_schema(self.db.show_create_view(name)?)))
+                return Ok(none(rows_schema(self.db.show_create_view(name, scope)?)))
             }
             Statement::ShowSources => {
-                return Ok(none(rows_schema(self.db.show_names(Kind::Source)?)))
+                return Ok(none(rows_schema(self.db.show_names(Kind::Source, scope)?)))
             }
-            Statement::ShowSinks => return Ok(none(rows_schema(self.db.show_names(Kind::Sink)?))),
+            Statement::ShowSinks => {
+                return Ok(none(rows_schema(self.db.show_names(Kind::Sink, scope)?)))
+            }
             Statement::CreateTable { .. }
             | Statement::CreateSource { .. }
             | Statement::CreateView(_)
@@ -507,20 +549,26 @@ impl Session {
         if let Ast::Explain { statement, .. } = stmt.as_ref() {
             if let Ast::CreateView(cv) = statement.as_ref() {
                 return Ok(none(rows_schema(
-                    self.db.explain_view(cv, &self.settings).await?,
+                    self.db.explain_view(cv, &self.settings, scope).await?,
                 )));
             }
         }
         match stmt.as_ref() {
             Ast::Query(_) | Ast::Explain { .. } => {
-                let (_, plan) = self.db.plan_query(stmt, &self.settings, vec![]).await?;
+                let (_, plan) = self
+                    .db
+                    .plan_query(stmt, &self.settings, vec![], scope)
+                    .await?;
                 Ok(Description {
                     parameters: parameter_types(&plan)?,
                     columns: Some(crate::db::result_schema(&plan)),
                 })
             }
             Ast::Insert(_) | Ast::Update(_) | Ast::Delete(_) => {
-                let (_, plan) = self.db.plan_statement(stmt, &self.settings, vec![]).await?;
+                let (_, plan) = self
+                    .db
+                    .plan_statement(stmt, &self.settings, vec![], scope)
+                    .await?;
                 Ok(Description {
                     parameters: parameter_types(&plan)?,
                     columns: None,

@@ -133,10 +133,11 @@ pub fn query_runtime(bytes: u64, spill_dir: std::path::PathBuf) -> Result<Arc<Ru
         .build_arc()?)
 }
 
-/// A context with every relation of `catalog` readable at `snapshot`, except those in
+/// A context with every relation of `catalog` that `scope` sees readable at `snapshot`, except those in
 /// `overrides`, which are read from the given providers instead.
 pub fn query_context(
     catalog: &Catalog,
+    scope: crate::catalog::Scope,
     snapshot: &Arc<Snapshot>,
     failed: &FailedActors,
     settings: &HashMap<String, String>,
@@ -145,7 +146,7 @@ pub fn query_context(
 ) -> Result<SessionContext> {
     let ctx = new_context(runtime);
     let failed = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    for object in catalog.objects() {
+    for object in catalog.visible_objects(scope) {
         let id = object.id();
         let Some(schema) = catalog.schema(id) else {
             continue;

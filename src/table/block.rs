@@ -32,6 +32,11 @@ pub struct Transactions {
     open: Mutex<BTreeMap<u64, usize>>,
     /// The tables' directory, where multi-table commits write their commit files.
     dir: PathBuf,
+    /// The blocks begun so far: each block's number, which marks the objects it creates.
+    blocks: AtomicU64,
+    /// Where a block that ran DDL and ends without COMMIT or ROLLBACK (its session went away)
+    /// sends its number, so that the database drops what it created.
+    abandoned: Mutex<Option<tokio::sync::mpsc::UnboundedSender<u64>>>,
 }
 
 impl Transactions {
@@ -40,7 +45,14 @@ impl Transactions {
             sequence: AtomicU64::new(0),
             open: Mutex::new(BTreeMap::new()),
             dir,
+            blocks: AtomicU64::new(0),
+            abandoned: Mutex::new(None),
         })
+    }
+
+    /// Where abandoned blocks that ran DDL are reported from now on.
+    pub fn report_abandoned(&self, to: tokio::sync::mpsc::UnboundedSender<u64>) {
+        *self.abandoned.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
     }
 
     /// Begins a block: it conflicts with what commits from now on.
@@ -51,6 +63,8 @@ impl Transactions {
         *open.entry(start).or_default() += 1;
         Block {
             start,
+            number: self.blocks.fetch_add(1, Ordering::Relaxed) + 1,
+            ddl: false,
             tables: BTreeMap::new(),
             transactions: self.clone(),
         }
@@ -76,12 +90,27 @@ impl Transactions {
 pub struct Block {
     /// The commits before the block began.
     start: u64,
+    /// The block's number, which the catalog gives the objects it creates (`catalog::Scope`).
+    pub number: u64,
+    /// Whether the block ran DDL whose objects the catalog marks with its number: if it is
+    /// dropped without its end being handled, the database is told to undo that DDL.
+    pub ddl: bool,
     tables: BTreeMap<ObjectId, Pending>,
     transactions: Arc<Transactions>,
 }
 
 impl Drop for Block {
     fn drop(&mut self) {
+        if self.ddl {
+            let abandoned = self
+                .transactions
+                .abandoned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(to) = abandoned.as_ref() {
+                let _ = to.send(self.number);
+            }
+        }
         let mut open = self
             .transactions
             .open
@@ -104,6 +133,16 @@ impl Block {
 
     pub(super) fn pending(&self, table: ObjectId) -> Option<&Pending> {
         self.tables.get(&table)
+    }
+
+    /// Forgets the block's writes to `table` (which the block dropped).
+    pub fn forget_table(&mut self, table: ObjectId) {
+        self.tables.remove(&table);
+    }
+
+    /// Forgets every write of the block (which failed: they will never commit).
+    pub fn forget_writes(&mut self) {
+        self.tables.clear();
     }
 }
 
@@ -227,7 +266,17 @@ pub(super) fn affected(chunk: &StreamChunk) -> usize {
 /// change-log record for a block that wrote one table; a commit file first for several), and
 /// sends it to the tables' actors in one epoch. An error before the commit point applies
 /// nothing.
-pub async fn commit(mut block: Block, writers: &mut [&mut TableWriter]) -> Result<()> {
+///
+/// A block that ran DDL gives its catalog changes (`catalog`) and the function that saves
+/// them (`settle`): with writes, they go into the commit file, whose rename commits both, and
+/// `settle` runs once the records are in their logs; without, `settle`'s save of the catalog
+/// is the commit point.
+pub async fn commit(
+    mut block: Block,
+    writers: &mut [&mut TableWriter],
+    catalog: Option<crate::changelog::CatalogPart<'_>>,
+    settle: impl FnOnce() -> Result<()>,
+) -> Result<()> {
     let mut parts: Vec<(usize, StreamChunk)> = Vec::new();
     for (i, writer) in writers.iter_mut().enumerate() {
         let Some(pending) = block.tables.remove(&writer.def.id) else {
@@ -248,8 +297,8 @@ pub async fn commit(mut block: Block, writers: &mut [&mut TableWriter]) -> Resul
     }
     let (sequence, oldest) = block.transactions.commit();
     match parts.as_slice() {
-        [] => return Ok(()),
-        [(i, chunk)] => {
+        [] => return settle(),
+        [(i, chunk)] if catalog.is_none() => {
             writers[*i].log.append(chunk)?;
         }
         _ => {
@@ -258,7 +307,8 @@ pub async fn commit(mut block: Block, writers: &mut [&mut TableWriter]) -> Resul
                 .map(|(i, c)| (writers[*i].def.id, writers[*i].log.next_record(), c))
                 .collect();
             let dir = block.transactions.dir.clone();
-            let committed = match crate::blocking(|| Committed::write(&dir, sequence, &records)) {
+            let written = crate::blocking(|| Committed::write(&dir, sequence, catalog, &records));
+            let committed = match written {
                 Ok(c) => c,
                 Err(e) => {
                     if e.kind == ErrorKind::TransactionResolutionUnknown {
@@ -287,6 +337,21 @@ pub async fn commit(mut block: Block, writers: &mut [&mut TableWriter]) -> Resul
                 // Some of the block's tables have it in their logs, the rest only in the
                 // commit file.
                 crate::failpoint::hit("table.commit_appended");
+            }
+            if catalog.is_some() {
+                if let Err(e) = settle() {
+                    // As above: the commit file stays, and a restart saves the catalog.
+                    for (j, _) in &parts {
+                        writers[*j].in_doubt = true;
+                    }
+                    return Err(Error::new(
+                        ErrorKind::TransactionResolutionUnknown,
+                        format!("a transaction block is committed but its DDL is not saved: {e}"),
+                    )
+                    .with_hint("Restart the server: it applies the block at start."));
+                }
+                // The catalog is saved, the commit file not yet removed.
+                crate::failpoint::hit("table.block_settled");
             }
             committed.done();
         }

@@ -33,6 +33,7 @@ use crate::types::SqlType;
 
 use self::block::{affected, Pending};
 pub use self::block::{commit, Block, Transactions};
+pub use crate::changelog::CatalogPart;
 
 /// Where a table restored from a checkpoint stands: how many records of its log its restored
 /// state holds, and its watermark then.
@@ -130,6 +131,12 @@ impl TableWriter {
     /// crash cut short (`changelog::redo`), for the tables `live` names; before any opens.
     pub fn redo_commits(dir: &Path, live: impl Fn(u32) -> bool) -> Result<()> {
         crate::blocking(|| crate::changelog::redo(dir, live))
+    }
+
+    /// The catalog changes of committed blocks whose commit files remain (each block's number
+    /// with the objects it dropped), for the catalog to apply before `redo_commits`.
+    pub fn committed_blocks(dir: &Path) -> Result<std::collections::BTreeMap<u64, Vec<u32>>> {
+        crate::blocking(|| crate::changelog::committed_blocks(dir))
     }
 
     /// The tables in `dir` whose logs were truncated, with the record each now starts at.

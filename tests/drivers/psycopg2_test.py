@@ -3,7 +3,8 @@ transaction block before the first statement of each (autocommit off, its defaul
 is what every psycopg2 and SQLAlchemy application sends. A block's writes are its own until
 commit; rollback undoes them; an error fails the block until rollback; a write committed on
 one pooled connection is read at once on another; the second of two conflicting blocks gets
-40001.
+40001. DDL is part of the block: a migration (a table, its rows and a view, as Alembic runs
+each one in a block) commits whole, and a failing one rolls back leaving nothing.
 
 Usage: python3 tests/drivers/psycopg2_test.py "host=127.0.0.1 port=4466 dbname=weir user=weir"
 """
@@ -91,6 +92,52 @@ def main(dsn):
     with a.cursor() as cur:
         cur.execute("SELECT v FROM pg2 WHERE id = 2")
         assert cur.fetchone() == (200,)
+    a.commit()
+    checks += 1
+
+    # A migration in one block: nobody sees its table before commit, everyone after.
+    with a.cursor() as cur:
+        cur.execute("CREATE TABLE pg2_plans (id int PRIMARY KEY, name text)")
+        cur.execute("INSERT INTO pg2_plans VALUES (1, 'free'), (2, 'pro')")
+        cur.execute(
+            "CREATE MATERIALIZED VIEW pg2_plan_count AS SELECT count(*) AS n FROM pg2_plans"
+        )
+    with b.cursor() as cur:
+        try:
+            cur.execute("SELECT * FROM pg2_plans")
+            raise AssertionError("another connection saw an uncommitted table")
+        except psycopg2.errors.UndefinedTable:
+            pass
+    b.rollback()
+    a.commit()
+    with b.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg2_plans")
+        assert cur.fetchone() == (2,)
+        cur.execute("FLUSH")
+        cur.execute("SELECT n FROM pg2_plan_count")
+        assert cur.fetchone() == (2,)
+    b.commit()
+    # A migration that fails half-way rolls back whole: its table, rows and drop.
+    with a.cursor() as cur:
+        cur.execute("CREATE TABLE pg2_half (id int PRIMARY KEY)")
+        cur.execute("INSERT INTO pg2_half VALUES (1)")
+        cur.execute("DROP MATERIALIZED VIEW pg2_plan_count")
+        try:
+            cur.execute("INSERT INTO pg2_half VALUES (1)")
+            raise AssertionError("duplicate key accepted")
+        except psycopg2.errors.UniqueViolation:
+            pass
+    a.rollback()
+    with a.cursor() as cur:
+        try:
+            cur.execute("SELECT * FROM pg2_half")
+            raise AssertionError("a rolled-back CREATE TABLE stayed")
+        except psycopg2.errors.UndefinedTable:
+            pass
+    a.rollback()
+    with a.cursor() as cur:
+        cur.execute("SELECT n FROM pg2_plan_count")
+        assert cur.fetchone() == (2,), "a rolled-back DROP took effect"
     a.commit()
     checks += 1
     pool.closeall()

@@ -87,6 +87,8 @@ pub fn check_deterministic(plan: &LogicalPlan) -> Result<()> {
 pub struct Planner<'a> {
     pub state: &'a SessionState,
     pub catalog: &'a Catalog,
+    /// The transaction block the view is created in, whose objects it may read.
+    pub scope: crate::catalog::Scope,
     /// The view emits a group's row once, when the watermark closes its window.
     pub emit_on_window_close: bool,
 }
@@ -204,7 +206,7 @@ impl Planner<'_> {
         let name = scan.table_name.table();
         let object = self
             .catalog
-            .get(name)
+            .get(name, self.scope)
             .ok_or_else(|| crate::catalog::undefined_table(name))?;
         let id = object.id();
         if let Some(fetch) = scan.fetch {
