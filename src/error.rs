@@ -66,6 +66,8 @@ pub enum ErrorKind {
     ObjectNotInPrerequisiteState,
     /// The server is shutting down or a component it needs is gone.
     Unavailable,
+    /// An upstream system a connector reads (a Kafka broker) cannot be reached.
+    ConnectionFailure,
     /// A statement in a transaction block after one of its statements failed: only ROLLBACK
     /// (or COMMIT, which rolls back) is run until the block ends.
     InFailedTransaction,

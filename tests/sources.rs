@@ -222,7 +222,7 @@ async fn source_and_sink_ddl_errors_are_clear() {
         ("SELECT * FROM bid", "0A000"),
         ("INSERT INTO bid VALUES (1)", "42809"),
         ("CREATE SOURCE x WITH (stream = 'bid')", "22023"),
-        ("CREATE SOURCE x WITH (connector = 'kafka')", "0A000"),
+        ("CREATE SOURCE x WITH (connector = 'pulsar')", "0A000"),
         (
             "CREATE SOURCE x WITH (connector = 'nexmark', stream = 'bids')",
             "22023",

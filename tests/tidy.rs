@@ -89,6 +89,11 @@ fn only_checkpoint_uses_the_object_store() {
 }
 
 #[test]
+fn only_connectors_use_the_kafka_client() {
+    only_owner_uses("rdkafka", "src/connector/");
+}
+
+#[test]
 fn every_file_opens_with_a_doc_line() {
     let missing: Vec<String> = sources()
         .into_iter()

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use crate::catalog::{Kind, Object, ObjectId, SourceDef, TableDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::{self, relation_name, Watermark};
+use crate::sql::{self, relation_name, Format, Watermark};
 use crate::stream::{
     build_actor, ActorId, ErrorSink, Feed, FeedPosition, Mutation, PlanNode, SourceRows,
 };
@@ -180,7 +180,7 @@ impl Database {
     pub async fn create_source(
         &self,
         ct: &ast::CreateTable,
-        watermark: Option<&Watermark>,
+        clauses: (Option<&Watermark>, Option<&Format>),
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
@@ -191,7 +191,7 @@ impl Database {
         }
         self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let def = sql::create_source(ct, watermark, id)?;
+        let def = sql::create_source(ct, clauses, id)?;
         self.start_source(def.clone(), FeedPosition::default())
             .await?;
         self.add_started(Object::Source(def), block).await?;

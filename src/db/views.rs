@@ -341,6 +341,7 @@ impl Database {
         let (mut plan, deps) = self
             .plan_view(cv.query, settings, (emit_on_window_close, true), scope)
             .await?;
+        self.check_sources_read_again(&deps)?;
         if !cv.columns.is_empty() {
             plan.schema = rename_columns(&plan.schema, cv.columns)?;
         }
@@ -378,6 +379,22 @@ impl Database {
         self.add_started(Object::View(def), block).await?;
         self.run_sources_read();
         Ok(Output::command(tag))
+    }
+}
+
+impl Database {
+    /// Refuses a view whose backfill a source it reads cannot give: one that has produced
+    /// rows its connector cannot read again as they went by.
+    fn check_sources_read_again(&self, inputs: &[ObjectId]) -> Result<()> {
+        let catalog = self.catalog();
+        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        for id in inputs {
+            if let (Some(Object::Source(def)), Some(handle)) = (catalog.by_id(*id), sources.get(id))
+            {
+                crate::connector::source::check_read_again(def, handle.rows())?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -38,6 +38,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::QueryCanceled => "57014",
         ErrorKind::ObjectNotInPrerequisiteState => "55000",
         ErrorKind::Unavailable => "57P03",
+        ErrorKind::ConnectionFailure => "08001",
         ErrorKind::InFailedTransaction => "25P02",
         ErrorKind::SerializationFailure => "40001",
         ErrorKind::TransactionResolutionUnknown => "08007",

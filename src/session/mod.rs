@@ -325,9 +325,13 @@ impl Session {
                     .create_table(table, watermark.as_deref(), block)
                     .await
             }
-            Statement::CreateSource { table, watermark } => {
+            Statement::CreateSource {
+                table,
+                watermark,
+                format,
+            } => {
                 self.db
-                    .create_source(table, watermark.as_deref(), block)
+                    .create_source(table, (watermark.as_deref(), format.as_ref()), block)
                     .await
             }
             Statement::CreateView(cv) => {

@@ -4,7 +4,7 @@ use datafusion::sql::sqlparser::ast::{self, ColumnOption, TableConstraint};
 
 use crate::catalog::{ColumnDef, Connector, ObjectId, SourceDef, TableDef, WatermarkDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::extensions::Watermark;
+use crate::sql::extensions::{Format, Watermark};
 use crate::types::SqlType;
 
 /// An identifier as PostgreSQL folds it: unquoted names are lower-cased.
@@ -182,9 +182,11 @@ pub fn option_text(value: &ast::Expr) -> String {
 
 /// Reads `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)`.
 /// A Nexmark source's columns are its stream's; written out, they must be those.
+/// A new source's definition, its connector's options checked (a connector may ask its
+/// upstream system: a Kafka broker for its partitions' offsets, off the async workers).
 pub fn create_source(
     ct: &ast::CreateTable,
-    watermark: Option<&Watermark>,
+    (watermark, format): (Option<&Watermark>, Option<&Format>),
     id: ObjectId,
 ) -> Result<SourceDef> {
     let name = relation_name(&ct.name)?;
@@ -206,6 +208,10 @@ pub fn create_source(
             "connector" => connector_name = Some(text),
             key => settings.push((key.to_string(), text)),
         }
+    }
+    if let Some(f) = format {
+        settings.push(("format".into(), f.format.clone()));
+        settings.push(("encode".into(), f.encode.clone()));
     }
     let connector = crate::connector::source::connector(&connector_name.ok_or_else(|| {
         Error::new(ErrorKind::InvalidParameter, "a source needs a connector")

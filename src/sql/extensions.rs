@@ -1,6 +1,8 @@
 //! Weir's own syntax around standard statements, read from the statement's tokens and never
 //! printed back to text: `WATERMARK FOR col AS expr` in a table's or a source's column list,
-//! `EMIT ON WINDOW CLOSE` after a materialized view's query, and `CREATE SINK`. Each clause is
+//! `EMIT ON WINDOW CLOSE` after a materialized view's query, `CREATE SINK`, a source's
+//! `FORMAT ... ENCODE ...` and its dotted option names (`properties.bootstrap.server = ...`,
+//! RisingWave's). Each clause is
 //! cut out of the tokens and parsed on its own by sqlparser's parser; the tokens keep their
 //! positions, so that an error points into the statement as it was written.
 
@@ -95,6 +97,86 @@ pub fn take_watermark(
     let expr = parse_with(sql, &tokens[m[w + 4]..m[end]], |p| p.parse_expr())?;
     tokens.drain(m[w - 1]..m[end]);
     Ok(Some(Box::new(Watermark { column, expr })))
+}
+
+/// A source's `FORMAT <format> ENCODE <encode>` (`FORMAT PLAIN ENCODE JSON`), lower-case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Format {
+    pub format: String,
+    pub encode: String,
+}
+
+/// Cuts a trailing `FORMAT <word> ENCODE <word>` off a `CREATE SOURCE` or `CREATE TABLE`
+/// (RisingWave's clause, after `WITH (...)`); `None` when there is none.
+pub fn take_format(tokens: &mut Vec<TokenWithSpan>) -> Option<Format> {
+    let m = meaningful(tokens);
+    let mut end = m.len();
+    // A statement's closing semicolon stays.
+    if end > 0 && tokens[m[end - 1]].token == Token::SemiColon {
+        end -= 1;
+    }
+    let first = end.checked_sub(4)?;
+    let word = |k: usize| match &tokens[m[k]].token {
+        Token::Word(w) => Some(w.value.to_lowercase()),
+        _ => None,
+    };
+    if !is(Some(&tokens[m[first]]), "FORMAT") || !is(Some(&tokens[m[first + 2]]), "ENCODE") {
+        return None;
+    }
+    let format = Format {
+        format: word(first + 1)?,
+        encode: word(first + 3)?,
+    };
+    tokens.drain(m[first]..=m[first + 3]);
+    Some(format)
+}
+
+/// Joins the dotted option names of a statement's first `WITH (...)` (`properties.bootstrap.server
+/// = '...'`, which sqlparser does not read) into one quoted name each, lower-case.
+pub fn join_dotted_option_names(tokens: &mut Vec<TokenWithSpan>) {
+    let m = meaningful(tokens);
+    let token = |k: usize| m.get(k).map(|&i| &tokens[i].token);
+    let Some(with) = (0..m.len()).find(|&k| is(m.get(k).map(|&i| &tokens[i]), "WITH")) else {
+        return;
+    };
+    if token(with + 1) != Some(&Token::LParen) {
+        return;
+    }
+    let mut joins = Vec::new();
+    let mut depth = 1usize;
+    let mut k = with + 2;
+    while depth > 0 && k < m.len() {
+        match token(k) {
+            Some(Token::LParen) => depth += 1,
+            Some(Token::RParen) => depth -= 1,
+            Some(Token::Word(first)) if depth == 1 => {
+                let mut parts = vec![first.value.to_lowercase()];
+                let mut end = k;
+                while token(end + 1) == Some(&Token::Period) {
+                    let Some(Token::Word(next)) = token(end + 2) else {
+                        break;
+                    };
+                    parts.push(next.value.to_lowercase());
+                    end += 2;
+                }
+                if end > k && token(end + 1) == Some(&Token::Eq) {
+                    joins.push((m[k], m[end], parts.join(".")));
+                }
+                k = end;
+            }
+            _ => {}
+        }
+        k += 1;
+    }
+    for (first, last, name) in joins.into_iter().rev() {
+        let span = tokens[first].span.union(&tokens[last].span);
+        let word = Token::Word(Word {
+            value: name,
+            quote_style: Some('"'),
+            keyword: Keyword::NoKeyword,
+        });
+        tokens.splice(first..=last, [TokenWithSpan::new(word, span)]);
+    }
 }
 
 /// Cuts a trailing `EMIT ON WINDOW CLOSE` off a `CREATE MATERIALIZED VIEW`; whether it was there.

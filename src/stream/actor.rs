@@ -162,7 +162,8 @@ pub struct SourceRows {
     pub history: Arc<dyn SourceHistory>,
 }
 
-/// A stream of batches, read in order.
+/// A stream of batches, read in order. A caller may stop waiting for `next_batch` (drop
+/// its future) and call it again: a reader loses no rows by it.
 #[async_trait::async_trait]
 pub trait Batches: Send {
     /// The next rows (at most `message::FEED_ROWS_MAX`), or `None` at the end of the stream.

@@ -267,12 +267,19 @@ impl Config {
         let path = options
             .take("path")
             .ok_or_else(|| Error::new(ErrorKind::InvalidParameter, "a file source needs a path"))?;
-        let format = options.take("format").unwrap_or_else(|| "csv".into());
-        if !format.eq_ignore_ascii_case("csv") {
-            return Err(
-                Error::not_supported(format!("file format \"{format}\" is not supported"))
-                    .with_hint("Use format = 'csv'."),
-            );
+        // `FORMAT PLAIN ENCODE CSV`; `format = 'csv'` as before that clause.
+        let format = options.take("format").map(|f| f.to_lowercase());
+        let encode = options.take("encode").map(|e| e.to_lowercase());
+        match (format.as_deref(), encode.as_deref()) {
+            (None | Some("plain"), None | Some("csv")) | (Some("csv"), None) => {}
+            _ => {
+                return Err(Error::not_supported(format!(
+                    "file sources read FORMAT PLAIN ENCODE CSV, not FORMAT {} ENCODE {}",
+                    format.as_deref().unwrap_or("plain").to_uppercase(),
+                    encode.as_deref().unwrap_or("csv").to_uppercase()
+                ))
+                .with_hint("Use FORMAT PLAIN ENCODE CSV."))
+            }
         }
         let header = super::flag("header", options.take("header"))?.unwrap_or(false);
         Ok(Config { path, header })

@@ -20,6 +20,7 @@
 //! source is its query over every row the source has produced, whenever the view was created.
 
 mod file;
+mod kafka;
 mod nexmark;
 
 use std::collections::BTreeMap;
@@ -38,7 +39,7 @@ use crate::stream::{
 };
 
 /// Every connector, by the name `WITH (connector = '...')` gives.
-const CONNECTORS: &[&dyn Connector] = &[&nexmark::Nexmark, &file::Files];
+const CONNECTORS: &[&dyn Connector] = &[&nexmark::Nexmark, &file::Files, &kafka::Kafka];
 
 /// A kind of source: how its options read, what its columns are, and how its stream is read.
 pub trait Connector: Send + Sync {
@@ -68,6 +69,18 @@ pub trait Connector: Send + Sync {
     fn forget(&self, _dir: &Path, _id: ObjectId) -> Result<()> {
         Ok(())
     }
+
+    /// Refuses a new view over `def` that would need its first `rows` rows read again when
+    /// the connector cannot read them again as they went by.
+    fn check_read_again(&self, _def: &SourceDef, _rows: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Refuses a new view over source `def`, which has produced `rows` rows, when its connector
+/// cannot read them again for the view's backfill (`Connector::check_read_again`).
+pub fn check_read_again(def: &SourceDef, rows: u64) -> Result<()> {
+    connector(&def.connector.name)?.check_read_again(def, rows)
 }
 
 /// The connector named `name` (any case).
@@ -164,6 +177,18 @@ impl Options {
         Some(self.left.remove(at).1)
     }
 
+    /// Takes every option whose key starts with `prefix`, keyed by the rest of it.
+    pub fn take_prefixed(&mut self, prefix: &str) -> Vec<(String, String)> {
+        let (taken, left) = std::mem::take(&mut self.left)
+            .into_iter()
+            .partition(|(k, _)| k.starts_with(prefix));
+        self.left = left;
+        taken
+            .into_iter()
+            .map(|(k, v): (String, String)| (k[prefix.len()..].to_string(), v))
+            .collect()
+    }
+
     /// Refuses the first option no connector took.
     pub fn finish(self) -> Result<()> {
         match self.left.first() {
@@ -233,6 +258,11 @@ pub struct Handle {
 }
 
 impl Handle {
+    /// The rows the source has fed so far.
+    pub fn rows(&self) -> u64 {
+        self.progress.offset.load(Ordering::Acquire)
+    }
+
     /// Starts or pauses the source: it feeds rows only while something reads it.
     pub fn set_running(&self, running: bool) {
         self.running.send_replace(running);
@@ -316,7 +346,13 @@ async fn feed_rows(
             tokio::time::sleep_until(start + Duration::from_secs_f64(ahead as f64 / rate as f64))
                 .await;
         }
-        let batch = match reader.next_batch().await {
+        // A reader waiting on the network (Kafka) is left when the source is paused or
+        // dropped; readers give up nothing they took while they wait (`Batches`).
+        let next = tokio::select! {
+            next = reader.next_batch() => next,
+            _ = running.changed() => continue,
+        };
+        let batch = match next {
             Ok(Some(b)) => b,
             Ok(None) => {
                 progress.done.store(true, Ordering::Release);
@@ -389,7 +425,7 @@ mod tests {
         assert!(e.message.contains("colour"), "{e}");
         assert!(connector("FILE").is_ok());
         assert_eq!(
-            connector("kafka").err().map(|e| e.kind),
+            connector("pulsar").err().map(|e| e.kind),
             Some(ErrorKind::NotSupported)
         );
     }

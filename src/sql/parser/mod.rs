@@ -47,6 +47,9 @@ pub enum Statement {
     CreateSource {
         table: Box<ast::CreateTable>,
         watermark: Option<Box<Watermark>>,
+        /// `FORMAT ... ENCODE ...`, which the connector reads as its `format` and `encode`
+        /// options.
+        format: Option<extensions::Format>,
     },
     CreateView(Box<CreateView>),
     CreateSink(Box<CreateSink>),
@@ -184,12 +187,19 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
     } else {
         None
     };
+    let format = if source {
+        extensions::join_dotted_option_names(&mut tokens);
+        extensions::take_format(&mut tokens)
+    } else {
+        None
+    };
     let emit_on_window_close = lead == ["CREATE", "MATERIALIZED", "VIEW"]
         && extensions::take_emit_on_window_close(&mut tokens);
     Ok(match parse_sql(sql, &tokens)? {
         ast::Statement::CreateTable(ct) if source => Statement::CreateSource {
             table: Box::new(ct),
             watermark,
+            format,
         },
         ast::Statement::CreateTable(ct) => Statement::CreateTable {
             table: Box::new(ct),
@@ -562,7 +572,10 @@ mod tests {
              CREATE SOURCE p WITH (connector = 'nexmark', stream = 'person')",
         )
         .unwrap();
-        let Statement::CreateSource { table, watermark } = &p[0].statement else {
+        let Statement::CreateSource {
+            table, watermark, ..
+        } = &p[0].statement
+        else {
             panic!("{:?}", p[0].statement)
         };
         assert_eq!(table.columns.len(), 2);
@@ -576,8 +589,22 @@ mod tests {
         assert_eq!(options, "WITH (connector = 'nexmark', stream = 'bid')");
         assert!(matches!(
             &p[1].statement,
-            Statement::CreateSource { table, watermark: None } if table.columns.is_empty()
+            Statement::CreateSource { table, watermark: None, format: None } if table.columns.is_empty()
         ));
+        let p = parse(
+            "CREATE SOURCE c (a int) WITH (connector = 'kafka', topic = 'c', \
+             Properties.bootstrap.server = 'b:9092') FORMAT PLAIN ENCODE JSON;",
+        )
+        .unwrap();
+        let Statement::CreateSource { table, format, .. } = &p[0].statement else {
+            panic!("{:?}", p[0].statement)
+        };
+        assert_eq!(table.columns.len(), 1);
+        let format = format.as_ref().unwrap();
+        assert_eq!(
+            (format.format.as_str(), format.encode.as_str()),
+            ("plain", "json")
+        );
         let p = parse(
             "CREATE SINK s AS SELECT a, count(*) FROM t GROUP BY a WITH (connector = 'blackhole');
              create sink IF NOT EXISTS \"S2\" from v; \
