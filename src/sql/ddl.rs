@@ -180,10 +180,10 @@ pub fn option_text(value: &ast::Expr) -> String {
     }
 }
 
-/// Reads `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)`.
-/// A Nexmark source's columns are its stream's; written out, they must be those.
-/// A new source's definition, its connector's options checked (a connector may ask its
-/// upstream system: a Kafka broker for its partitions' offsets, off the async workers).
+/// Reads `CREATE SOURCE name [(columns, WATERMARK FOR ...)] WITH (connector = ..., ...)
+/// [FORMAT ... ENCODE ...]`, the connector checking its options (and maybe asking its
+/// upstream system: a Kafka broker for its partitions' offsets, off the async workers). A
+/// Nexmark source's columns are its stream's; written out, they must be those.
 pub fn create_source(
     ct: &ast::CreateTable,
     (watermark, format): (Option<&Watermark>, Option<&Format>),
