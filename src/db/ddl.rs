@@ -309,30 +309,29 @@ impl Database {
         if to_stop.is_empty() {
             return Ok(());
         }
-        let dropped_tables: Vec<ObjectId> = {
-            let catalog = self.catalog();
-            to_stop
-                .iter()
-                .copied()
-                .filter(|id| matches!(catalog.by_id(*id), Some(Object::Table(_))))
-                .collect()
-        };
-        // A view's parallel workers stop with it.
-        let mut actors: HashSet<ObjectId> = to_stop.iter().copied().collect();
-        {
-            let catalog = self.catalog();
-            for id in to_stop {
-                if let Some(Object::View(v)) = catalog.by_id(*id) {
-                    actors.extend(&v.workers);
-                }
-            }
-        }
+        let (actors, dropped_tables) = self.actors_and_tables(to_stop);
         // The catalog first: a DROP refused because the catalog cannot be saved changes
         // nothing. Once saved, the objects are gone (a restart finds none of them, and drops
         // their state); their actors stop at the next barrier.
         self.catalog_mut().remove(to_stop)?;
         self.retire(actors, to_stop, &dropped_tables).await;
         Ok(())
+    }
+
+    /// The actors of objects of the catalog (a view's parallel workers with its own), and
+    /// which of the objects are tables.
+    fn actors_and_tables(&self, ids: &[ObjectId]) -> (HashSet<ActorId>, Vec<ObjectId>) {
+        let catalog = self.catalog();
+        let mut actors: HashSet<ActorId> = ids.iter().copied().collect();
+        let mut tables = Vec::new();
+        for id in ids {
+            match catalog.by_id(*id) {
+                Some(Object::View(v)) => actors.extend(&v.workers),
+                Some(Object::Table(_)) => tables.push(*id),
+                _ => {}
+            }
+        }
+        (actors, tables)
     }
 
     /// Stops the actors of objects no longer in the catalog, and forgets them.
@@ -359,20 +358,8 @@ impl Database {
             self.undo_block(number).await;
             return Err(e);
         }
-        let (actors, tables) = {
-            let catalog = self.catalog();
-            let mut actors: HashSet<ActorId> = HashSet::new();
-            let mut tables = Vec::new();
-            for id in &dropped {
-                actors.insert(*id);
-                match catalog.by_id(*id) {
-                    Some(Object::View(v)) => actors.extend(&v.workers),
-                    Some(Object::Table(_)) => tables.push(*id),
-                    _ => {}
-                }
-            }
-            (actors, tables)
-        };
+        // Read before the commit takes the dropped objects out of the catalog.
+        let (actors, tables) = self.actors_and_tables(&dropped);
         let settle = || self.catalog_mut().commit_block(number, &dropped);
         match self
             .commit_writes(block, Some((number, &dropped)), settle)
@@ -385,10 +372,10 @@ impl Database {
                 return Err(e);
             }
         }
+        // The catalog's dependents change only with the drops.
         if !dropped.is_empty() {
             self.retire(actors, &dropped, &tables).await;
         }
-        self.run_sources_read();
         Ok(())
     }
 
