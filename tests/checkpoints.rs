@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::{http, text_rows, ChildServer, TestServer};
+use common::{http, text_rows, ChildServer, S3Server, TestServer};
 use weir::checkpoint::{Manifest, Storage};
 
 /// `SHOW CHECKPOINTS` as (id, status, files_uploaded, files_reused, bytes_uploaded,
@@ -326,59 +326,6 @@ async fn the_admin_port_and_the_command_line_take_checkpoints() {
     assert_eq!(http(admin, "GET /nowhere").await.0, 404);
     assert_eq!(http(admin, "DELETE /api/v1/checkpoints").await.0, 405);
     assert!(server.stop(15).await.success());
-}
-
-/// A real S3-compatible server for the test's lifetime: moto's (`python3 -m moto.server`,
-/// installed by `scripts/deps`), on a free loopback port, killed when dropped.
-struct S3Server {
-    addr: std::net::SocketAddr,
-    _child: tokio::process::Child,
-}
-
-impl S3Server {
-    async fn start() -> S3Server {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let child = tokio::process::Command::new("python3")
-            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p"])
-            .arg(addr.port().to_string())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("python3 runs");
-        for _ in 0..300 {
-            if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                return S3Server {
-                    addr,
-                    _child: child,
-                };
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        panic!("moto's S3 server did not start: run scripts/deps (pip install 'moto[server]')");
-    }
-
-    /// The options a Weir server needs to reach it.
-    fn options(&self) -> std::collections::BTreeMap<String, String> {
-        [
-            ("endpoint", format!("http://{}", self.addr)),
-            ("allow_http", "true".into()),
-            ("region", "us-east-1".into()),
-            ("access_key_id", "weir".into()),
-            ("secret_access_key", "weir-secret".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-    }
-
-    async fn create_bucket(&self, bucket: &str) {
-        let (status, body) = http(self.addr, &format!("PUT /{bucket}")).await;
-        assert_eq!(status, 200, "create bucket: {body}");
-    }
 }
 
 /// The objects the manifests of checkpoints `ids` name (with their manifests), each checked

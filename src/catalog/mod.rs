@@ -39,6 +39,11 @@ pub struct TableDef {
     /// columns in their own order, and find a key that does not lead by a scan).
     #[serde(default)]
     pub key_first: bool,
+    /// A table fed by a connector instead of DML (`CREATE TABLE ... WITH (connector = ...)`,
+    /// `docs/design/0012-connector-tables.md`): read-only to INSERT, UPDATE and DELETE, its
+    /// rows what the connector's changes made them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connector: Option<Connector>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +78,19 @@ impl TableDef {
         }
         let rest = (0..self.columns.len()).filter(|c| !self.primary_key.contains(c));
         self.primary_key.iter().copied().chain(rest).collect()
+    }
+
+    /// What the table's connector reads, as a connector sees a source: the table's id, name,
+    /// columns, watermark and primary key; `None` for a table fed by DML.
+    pub fn feed(&self) -> Option<SourceDef> {
+        Some(SourceDef {
+            id: self.id,
+            name: self.name.clone(),
+            columns: self.columns.clone(),
+            watermark: self.watermark,
+            connector: self.connector.clone()?,
+            primary_key: self.primary_key.clone(),
+        })
     }
 
     /// Whether a key is a prefix of the stored rows that hold it.
@@ -159,6 +177,10 @@ pub struct SourceDef {
     pub columns: Vec<ColumnDef>,
     pub watermark: Option<WatermarkDef>,
     pub connector: Connector,
+    /// The primary key of a connector table (`TableDef::feed`), whose connector gives changes
+    /// by key; a source has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub primary_key: Vec<usize>,
 }
 
 /// A source's connector and the options it keeps, as the connector validated them at
@@ -237,7 +259,8 @@ impl SourceDef {
 /// were recorded are format 0, the same encoding without the field.
 /// 2: a source's connector is its name and options (`Connector`), no longer a typed enum.
 /// 3: a view keeps its compiled plan (`ViewDef::plan`).
-pub const CATALOG_FORMAT: u32 = 3;
+/// 4: a table may be fed by a connector (`TableDef::connector`).
+pub const CATALOG_FORMAT: u32 = 4;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -745,6 +768,7 @@ mod tests {
             primary_key: vec![],
             watermark: None,
             key_first: true,
+            connector: None,
         })
     }
 

@@ -508,7 +508,8 @@ impl Checkpointer {
             .put(&manifest_object(id), Bytes::from(manifest.encode()?))
             .await?;
         failpoint::reach("checkpoint.after_manifest").await;
-        self.barriers.checkpoint_durable(taken.epoch);
+        self.barriers
+            .checkpoint_durable(taken.epoch, Arc::new(taken.splits.clone()));
         record.timings = manifest.timings.clone();
         self.offsets.insert(id, taken.offsets.clone());
         self.retire(Completed { id, files, deltas }).await;

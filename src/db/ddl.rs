@@ -10,7 +10,8 @@ use tokio::sync::mpsc;
 
 use crate::catalog::{Kind, Object, ObjectId, SourceDef, TableDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::{self, relation_name, Format, Watermark};
+use crate::sql::{self, relation_name, Format, Include, Watermark};
+use crate::stream::spec::UpsertSpec;
 use crate::stream::{
     build_actor, ActorId, ErrorSink, Feed, FeedPosition, Mutation, PlanNode, SourceRows,
 };
@@ -95,7 +96,7 @@ impl Database {
     pub async fn create_table(
         &self,
         ct: &ast::CreateTable,
-        watermark: Option<&Watermark>,
+        clauses: (Option<&Watermark>, Option<&Format>, &[Include]),
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
@@ -106,7 +107,13 @@ impl Database {
         }
         self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let def = sql::create_table(ct, watermark, id)?;
+        let def = sql::create_table(ct, clauses, id)?;
+        if def.connector.is_some() {
+            self.start_connector_table(def.clone(), FeedPosition::default())
+                .await?;
+            self.add_started(Object::Table(def), block).await?;
+            return Ok(Output::command("CREATE TABLE"));
+        }
         // A log left behind by a table of the same id cannot exist (ids are never reused),
         // but make sure the new table starts empty.
         TableWriter::remove(&self.tables_dir, id)?;
@@ -124,9 +131,14 @@ impl Database {
     /// Starts a source's actor and its task from `start` (paused until something reads it).
     pub(super) async fn start_source(&self, def: SourceDef, start: FeedPosition) -> Result<()> {
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
-        let feed = Feed::starting_at(feed_tx, start.clone());
-        let handle =
-            crate::connector::source::spawn(def.clone(), feed.clone(), &start, &self.sources_dir());
+        let feed = Feed::for_source(feed_tx, start.clone());
+        let handle = crate::connector::source::spawn(
+            def.clone(),
+            feed.clone(),
+            &start,
+            &self.sources_dir(),
+            self.barriers.durable_splits(),
+        );
         self.catalog_mut().set_schema(def.id, def.schema());
         let mut actor = build_actor(
             &self.actors,
@@ -139,6 +151,9 @@ impl Database {
         )?;
         actor.source = Some(SourceRows {
             seen: start.offset,
+            positions: feed
+                .positions()
+                .ok_or_else(|| Error::internal("a source's feed keeps its positions"))?,
             history: Arc::new(crate::connector::source::History::new(
                 def.clone(),
                 self.sources_dir(),
@@ -150,16 +165,68 @@ impl Database {
             .inject(None, vec![def.id], vec![(def.id, feed.clone())])
             .await?;
         self.barriers.wait_sealed(epoch).await?;
-        // A restored source's watermark first, as a restored table's: the views restored with
-        // it lost theirs with the process, and rows late for it must stay late.
-        if let (Some(w), Some(value)) = (def.watermark, start.watermark) {
-            feed.send_watermark(crate::stream::Watermark {
-                column: w.column,
-                value,
-            })
-            .await
-            .map_err(|_| Error::internal("source actor stopped during start"))?;
-        }
+        restore_watermark(&feed, def.watermark, start.watermark).await?;
+        self.sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(def.id, handle);
+        Ok(())
+    }
+
+    /// Starts a table fed by a connector (`docs/design/0012-connector-tables.md`): its actor
+    /// turns the connector's changes by key into its rows (an `Upsert` over its input when
+    /// it has a primary key) and keeps them, and the connector's task feeds it from `start`
+    /// (a checkpoint's position, or the stream's start), whether or not anything reads it.
+    pub(super) async fn start_connector_table(
+        &self,
+        def: TableDef,
+        start: FeedPosition,
+    ) -> Result<()> {
+        let reads = def
+            .feed()
+            .ok_or_else(|| Error::internal("a connector table without its connector"))?;
+        let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
+        let feed = Feed::starting_at(feed_tx, start.clone());
+        let schema = def.schema();
+        self.catalog_mut().set_schema(def.id, schema.clone());
+        let order = def.storage_order();
+        let root = if def.primary_key.is_empty() {
+            PlanNode::Input(0)
+        } else {
+            PlanNode::Upsert {
+                input: Box::new(PlanNode::Input(0)),
+                spec: UpsertSpec {
+                    schema: schema.clone(),
+                    key: def.primary_key.clone(),
+                    order: order.clone(),
+                    table: def.id,
+                },
+            }
+        };
+        let actor = build_actor(
+            &self.actors,
+            def.id,
+            root,
+            Some((schema, order)),
+            &[def.id],
+            vec![feed_rx],
+            ErrorSink::new(&def.name),
+        )?;
+        actor.spawn();
+        let epoch = self
+            .barriers
+            .inject(None, vec![def.id], vec![(def.id, feed.clone())])
+            .await?;
+        self.barriers.wait_sealed(epoch).await?;
+        let handle = crate::connector::source::spawn(
+            reads,
+            feed.clone(),
+            &start,
+            &self.sources_dir(),
+            self.barriers.durable_splits(),
+        );
+        restore_watermark(&feed, def.watermark, start.watermark).await?;
+        handle.set_running(true);
         self.sources
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -168,19 +235,21 @@ impl Database {
     }
 
     /// Runs the sources some view or sink reads, and pauses the others: a source produces
-    /// nothing before it is read (a view created later backfills what went by).
+    /// nothing before it is read (a view created later backfills what went by). A connector
+    /// table's connector always runs: the table keeps its rows.
     pub(super) fn run_sources_read(&self) {
         let catalog = self.catalog();
         let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
         for (id, handle) in sources.iter() {
-            handle.set_running(!catalog.dependents(*id).is_empty());
+            let table = matches!(catalog.by_id(*id), Some(Object::Table(_)));
+            handle.set_running(table || !catalog.dependents(*id).is_empty());
         }
     }
 
     pub async fn create_source(
         &self,
         ct: &ast::CreateTable,
-        clauses: (Option<&Watermark>, Option<&Format>),
+        clauses: (Option<&Watermark>, Option<&Format>, &[Include]),
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
@@ -500,6 +569,25 @@ impl Database {
         self.catalog_mut().forget_schema(object.id());
         Err(e)
     }
+}
+
+/// Sends a restored source's (or connector table's) watermark into its feed before anything
+/// else, as a restored table's: the views restored with it lost theirs with the process, and
+/// rows late for it must stay late.
+async fn restore_watermark(
+    feed: &Feed,
+    watermark: Option<crate::catalog::WatermarkDef>,
+    value: Option<i64>,
+) -> Result<()> {
+    if let (Some(w), Some(value)) = (watermark, value) {
+        feed.send_watermark(crate::stream::Watermark {
+            column: w.column,
+            value,
+        })
+        .await
+        .map_err(|_| Error::internal("an actor stopped while it started"))?;
+    }
+    Ok(())
 }
 
 /// A started table and the log records still to feed it.

@@ -87,6 +87,13 @@ impl Database {
         scope: Scope,
     ) -> Result<(TableDef, Arc<tokio::sync::Mutex<TableWriter>>)> {
         let def = self.catalog().table(table, scope)?.clone();
+        if let Some(c) = &def.connector {
+            return Err(Error::not_supported(format!(
+                "cannot change table \"{}\": its rows come from connector '{}'",
+                def.name, c.name
+            ))
+            .with_hint("A table fed by a connector changes only as its upstream does."));
+        }
         let writer = self
             .tables
             .read()

@@ -214,7 +214,11 @@ pub(super) async fn install_from_store(
         }
     }
     for object in Catalog::objects_in(&m.catalog)? {
-        if let Object::Table(t) = object {
+        // A connector table has no change log: its connector reads on from the checkpoint.
+        if let Object::Table(t) = object.clone() {
+            if t.connector.is_some() {
+                continue;
+            }
             let offset = m.offsets.get(&t.id).copied().unwrap_or(0);
             let shipped = logs::segments_in(contents.objects.keys(), t.id);
             logs::restore(storage, &shipped, tables_dir, t.id, offset).await?;
@@ -342,6 +346,10 @@ impl Database {
         let mut replayed = 0;
         for object in &restored_objects {
             match object {
+                Object::Table(t) if t.connector.is_some() => {
+                    self.start_connector_table(t.clone(), position(restored, t.id))
+                        .await?;
+                }
                 Object::Table(t) => {
                     let offset = offsets.get(&t.id).copied().ok_or_else(|| {
                         Error::new(
@@ -365,14 +373,8 @@ impl Database {
                     self.start_view_from_catalog(v, start).await?
                 }
                 Object::Source(src) => {
-                    let start = FeedPosition {
-                        offset: offsets.get(&src.id).copied().unwrap_or(0),
-                        watermark: restored.and_then(|m| m.watermarks.get(&src.id).copied()),
-                        splits: restored
-                            .and_then(|m| m.splits.get(&src.id))
-                            .map(|s| Arc::new(s.clone())),
-                    };
-                    self.start_source(src.clone(), start).await?;
+                    self.start_source(src.clone(), position(restored, src.id))
+                        .await?;
                 }
             }
         }
@@ -382,6 +384,10 @@ impl Database {
         }
         for object in new_objects {
             match object {
+                Object::Table(t) if t.connector.is_some() => {
+                    self.start_connector_table(t, FeedPosition::default())
+                        .await?
+                }
                 Object::Table(t) => {
                     let replay = self.start_table(t, None).await?;
                     replayed += replay.history.len() as u64;
@@ -420,6 +426,20 @@ impl Database {
     }
 }
 
+/// Where a source's or a connector table's feed starts: at the restored checkpoint's row count,
+/// watermark and connector position for it.
+fn position(restored: Option<&Manifest>, id: ObjectId) -> FeedPosition {
+    FeedPosition {
+        offset: restored
+            .and_then(|m| m.offsets.get(&id).copied())
+            .unwrap_or(0),
+        watermark: restored.and_then(|m| m.watermarks.get(&id).copied()),
+        splits: restored
+            .and_then(|m| m.splits.get(&id))
+            .map(|s| Arc::new(s.clone())),
+    }
+}
+
 /// What becomes of an object of the restored checkpoint's catalog.
 #[derive(Debug, PartialEq, Eq)]
 enum Fate {
@@ -444,6 +464,8 @@ fn fate(o: &Object, live: &HashSet<ObjectId>, failed: &HashSet<u32>, tables_resu
         return Fate::Dropped;
     }
     match o {
+        // A connector table's position where its state ends is not known: it reads again.
+        Object::Table(t) if failed.contains(&t.id) && t.connector.is_some() => Fate::Rebuilt,
         Object::Table(t) if failed.contains(&t.id) && tables_resume => Fate::Resumed,
         Object::Table(t) if failed.contains(&t.id) => Fate::Rebuilt,
         Object::Table(_) => Fate::Usable,
@@ -474,6 +496,7 @@ mod tests {
             primary_key: vec![],
             watermark: None,
             key_first: true,
+            connector: None,
         })
     }
 

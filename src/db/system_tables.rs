@@ -6,11 +6,17 @@ use std::sync::atomic::Ordering;
 use datafusion::arrow::array::RecordBatch;
 
 use super::{Database, Output};
-use crate::catalog::{Kind, Object, Scope};
+use crate::catalog::{Kind, Object, Scope, TableDef};
 use crate::checkpoint::restore::Recovery;
 use crate::checkpoint::{Record, RetainedFiles};
+use crate::connector::source::Handle as SourceHandle;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::rows::{Cell, Rows, Type};
+
+/// A mutex's value, also after a panic elsewhere while it was held.
+fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// One batch as a statement's rows.
 fn rows_of(batch: RecordBatch) -> Output {
@@ -146,6 +152,8 @@ impl Database {
             ("checkpoint_files", checkpoint_files(&checkpoints.files())?),
             ("recoveries", recoveries),
             ("sources", self.sources_batch(scope)?),
+            ("source_errors", self.source_errors_batch(scope)?),
+            ("source_splits", self.source_splits_batch(scope)?),
             ("sinks", self.sinks_batch(scope)?),
             ("views", self.views_batch(scope)?),
         ])
@@ -157,7 +165,8 @@ impl Database {
     }
 
     /// `weir_catalog.sources`: each source's connector, rows fed, whether it has ended, why it
-    /// stopped early, and whether something reads it (it produces only then).
+    /// stopped early, whether something reads it (it produces only then), what it waits out
+    /// (a broker down) and how many inputs it skipped.
     fn sources_batch(&self, scope: Scope) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[
@@ -167,29 +176,98 @@ impl Database {
             ("done", Bool),
             ("error?", Text),
             ("read", Bool),
+            ("waiting?", Text),
+            ("skipped", Int),
         ]);
+        self.each_source(scope, |name, connector, h| {
+            let p = &h.progress;
+            rows.push(vec![
+                name.into(),
+                connector.into(),
+                p.offset.load(Ordering::Acquire).into(),
+                p.done.load(Ordering::Acquire).into(),
+                locked(&p.error).clone().into(),
+                h.running().into(),
+                locked(&p.waiting).clone().into(),
+                p.skipped.load(Ordering::Acquire).into(),
+            ]);
+        });
+        rows.batch()
+    }
+
+    /// `weir_catalog.source_errors`: the last inputs each source skipped because they did not
+    /// decode into a row (`source::SOURCE_ERRORS_MAX` per source), oldest first.
+    fn source_errors_batch(&self, scope: Scope) -> Result<RecordBatch> {
+        use Type::*;
+        let mut rows = Rows::new(&[
+            ("source", Text),
+            ("at", Time),
+            ("split", Text),
+            ("position", Text),
+            ("payload", Text),
+            ("error", Text),
+        ]);
+        self.each_source(scope, |name, _, h| {
+            for e in locked(&h.progress.errors).iter() {
+                rows.push(vec![
+                    name.into(),
+                    Cell::Time(e.at_ms),
+                    e.split.clone().into(),
+                    e.position.clone().into(),
+                    e.payload.clone().into(),
+                    e.error.clone().into(),
+                ]);
+            }
+        });
+        rows.batch()
+    }
+
+    /// `weir_catalog.source_splits`: each split of each source (a Kafka partition), where the
+    /// source is in it, the upstream's end there and the lag between the two.
+    fn source_splits_batch(&self, scope: Scope) -> Result<RecordBatch> {
+        use Type::*;
+        let mut rows = Rows::new(&[
+            ("source", Text),
+            ("split", Text),
+            ("position", Text),
+            ("end?", Int),
+            ("lag?", Int),
+        ]);
+        self.each_source(scope, |name, _, h| {
+            for s in locked(&h.progress.splits).iter() {
+                let position = match &s.position {
+                    serde_json::Value::String(t) => t.clone(),
+                    other => other.to_string(),
+                };
+                rows.push(vec![
+                    name.into(),
+                    s.split.clone().into(),
+                    position.into(),
+                    Cell::Int(s.end),
+                    Cell::Int(s.lag),
+                ]);
+            }
+        });
+        rows.batch()
+    }
+
+    /// Calls `f` with each visible source's (and connector table's) name, connector and
+    /// running task.
+    fn each_source(&self, scope: Scope, mut f: impl FnMut(&str, &str, &SourceHandle)) {
         let catalog = self.catalog();
         let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
         for o in catalog.visible_objects(scope) {
-            let (Object::Source(def), Some(h)) = (o, sources.get(&o.id())) else {
-                continue;
+            let connector = match o {
+                Object::Source(def) => &def.connector,
+                Object::Table(TableDef {
+                    connector: Some(c), ..
+                }) => c,
+                _ => continue,
             };
-            let error = h
-                .progress
-                .error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            rows.push(vec![
-                def.name.as_str().into(),
-                def.connector.name.clone().into(),
-                h.progress.offset.load(Ordering::Acquire).into(),
-                h.progress.done.load(Ordering::Acquire).into(),
-                error.into(),
-                h.running().into(),
-            ]);
+            if let Some(h) = sources.get(&o.id()) {
+                f(o.name(), &connector.name, h);
+            }
         }
-        rows.batch()
     }
 
     /// `weir_catalog.sinks`: the rows each sink has received since the server started.

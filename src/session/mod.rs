@@ -320,19 +320,23 @@ impl Session {
             Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name, scope),
             Statement::ShowSources => self.db.show_names(Kind::Source, scope),
             Statement::ShowSinks => self.db.show_names(Kind::Sink, scope),
-            Statement::CreateTable { table, watermark } => {
-                self.db
-                    .create_table(table, watermark.as_deref(), block)
-                    .await
+            Statement::CreateTable {
+                table,
+                watermark,
+                format,
+                include,
+            } => {
+                let clauses = (watermark.as_deref(), format.as_ref(), include.as_slice());
+                self.db.create_table(table, clauses, block).await
             }
             Statement::CreateSource {
                 table,
                 watermark,
                 format,
+                include,
             } => {
-                self.db
-                    .create_source(table, (watermark.as_deref(), format.as_ref()), block)
-                    .await
+                let clauses = (watermark.as_deref(), format.as_ref(), include.as_slice());
+                self.db.create_source(table, clauses, block).await
             }
             Statement::CreateView(cv) => {
                 crate::sql::check_supported(cv.view.as_ref())?;

@@ -4,7 +4,7 @@ use datafusion::sql::sqlparser::ast::{self, ColumnOption, TableConstraint};
 
 use crate::catalog::{ColumnDef, Connector, ObjectId, SourceDef, TableDef, WatermarkDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::extensions::{Format, Watermark};
+use crate::sql::extensions::{Format, Include, Watermark};
 use crate::types::SqlType;
 
 /// An identifier as PostgreSQL folds it: unquoted names are lower-cased.
@@ -35,9 +35,12 @@ pub fn relation_name(name: &ast::ObjectName) -> Result<String> {
     }
 }
 
+/// Reads `CREATE TABLE`; with `WITH (connector = ...)` a table fed by that connector
+/// (`docs/design/0012-connector-tables.md`), which checks its options and the table's columns
+/// and key (and may ask its upstream, as for a source).
 pub fn create_table(
     ct: &ast::CreateTable,
-    watermark: Option<&Watermark>,
+    (watermark, format, include): (Option<&Watermark>, Option<&Format>, &[Include]),
     id: ObjectId,
 ) -> Result<TableDef> {
     if ct.query.is_some() || ct.like.is_some() || ct.clone.is_some() {
@@ -72,17 +75,32 @@ pub fn create_table(
     for pos in &primary_key {
         columns[*pos].not_null = true;
     }
-    match &ct.table_options {
-        ast::CreateTableOptions::None => {}
-        ast::CreateTableOptions::With(o) if o.is_empty() => {}
-        ast::CreateTableOptions::With(o) => {
-            return Err(Error::not_supported(format!(
-                "table option {} is not supported",
-                o[0]
-            )))
+    let (connector_name, settings) = connector_options(ct, format, include)?;
+    let connector = match connector_name {
+        None => {
+            if let Some((key, _)) = settings.first() {
+                return Err(Error::not_supported(format!(
+                    "table option \"{key}\" is not supported"
+                ))
+                .with_hint(
+                    "A table fed by a connector names it: WITH (connector = 'kafka', ...).",
+                ));
+            }
+            None
         }
-        _ => return Err(Error::not_supported("table options other than WITH (...)")),
-    }
+        Some(connector_name) => {
+            let connector = crate::connector::source::connector(&connector_name)?;
+            let mut settings = crate::connector::source::Options::new(settings)?;
+            let (kept, with_metadata) =
+                connector.create(&mut settings, columns, Some(&primary_key))?;
+            settings.finish()?;
+            columns = with_metadata;
+            Some(Connector {
+                name: connector.name().to_string(),
+                options: kept,
+            })
+        }
+    };
     let watermark = watermark.map(|w| watermark_def(w, &columns)).transpose()?;
     Ok(TableDef {
         id,
@@ -91,7 +109,51 @@ pub fn create_table(
         primary_key,
         watermark,
         key_first: true,
+        connector,
     })
+}
+
+/// A connector's name (where one is named) and its other options.
+type ConnectorOptions = (Option<String>, Vec<(String, String)>);
+
+/// A `CREATE TABLE` or `CREATE SOURCE`'s connector name and its other options: the `WITH`
+/// options, the `FORMAT` clause's (`format`, `encode`) and the `INCLUDE` clauses'
+/// (`include.<what>`).
+fn connector_options(
+    ct: &ast::CreateTable,
+    format: Option<&Format>,
+    include: &[Include],
+) -> Result<ConnectorOptions> {
+    let options = match &ct.table_options {
+        ast::CreateTableOptions::None => &[][..],
+        ast::CreateTableOptions::With(o) => o.as_slice(),
+        _ => return Err(Error::not_supported("options other than WITH (...)")),
+    };
+    let mut settings: Vec<(String, String)> = Vec::new();
+    let mut connector_name = None;
+    for option in options {
+        let ast::SqlOption::KeyValue { key, value } = option else {
+            return Err(Error::not_supported(format!(
+                "option {option} is not supported"
+            )));
+        };
+        let text = option_text(value);
+        match ident_name(key).as_str() {
+            "connector" => connector_name = Some(text),
+            key => settings.push((key.to_string(), text)),
+        }
+    }
+    if let Some(f) = format {
+        settings.push(("format".into(), f.format.clone()));
+        settings.push(("encode".into(), f.encode.clone()));
+    }
+    for i in include {
+        settings.push((
+            format!("include.{}", i.what),
+            i.name.clone().unwrap_or_default(),
+        ));
+    }
+    Ok((connector_name, settings))
 }
 
 /// A table's columns and the positions of the primary key its column constraints declare.
@@ -186,33 +248,11 @@ pub fn option_text(value: &ast::Expr) -> String {
 /// Nexmark source's columns are its stream's; written out, they must be those.
 pub fn create_source(
     ct: &ast::CreateTable,
-    (watermark, format): (Option<&Watermark>, Option<&Format>),
+    (watermark, format, include): (Option<&Watermark>, Option<&Format>, &[Include]),
     id: ObjectId,
 ) -> Result<SourceDef> {
     let name = relation_name(&ct.name)?;
-    let options = match &ct.table_options {
-        ast::CreateTableOptions::None => &[][..],
-        ast::CreateTableOptions::With(o) => o.as_slice(),
-        _ => return Err(Error::not_supported("source options other than WITH (...)")),
-    };
-    let mut settings: Vec<(String, String)> = Vec::new();
-    let mut connector_name = None;
-    for option in options {
-        let ast::SqlOption::KeyValue { key, value } = option else {
-            return Err(Error::not_supported(format!(
-                "source option {option} is not supported"
-            )));
-        };
-        let text = option_text(value);
-        match ident_name(key).as_str() {
-            "connector" => connector_name = Some(text),
-            key => settings.push((key.to_string(), text)),
-        }
-    }
-    if let Some(f) = format {
-        settings.push(("format".into(), f.format.clone()));
-        settings.push(("encode".into(), f.encode.clone()));
-    }
+    let (connector_name, settings) = connector_options(ct, format, include)?;
     let connector = crate::connector::source::connector(&connector_name.ok_or_else(|| {
         Error::new(ErrorKind::InvalidParameter, "a source needs a connector")
             .with_hint("Add WITH (connector = 'nexmark', stream = 'bid') or WITH (connector = 'file', path = '...').")
@@ -222,7 +262,7 @@ pub fn create_source(
     } else {
         let mut plain = ct.clone();
         plain.table_options = ast::CreateTableOptions::None;
-        let t = create_table(&plain, None, id)?;
+        let t = create_table(&plain, (None, None, &[]), id)?;
         if !t.primary_key.is_empty() {
             return Err(Error::not_supported("sources have no primary key")
                 .with_hint("A source is an append-only stream; keep keys in a table or a view."));
@@ -230,7 +270,7 @@ pub fn create_source(
         t.columns
     };
     let mut settings = crate::connector::source::Options::new(settings)?;
-    let (kept, columns) = connector.create(&mut settings, declared)?;
+    let (kept, columns) = connector.create(&mut settings, declared, None)?;
     settings.finish()?;
     let connector = Connector {
         name: connector.name().to_string(),
@@ -243,6 +283,7 @@ pub fn create_source(
         columns,
         watermark,
         connector,
+        primary_key: Vec::new(),
     })
 }
 
@@ -271,10 +312,14 @@ fn watermark_def(w: &Watermark, columns: &[ColumnDef]) -> Result<WatermarkDef> {
             format!("column \"{name}\" named in the watermark does not exist"),
         )
     })?;
-    if columns[position].ty != SqlType::Timestamp {
+    // Both are microseconds since 1970 in the same Arrow array type.
+    if !matches!(
+        columns[position].ty,
+        SqlType::Timestamp | SqlType::Timestamptz
+    ) {
         return Err(Error::new(
             ErrorKind::TypeMismatch,
-            format!("the watermark column \"{name}\" must be a timestamp"),
+            format!("the watermark column \"{name}\" must be a timestamp or timestamptz"),
         ));
     }
     Ok(WatermarkDef {
@@ -301,10 +346,16 @@ mod tests {
 
     fn table(sql: &str) -> Result<TableDef> {
         let p = parse(sql).unwrap().remove(0);
-        let Statement::CreateTable { table, watermark } = p.statement else {
+        let Statement::CreateTable {
+            table,
+            watermark,
+            format,
+            include,
+        } = p.statement
+        else {
             panic!()
         };
-        create_table(&table, watermark.as_deref(), 1)
+        create_table(&table, (watermark.as_deref(), format.as_ref(), &include), 1)
     }
 
     #[test]

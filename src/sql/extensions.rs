@@ -131,6 +131,73 @@ pub fn take_format(tokens: &mut Vec<TokenWithSpan>) -> Option<Format> {
     Some(format)
 }
 
+/// `INCLUDE <what> [AS <name>]` after a source's column list (RisingWave's clause): a column
+/// of each row's metadata (a Kafka message's key, partition, offset or timestamp), which the
+/// connector reads as its option `include.<what>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Include {
+    /// What to include, lower-case.
+    pub what: String,
+    /// The column's name, where given.
+    pub name: Option<String>,
+}
+
+/// Cuts every `INCLUDE <word> [AS <name>]` that follows a `CREATE SOURCE`'s column list (before
+/// `WITH`) out of its tokens, and reads them.
+pub fn take_includes(sql: &str, tokens: &mut Vec<TokenWithSpan>) -> Result<Vec<Include>> {
+    let m = meaningful(tokens);
+    let at = |k: usize| m.get(k).map(|&i| &tokens[i]);
+    // The first INCLUDE at the statement's top level right after a closing parenthesis (the
+    // column list's): a relation may be named "include".
+    let mut depth = 0usize;
+    let mut first = None;
+    for k in 0..m.len() {
+        match tokens[m[k]].token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ if depth == 0
+                && is(at(k), "INCLUDE")
+                && k > 0
+                && tokens[m[k - 1]].token == Token::RParen =>
+            {
+                first = Some(k);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(first) = first else {
+        return Ok(Vec::new());
+    };
+    let name_of = |t: &TokenWithSpan| match &t.token {
+        Token::Word(w) if w.quote_style.is_some() => Some(w.value.clone()),
+        Token::Word(w) => Some(w.value.to_lowercase()),
+        _ => None,
+    };
+    let bad = |t: Option<&TokenWithSpan>| match t {
+        Some(t) => near(sql, t),
+        None => Error::syntax("syntax error at end of input"),
+    };
+    let mut includes = Vec::new();
+    let mut k = first;
+    while is(at(k), "INCLUDE") {
+        let what = at(k + 1)
+            .and_then(keyword)
+            .ok_or_else(|| bad(at(k + 1)))?
+            .to_lowercase();
+        k += 2;
+        let mut name = None;
+        if is(at(k), "AS") {
+            name = Some(at(k + 1).and_then(name_of).ok_or_else(|| bad(at(k + 1)))?);
+            k += 2;
+        }
+        includes.push(Include { what, name });
+    }
+    let end = m.get(k).copied().unwrap_or(tokens.len());
+    tokens.drain(m[first]..end);
+    Ok(includes)
+}
+
 /// Joins the dotted option names of a statement's first `WITH (...)` (`properties.bootstrap.server
 /// = '...'`, which sqlparser does not read) into one quoted name each, lower-case.
 pub fn join_dotted_option_names(tokens: &mut Vec<TokenWithSpan>) {

@@ -10,7 +10,8 @@
 //!   slides): one `UNION ALL` branch per window, starting `i` slides before the row's slide.
 //!
 //! Windows are aligned to the Unix epoch, as in Flink and RisingWave. A row whose time is NULL
-//! belongs to no window and is left out.
+//! belongs to no window and is left out. Over a `timestamptz` column the window's bounds are
+//! `timestamp`s in UTC (as Flink's are over a `TIMESTAMP_LTZ`).
 
 use std::ops::ControlFlow;
 
@@ -160,6 +161,9 @@ fn window_table(factor: &ast::TableFactor) -> Result<Option<ast::TableFactor>> {
         .iter()
         .map(|e| interval_nanos(e, &function))
         .collect::<Result<_>>()?;
+    // DataFusion bins a timestamptz in nanoseconds; windows are binned on the column's
+    // microseconds as a timestamp (UTC), which a watermark on the column passes through.
+    let column = format!("arrow_cast({column}, 'Timestamp(Microsecond, None)')");
     let sql = if function == "tumble" {
         let size = intervals[0];
         format!(

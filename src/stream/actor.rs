@@ -14,7 +14,9 @@ use super::align::{AlignedInputs, Event};
 use super::chunk::{Op, StreamChunk};
 use super::coordinator::ActorEvent;
 use super::expr::ErrorSink;
-use super::message::{ActorId, Backfills, Barrier, Message, NewOutput, Watermark};
+use super::message::{
+    ActorId, Backfills, Barrier, FeedPosition, Message, NewOutput, Positions, Watermark,
+};
 use super::operator::{Emit, Operator};
 use super::operators::materialize::Materialize;
 use super::sink::SinkDriver;
@@ -155,10 +157,15 @@ impl ActorErrors {
 }
 
 /// A source's rows so far, read again for a view created after they went by: a source keeps
-/// no rows, but reads its stream again from the start (`history`).
+/// no rows, but reads its stream again from the start (`history`) up to where its feed was at
+/// the barrier (`positions`).
 pub struct SourceRows {
     /// Rows the actor has passed on, from the stream's first.
     pub seen: u64,
+    /// The feed's positions at its barriers: where a reading again stops. A stream of several
+    /// splits (Kafka partitions) read again interleaves them differently, so that the first
+    /// `seen` rows it gives need not be those that went by; each split's position says which.
+    pub positions: Positions,
     pub history: Arc<dyn SourceHistory>,
 }
 
@@ -176,9 +183,10 @@ pub trait SourceHistory: Send + Sync {
     /// The source's name, for errors.
     fn name(&self) -> &str;
 
-    /// A reader of the stream from its first row, which refuses to read other rows than the
-    /// first `rows` that went by (a file changed since).
-    fn read_again(&self, rows: u64) -> Result<Box<dyn Batches>>;
+    /// A reader of the stream from its first row up to `to` (the feed's position at a
+    /// barrier: its row count, and the connector's position per split where it keeps one),
+    /// which refuses to read other rows than those that went by (a file changed since).
+    fn read_again(&self, to: &FeedPosition) -> Result<Box<dyn Batches>>;
 }
 
 impl Actor {
@@ -289,6 +297,8 @@ impl Actor {
         // chunk by chunk to each in turn, so that several, a view's parallel workers, backfill
         // at the same time). Those restored from a checkpoint already hold them.
         let mut sources: Vec<(NewOutput, Arc<Backfills>)> = Vec::new();
+        // Asked at every barrier, so that the feed forgets the positions before it.
+        let position = self.source.as_ref().map(|s| s.positions.at(epoch));
         for output in barrier.new_outputs(self.id).iter().cloned() {
             match output.backfill.clone() {
                 Some(left) if self.materialize.is_some() => self.backfilling.push(Backfilling {
@@ -305,8 +315,19 @@ impl Actor {
                 }
             }
         }
-        if let Some(source) = self.source.as_ref().filter(|_| !sources.is_empty()) {
-            backfill_from_source(source, self.chunk_rows_max, &sources).await?;
+        if let (Some(source), Some(position)) = (self.source.as_ref(), position) {
+            if !sources.is_empty() {
+                if position.offset != source.seen {
+                    return Err(Error::internal(format!(
+                        "source \"{}\" passed on {} rows before the barrier of epoch {epoch}, \
+                         but its feed sent {}",
+                        source.history.name(),
+                        source.seen,
+                        position.offset
+                    )));
+                }
+                backfill_from_source(source, &position, self.chunk_rows_max, &sources).await?;
+            }
             for (output, left) in sources {
                 for w in &self.watermarks {
                     let _ = deliver(&output, &Message::Watermark(*w)).await;
@@ -390,21 +411,22 @@ impl Actor {
 /// long stream is never held whole).
 async fn backfill_from_source(
     source: &SourceRows,
+    to: &FeedPosition,
     rows_max: usize,
     outputs: &[(NewOutput, Arc<Backfills>)],
 ) -> Result<()> {
-    let mut reader = source.history.read_again(source.seen)?;
+    let mut reader = source.history.read_again(to)?;
     let mut open = vec![true; outputs.len()];
     let mut read = 0;
-    while read < source.seen {
+    while read < to.offset {
         let Some(batch) = reader.next_batch().await? else {
             return Err(Error::internal(format!(
                 "source \"{}\" ended after {read} rows when read again, not {}",
                 source.history.name(),
-                source.seen
+                to.offset
             )));
         };
-        let rows = (source.seen - read).min(batch.num_rows() as u64) as usize;
+        let rows = (to.offset - read).min(batch.num_rows() as u64) as usize;
         read += rows as u64;
         let chunk = StreamChunk::new(vec![Op::Insert; rows], batch.slice(0, rows));
         for slice in chunk.slices(rows_max) {

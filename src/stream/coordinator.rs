@@ -64,6 +64,9 @@ pub struct SnapshotRequest {
     pub reply: oneshot::Sender<Result<TakenSnapshot>>,
 }
 
+/// Each source's position (by its actor) in the newest durable checkpoint.
+pub type DurableSplits = Arc<BTreeMap<ActorId, BTreeMap<String, serde_json::Value>>>;
+
 /// A checkpoint of the state at the end of one epoch.
 #[derive(Debug)]
 pub struct TakenSnapshot {
@@ -130,15 +133,25 @@ pub struct BarrierClient {
     pub failed: FailedActors,
     /// The epoch of the newest checkpoint whose manifest is durable, for sinks to commit.
     durable: Arc<watch::Sender<u64>>,
+    /// The sources' positions in that checkpoint, for connectors that tell their upstream
+    /// how far Weir has durably read (a Kafka consumer group's offsets).
+    durable_splits: Arc<watch::Sender<DurableSplits>>,
     /// The server's metrics, which the coordinator and the checkpointer record.
     pub metrics: Arc<Metrics>,
 }
 
 impl BarrierClient {
-    /// The checkpoint of `epoch` is durable (its manifest is in the store): sinks may commit
-    /// what they pre-committed up to it.
-    pub fn checkpoint_durable(&self, epoch: u64) {
+    /// The checkpoint of `epoch` is durable (its manifest is in the store), with the sources'
+    /// positions `splits`: sinks may commit what they pre-committed up to it, and sources may
+    /// tell their upstream.
+    pub fn checkpoint_durable(&self, epoch: u64, splits: DurableSplits) {
         raise(&self.durable, epoch);
+        self.durable_splits.send_replace(splits);
+    }
+
+    /// Follows the sources' positions of `checkpoint_durable`.
+    pub fn durable_splits(&self) -> watch::Receiver<DurableSplits> {
+        self.durable_splits.subscribe()
     }
 
     /// Follows `checkpoint_durable`.
@@ -336,6 +349,7 @@ impl Coordinator {
                 writes,
                 failed,
                 durable: Arc::new(watch::channel(0).0),
+                durable_splits: Arc::new(watch::channel(DurableSplits::default()).0),
                 metrics,
             },
             ev_tx,

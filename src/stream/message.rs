@@ -113,8 +113,9 @@ pub struct Feed {
     /// Where the feed started: the source's position before anything it sends, which is also
     /// where the actor's state ends until it commits an epoch.
     pub start: FeedPosition,
-    /// A table's feed: its offset at its barriers, for `offset_at`.
-    offsets: Option<Arc<std::sync::Mutex<BarrierOffsets>>>,
+    /// A table's or a source's feed: its positions at its barriers, for `offset_at` and
+    /// `positions`.
+    positions: Option<Positions>,
 }
 
 /// What has gone into a feed: its position, and the epoch of the last barrier (0 before any).
@@ -124,14 +125,54 @@ struct Sent {
     barrier: u64,
 }
 
-/// A table's offset at each barrier where it had moved since the one before, until its epoch
-/// is known to be sealed.
+/// A feed's position at each barrier where its offset had moved since the one before, until
+/// the epoch is known to be past: sealed (a table's writer asks) or handled by the actor (a
+/// source's actor asks, to read the stream again up to there for a new view).
 #[derive(Debug)]
-struct BarrierOffsets {
-    /// (epoch, offset), oldest first.
-    barriers: VecDeque<(u64, u64)>,
-    /// The offset at the newest barrier known sealed (before any: where the feed started).
-    sealed: u64,
+struct BarrierPositions {
+    /// (epoch, position), oldest first.
+    barriers: VecDeque<(u64, FeedPosition)>,
+    /// The position at the newest barrier known past (before any: where the feed started).
+    past: FeedPosition,
+}
+
+/// A feed's positions at its barriers (`Feed::positions`), for the actor it feeds.
+#[derive(Debug, Clone)]
+pub struct Positions(Arc<std::sync::Mutex<BarrierPositions>>);
+
+impl Positions {
+    fn new(start: FeedPosition) -> Positions {
+        Positions(Arc::new(std::sync::Mutex::new(BarrierPositions {
+            barriers: VecDeque::new(),
+            past: start,
+        })))
+    }
+
+    /// The feed's position at the barrier of `epoch`, or of the newest before it that the feed
+    /// carried (where the feed started, before any); the barrier of `epoch` must have been
+    /// sent, and `epoch` may not be older than one asked about before.
+    pub fn at(&self, epoch: u64) -> FeedPosition {
+        let mut positions = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        while positions.barriers.front().is_some_and(|(e, _)| *e <= epoch) {
+            if let Some((_, position)) = positions.barriers.pop_front() {
+                positions.past = position;
+            }
+        }
+        positions.past.clone()
+    }
+
+    /// Records the position at a barrier, where the offset moved since the last one, so that
+    /// an idle feed keeps nothing.
+    fn record(&self, epoch: u64, position: &FeedPosition) {
+        let mut positions = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let last = positions
+            .barriers
+            .back()
+            .map_or(positions.past.offset, |b| b.1.offset);
+        if position.offset != last {
+            positions.barriers.push_back((epoch, position.clone()));
+        }
+    }
 }
 
 /// Where a source's connector resumes after the rows fed so far: one value per split of the
@@ -176,39 +217,39 @@ impl Feed {
                 barrier: 0,
             })),
             start,
-            offsets: None,
+            positions: None,
         }
     }
 
     /// A table's feed, which can tell its offset at any sealed epoch (`offset_at`).
     pub fn for_table(sender: mpsc::Sender<Message>, offset: u64, watermark: Option<i64>) -> Feed {
+        Feed::keeping_positions(sender, FeedPosition::at(offset, watermark))
+    }
+
+    /// A source's feed, which can tell its actor its position at each barrier (`positions`).
+    pub fn for_source(sender: mpsc::Sender<Message>, start: FeedPosition) -> Feed {
+        Feed::keeping_positions(sender, start)
+    }
+
+    fn keeping_positions(sender: mpsc::Sender<Message>, start: FeedPosition) -> Feed {
         Feed {
-            offsets: Some(Arc::new(std::sync::Mutex::new(BarrierOffsets {
-                barriers: VecDeque::new(),
-                sealed: offset,
-            }))),
-            ..Feed::starting_at(sender, FeedPosition::at(offset, watermark))
+            positions: Some(Positions::new(start.clone())),
+            ..Feed::starting_at(sender, start)
         }
     }
 
     /// How many statements of a table's feed the state at `sealed_epoch` holds: those sent
     /// before the barrier of that epoch, or of the newest before it that this feed carried
     /// (where the feed started, before any). `sealed_epoch` must be sealed, and not older
-    /// than an epoch asked about before. `None` for a feed that is not a table's.
+    /// than an epoch asked about before. `None` for a feed that keeps no positions.
     pub fn offset_at(&self, sealed_epoch: u64) -> Option<u64> {
-        let mut offsets = self
-            .offsets
-            .as_ref()?
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        while let Some(&(epoch, offset)) = offsets.barriers.front() {
-            if epoch > sealed_epoch {
-                break;
-            }
-            offsets.sealed = offset;
-            offsets.barriers.pop_front();
-        }
-        Some(offsets.sealed)
+        Some(self.positions.as_ref()?.at(sealed_epoch).offset)
+    }
+
+    /// The feed's positions at its barriers, for the one reader that asks (a source's actor);
+    /// `None` for a feed that keeps none.
+    pub fn positions(&self) -> Option<Positions> {
+        self.positions.clone()
     }
 
     /// Whether the actor behind the feed is gone (failed or stopped): nothing sent reaches it.
@@ -330,15 +371,8 @@ impl Feed {
     ) -> Result<(), ()> {
         let mut sent = self.lock.lock().await;
         record(sent.position.clone());
-        if let Some(offsets) = &self.offsets {
-            // Only where the offset moved, so that an idle table keeps nothing.
-            let mut offsets = offsets.lock().unwrap_or_else(|p| p.into_inner());
-            let last = offsets.barriers.back().map_or(offsets.sealed, |b| b.1);
-            if sent.position.offset != last {
-                offsets
-                    .barriers
-                    .push_back((barrier.epoch, sent.position.offset));
-            }
+        if let Some(positions) = &self.positions {
+            positions.record(barrier.epoch, &sent.position);
         }
         sent.barrier = barrier.epoch;
         self.sender

@@ -31,7 +31,9 @@ mod stored;
 /// What flows between actors: chunks of row changes, watermarks, barriers, and the feeds
 /// that carry a relation's changes into an actor.
 pub use self::chunk::{Op, StreamChunk};
-pub use self::message::{ActorId, Feed, FeedPosition, Mutation, Splits, Watermark, FEED_ROWS_MAX};
+pub use self::message::{
+    ActorId, Feed, FeedPosition, Mutation, Positions, Splits, Watermark, FEED_ROWS_MAX,
+};
 
 /// Plans and the actors built from them.
 pub use self::actor::{ActorErrors, Batches, Dataflow, SourceHistory, SourceRows};
@@ -39,7 +41,7 @@ pub use self::plan::{build_actor, ActorContext, Fragment, PlanNode, StreamPlan};
 pub use self::stored::{Compiled, Functions};
 
 /// The barrier coordinator and the handle checkpoints and writers use.
-pub use self::coordinator::{ActorEvent, BarrierClient, Coordinator, FailedActors};
+pub use self::coordinator::{ActorEvent, BarrierClient, Coordinator, DurableSplits, FailedActors};
 
 /// Row evaluation errors, the key codec of stored rows, and the vnode count of state keys.
 pub use self::dispatch::VNODE_COUNT;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::logical_expr::Operator as BinaryOp;
-use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Column, Literal};
 use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_plan::PhysicalExpr;
 
@@ -146,6 +146,18 @@ pub struct TemporalSpec {
     pub schema: SchemaRef,
 }
 
+// Tables fed by a connector (`operators::upsert`).
+
+/// A connector table's rows, resolved by primary key: the table's schema, its key's columns,
+/// the order its `Materialize` stores the columns in (the key's first) and that state table.
+#[derive(Clone)]
+pub struct UpsertSpec {
+    pub schema: SchemaRef,
+    pub key: Vec<usize>,
+    pub order: Vec<usize>,
+    pub table: crate::state::TableId,
+}
+
 // Projections (`operators::project`).
 
 /// The input column `e` is a non-decreasing function of, alone.
@@ -154,6 +166,14 @@ pub fn monotonic_in(e: &Arc<dyn PhysicalExpr>) -> Option<usize> {
         return Some(c.index());
     }
     let is_literal = |e: &Arc<dyn PhysicalExpr>| e.is::<Literal>();
+    // A watermark column is a timestamp or timestamptz, each microseconds since 1970 (UTC):
+    // a cast between the two keeps the order.
+    if let Some(c) = e.downcast_ref::<CastExpr>() {
+        if matches!(c.cast_type(), DataType::Timestamp(..)) {
+            return monotonic_in(c.expr());
+        }
+        return None;
+    }
     if let Some(b) = e.downcast_ref::<BinaryExpr>() {
         return match b.op() {
             BinaryOp::Plus | BinaryOp::Minus if is_literal(b.right()) => monotonic_in(b.left()),

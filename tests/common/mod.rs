@@ -319,3 +319,56 @@ fn ready(log: &std::path::Path, from: u64) -> Option<(SocketAddr, Option<SocketA
         .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok());
     Some((SocketAddr::from(([127, 0, 0, 1], port)), admin))
 }
+
+/// A real S3-compatible server for the test's lifetime: moto's (`python3 -m moto.server`,
+/// installed by `scripts/deps`), on a free loopback port, killed when dropped.
+pub struct S3Server {
+    pub addr: std::net::SocketAddr,
+    _child: tokio::process::Child,
+}
+
+impl S3Server {
+    pub async fn start() -> S3Server {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let child = tokio::process::Command::new("python3")
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p"])
+            .arg(addr.port().to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 runs");
+        for _ in 0..300 {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return S3Server {
+                    addr,
+                    _child: child,
+                };
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("moto's S3 server did not start: run scripts/deps (pip install 'moto[server]')");
+    }
+
+    /// The options a Weir server needs to reach it.
+    pub fn options(&self) -> std::collections::BTreeMap<String, String> {
+        [
+            ("endpoint", format!("http://{}", self.addr)),
+            ("allow_http", "true".into()),
+            ("region", "us-east-1".into()),
+            ("access_key_id", "weir".into()),
+            ("secret_access_key", "weir-secret".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    pub async fn create_bucket(&self, bucket: &str) {
+        let (status, body) = http(self.addr, &format!("PUT /{bucket}")).await;
+        assert_eq!(status, 200, "create bucket: {body}");
+    }
+}

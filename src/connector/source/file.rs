@@ -306,7 +306,9 @@ impl super::Connector for Files {
         &self,
         options: &mut Options,
         declared: Vec<ColumnDef>,
+        table: Option<&[usize]>,
     ) -> Result<(BTreeMap<String, String>, Vec<ColumnDef>)> {
+        super::sources_only("file", table)?;
         let config = Config::read(options)?;
         if declared.is_empty() {
             return Err(Error::new(

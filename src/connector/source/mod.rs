@@ -19,11 +19,12 @@
 //! (`History`, behind the dataflow's `stream::actor::SourceHistory`), so every view over a
 //! source is its query over every row the source has produced, whenever the view was created.
 
+mod decode;
 mod file;
 mod kafka;
 mod nexmark;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,7 +36,7 @@ use tokio::time::Instant;
 use crate::catalog::{ColumnDef, ObjectId, SourceDef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::{
-    Batches, Feed, FeedPosition, Op, SourceHistory, Splits, StreamChunk, Watermark,
+    Batches, DurableSplits, Feed, FeedPosition, Op, SourceHistory, Splits, StreamChunk, Watermark,
 };
 
 /// Every connector, by the name `WITH (connector = '...')` gives.
@@ -47,13 +48,17 @@ pub trait Connector: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Checks a new source's options, taking those it knows from `options`, and its columns
-    /// (`declared`: those `CREATE SOURCE` named, maybe none). Returns the options the catalog
-    /// keeps for `open` (written out in full, defaults included) and the source's columns. A
-    /// bad option is refused with the SQLSTATE a user should see (22023 for a bad value).
+    /// (`declared`: those `CREATE SOURCE` named, maybe none). `table` is the primary key of a
+    /// table the connector is to feed (`CREATE TABLE ... WITH (connector = ...)`, maybe no
+    /// key), `None` for a source: a connector that feeds no tables refuses it with 0A000.
+    /// Returns the options the catalog keeps for `open` (written out in full, defaults
+    /// included) and the source's columns. A bad option is refused with the SQLSTATE a user
+    /// should see (22023 for a bad value).
     fn create(
         &self,
         options: &mut Options,
         declared: Vec<ColumnDef>,
+        table: Option<&[usize]>,
     ) -> Result<(BTreeMap<String, String>, Vec<ColumnDef>)>;
 
     /// A reader of `def`'s stream from `start`. With `keep`, the reader may keep what it needs
@@ -117,13 +122,20 @@ impl Start<'_> {
 }
 
 /// What a reader may keep in the data directory: the sources' directory, and whether the reader
-/// is the source's own, which records what it reads, or one reading the stream again up to
-/// row `checked`, which only checks that it reads what went by before.
+/// is the source's own, which records what it reads and reports its progress (`progress`), or
+/// one reading the stream again up to row `checked` (and each split up to its position in
+/// `until`, where the source keeps positions), which only checks that it reads what went by
+/// before.
 #[derive(Debug, Clone, Copy)]
 pub struct Keep<'a> {
     pub dir: &'a Path,
     pub own: bool,
     pub checked: u64,
+    pub until: Option<&'a BTreeMap<String, serde_json::Value>>,
+    pub progress: Option<&'a Arc<Progress>>,
+    /// The own reader's news of durable checkpoints, with the sources' positions in them: a
+    /// connector may tell its upstream how far the source has durably read.
+    pub durable: Option<&'a watch::Receiver<DurableSplits>>,
 }
 
 /// Produces a source's rows in order.
@@ -138,6 +150,29 @@ pub trait Reader: Batches {
     fn pace(&self) -> Option<(u64, u64)> {
         None
     }
+
+    /// How the source's watermark follows what the reader reads.
+    fn times(&self) -> Times {
+        Times::Rows
+    }
+
+    /// The changes of the rows `next_batch` gave last, from a reader that feeds a table
+    /// (`docs/design/0012-connector-tables.md`): an insert is the row its key has now, a
+    /// delete its key's row gone (only the key's columns set). `None`: every row an insert.
+    fn take_ops(&mut self) -> Option<Vec<Op>> {
+        None
+    }
+}
+
+/// How a source's watermark follows its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Times {
+    /// The newest event time of every row read so far.
+    Rows,
+    /// The least, over the splits still active, of each split's newest event time, as the
+    /// reader tracks it (Kafka partitions: a partition behind the others holds the watermark
+    /// back, one idle for a while does not); `None` while a split has given no time yet.
+    Splits(Option<i64>),
 }
 
 /// A new source's options (`WITH (...)` less `connector` and `watermark`): each connector
@@ -219,11 +254,14 @@ impl SourceHistory for History {
         &self.def.name
     }
 
-    fn read_again(&self, rows: u64) -> Result<Box<dyn Batches>> {
+    fn read_again(&self, to: &FeedPosition) -> Result<Box<dyn Batches>> {
         let keep = Keep {
             dir: &self.dir,
             own: false,
-            checked: rows,
+            checked: to.offset,
+            until: to.splits.as_deref(),
+            progress: None,
+            durable: None,
         };
         let reader =
             connector(&self.def.connector.name)?.open(&self.def, Start::FIRST, Some(keep))?;
@@ -231,21 +269,103 @@ impl SourceHistory for History {
     }
 }
 
-/// What a source's task has done so far, for `weir_catalog.sources`.
+/// What a source's task has done so far, for `weir_catalog.sources`, `source_errors` and
+/// `source_splits`. Its reader reports into it as it reads (`Keep::progress`).
 #[derive(Debug, Default)]
 pub struct Progress {
     /// Rows fed (the offset of the next one).
     pub offset: AtomicU64,
     /// The stream has ended: every row is fed.
     pub done: AtomicBool,
-    /// Why the source stopped early (an unreadable file, a malformed row).
+    /// Why the source stopped early (an unreadable file, a malformed row with
+    /// `on_error = 'fail'`, messages the broker no longer holds).
     pub error: Mutex<Option<String>>,
+    /// What the source waits out while it cannot read (a broker down), cleared once it reads.
+    pub waiting: Mutex<Option<String>>,
+    /// Input that did not decode into a row and was skipped, since the server started.
+    pub skipped: AtomicU64,
+    /// The last `SOURCE_ERRORS_MAX` of those, newest last.
+    pub errors: Mutex<VecDeque<SkippedInput>>,
+    /// Each split's position and the upstream's end there, as the reader last saw them.
+    pub splits: Mutex<Vec<SplitProgress>>,
+}
+
+/// How many skipped inputs a source keeps for `weir_catalog.source_errors`.
+pub const SOURCE_ERRORS_MAX: usize = 100;
+/// How many bytes of a skipped input's payload `weir_catalog.source_errors` shows.
+pub const PAYLOAD_PREFIX_BYTES: usize = 256;
+
+/// An input skipped because it did not decode into a row.
+#[derive(Debug, Clone)]
+pub struct SkippedInput {
+    /// When it was skipped (milliseconds since the Unix epoch).
+    pub at_ms: i64,
+    /// Where it was: its split (a partition) and position there (an offset).
+    pub split: String,
+    pub position: String,
+    /// Its first bytes, as text (invalid UTF-8 replaced).
+    pub payload: String,
+    pub error: String,
+}
+
+/// A split's progress: where the source is, and how far the upstream goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SplitProgress {
+    pub split: String,
+    /// The connector's position in the split (a Kafka partition's next offset).
+    pub position: serde_json::Value,
+    /// The upstream's end of the split, where known (the partition's high watermark), and how
+    /// far the source trails it.
+    pub end: Option<i64>,
+    pub lag: Option<i64>,
 }
 
 impl Progress {
     fn stopped(&self, source: &str, e: &Error) {
         tracing::error!(source, "source stopped: {e}");
         *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+    }
+
+    /// The source waits out `why` (`None`: it reads again).
+    pub fn waiting(&self, why: Option<String>) {
+        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
+    /// An input was skipped: counted, and kept among the last `SOURCE_ERRORS_MAX`.
+    pub fn skipped(
+        &self,
+        source: &str,
+        split: String,
+        position: String,
+        payload: &[u8],
+        error: String,
+    ) {
+        let n = self.skipped.fetch_add(1, Ordering::AcqRel) + 1;
+        let cut = &payload[..payload.len().min(PAYLOAD_PREFIX_BYTES)];
+        let payload = String::from_utf8_lossy(cut).into_owned();
+        tracing::warn!(
+            source,
+            skipped = n,
+            split,
+            position,
+            "skipped input that does not decode: {error}"
+        );
+        let mut errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        if errors.len() == SOURCE_ERRORS_MAX {
+            errors.pop_front();
+        }
+        errors.push_back(SkippedInput {
+            at_ms: crate::clock::wall_ms(),
+            split,
+            position,
+            payload,
+            error,
+        });
+    }
+
+    /// The splits' progress, as the reader sees them now.
+    pub fn set_splits(&self, splits: Vec<SplitProgress>) {
+        *self.splits.lock().unwrap_or_else(|p| p.into_inner()) = splits;
     }
 }
 
@@ -284,19 +404,21 @@ impl Handle {
 
 /// Starts the task that feeds `def`'s rows from `start` on into `feed`, paused; `start`'s
 /// watermark is the source's at that point (from a checkpoint), from which it only advances.
-/// `dir` is where sources keep what they read. A source whose input cannot be read again as
-/// it was (a file changed or gone) reports it in its progress and feeds nothing.
-pub fn spawn(def: SourceDef, feed: Feed, start: &FeedPosition, dir: &Path) -> Handle {
+/// `dir` is where sources keep what they read; `durable` follows the durable checkpoints. A
+/// source whose input cannot be read again as it was (a file changed or gone) reports it in
+/// its progress and feeds nothing.
+pub fn spawn(
+    def: SourceDef,
+    feed: Feed,
+    start: &FeedPosition,
+    dir: &Path,
+    durable: watch::Receiver<DurableSplits>,
+) -> Handle {
     let (running, paused) = watch::channel(false);
     let progress = Arc::new(Progress {
         offset: AtomicU64::new(start.offset),
         ..Default::default()
     });
-    let keep = Keep {
-        dir,
-        own: true,
-        checked: start.offset,
-    };
     let from = Start {
         rows: start.offset,
         splits: start.splits.as_deref(),
@@ -307,6 +429,14 @@ pub fn spawn(def: SourceDef, feed: Feed, start: &FeedPosition, dir: &Path) -> Ha
         progress: progress.clone(),
         id: def.id,
         connector: connector.as_ref().ok().copied(),
+    };
+    let keep = Keep {
+        dir,
+        own: true,
+        checked: start.offset,
+        until: None,
+        progress: Some(&progress),
+        durable: Some(&durable),
     };
     match connector.and_then(|c| c.open(&def, from, Some(keep))) {
         Ok(reader) => {
@@ -361,10 +491,41 @@ async fn feed_rows(
             Err(e) => return progress.stopped(&def.name, &e),
         };
         let rows = batch.num_rows();
-        let chunk = StreamChunk::new(vec![Op::Insert; rows], batch);
-        let advanced = def
-            .watermark
-            .and_then(|w| Watermark::advance(w.column, w.delay_us, &mut watermark, &chunk));
+        let ops = match reader.take_ops() {
+            Some(ops) if ops.len() == rows => ops,
+            Some(ops) => {
+                let e = Error::internal(format!(
+                    "a reader gave {} changes for {rows} rows",
+                    ops.len()
+                ));
+                return progress.stopped(&def.name, &e);
+            }
+            None => vec![Op::Insert; rows],
+        };
+        let chunk = StreamChunk::new(ops, batch);
+        let advanced = def.watermark.and_then(|w| match reader.times() {
+            Times::Rows => Watermark::advance(w.column, w.delay_us, &mut watermark, &chunk),
+            Times::Splits(least) => {
+                let candidate = least?.saturating_sub(w.delay_us);
+                if watermark.is_some_and(|v| v >= candidate) {
+                    return None;
+                }
+                watermark = Some(candidate);
+                Some(Watermark {
+                    column: w.column,
+                    value: candidate,
+                })
+            }
+        });
+        // No rows: the reader moved the watermark alone (a partition went idle).
+        if rows == 0 {
+            if let Some(w) = advanced {
+                if feed.send_watermark(w).await.is_err() {
+                    return;
+                }
+            }
+            continue;
+        }
         // The source's actor is gone: the source was dropped.
         if feed
             .send_rows(chunk, advanced, reader.splits())
@@ -374,6 +535,19 @@ async fn feed_rows(
             return;
         }
         progress.offset.fetch_add(rows as u64, Ordering::Release);
+    }
+}
+
+/// Refuses to feed a table with a connector that only feeds sources.
+fn sources_only(connector: &str, table: Option<&[usize]>) -> Result<()> {
+    match table {
+        Some(_) => Err(Error::not_supported(format!(
+            "connector '{connector}' feeds sources, not tables"
+        ))
+        .with_hint(format!(
+            "CREATE SOURCE ... WITH (connector = '{connector}', ...), and a view over it."
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -84,7 +84,9 @@ impl super::Connector for Nexmark {
         &self,
         options: &mut Options,
         declared: Vec<ColumnDef>,
+        table: Option<&[usize]>,
     ) -> Result<(BTreeMap<String, String>, Vec<ColumnDef>)> {
+        super::sources_only("nexmark", table)?;
         let config = Config::read(options)?;
         let expected = columns(&config.stream)?;
         let same = declared.len() == expected.len()

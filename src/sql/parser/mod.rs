@@ -38,10 +38,13 @@ pub enum Statement {
     ShowCreateMaterializedView(String),
     ShowSources,
     ShowSinks,
-    /// `CREATE TABLE`, with its watermark.
+    /// `CREATE TABLE`, with its watermark, and for a table fed by a connector its `FORMAT`
+    /// and `INCLUDE` clauses.
     CreateTable {
         table: Box<ast::CreateTable>,
         watermark: Option<Box<Watermark>>,
+        format: Option<extensions::Format>,
+        include: Vec<extensions::Include>,
     },
     /// `CREATE SOURCE`, read as the `CREATE TABLE` it resembles.
     CreateSource {
@@ -50,6 +53,8 @@ pub enum Statement {
         /// `FORMAT ... ENCODE ...`, which the connector reads as its `format` and `encode`
         /// options.
         format: Option<extensions::Format>,
+        /// `INCLUDE ... [AS ...]`, which the connector reads as its `include.*` options.
+        include: Vec<extensions::Include>,
     },
     CreateView(Box<CreateView>),
     CreateSink(Box<CreateSink>),
@@ -187,11 +192,12 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
     } else {
         None
     };
-    let format = if source {
+    let (format, include) = if source || lead.starts_with(&["CREATE", "TABLE"]) {
         extensions::join_dotted_option_names(&mut tokens);
-        extensions::take_format(&mut tokens)
+        let format = extensions::take_format(&mut tokens);
+        (format, extensions::take_includes(sql, &mut tokens)?)
     } else {
-        None
+        (None, Vec::new())
     };
     let emit_on_window_close = lead == ["CREATE", "MATERIALIZED", "VIEW"]
         && extensions::take_emit_on_window_close(&mut tokens);
@@ -200,10 +206,13 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
             table: Box::new(ct),
             watermark,
             format,
+            include,
         },
         ast::Statement::CreateTable(ct) => Statement::CreateTable {
             table: Box::new(ct),
             watermark,
+            format,
+            include,
         },
         ast::Statement::CreateView(cv) => Statement::CreateView(Box::new(CreateView {
             view: Box::new(cv),
@@ -589,7 +598,7 @@ mod tests {
         assert_eq!(options, "WITH (connector = 'nexmark', stream = 'bid')");
         assert!(matches!(
             &p[1].statement,
-            Statement::CreateSource { table, watermark: None, format: None } if table.columns.is_empty()
+            Statement::CreateSource { table, watermark: None, format: None, .. } if table.columns.is_empty()
         ));
         let p = parse(
             "CREATE SOURCE c (a int) WITH (connector = 'kafka', topic = 'c', \
@@ -669,7 +678,10 @@ mod tests {
             r#"SELECT 'it''s' AS s, "we""ird" FROM t"#
         );
         assert!(matches!(&p[1].statement, Statement::CreateView(w) if !w.emit_on_window_close));
-        let Statement::CreateTable { table, watermark } = &p[2].statement else {
+        let Statement::CreateTable {
+            table, watermark, ..
+        } = &p[2].statement
+        else {
             panic!("{:?}", p[2].statement)
         };
         assert_eq!(table.columns.len(), 2);

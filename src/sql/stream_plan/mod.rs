@@ -269,7 +269,8 @@ impl Planner<'_> {
             PlanNode::Union { inputs, .. } => inputs.iter().all(|i| self.append_only(i, build)),
             PlanNode::Aggregate { .. }
             | PlanNode::TopN { .. }
-            | PlanNode::TemporalFilter { .. } => false,
+            | PlanNode::TemporalFilter { .. }
+            | PlanNode::Upsert { .. } => false,
         }
     }
 
@@ -297,7 +298,8 @@ impl Planner<'_> {
             PlanNode::Join { .. }
             | PlanNode::Union { .. }
             | PlanNode::TopN { .. }
-            | PlanNode::TemporalFilter { .. } => Vec::new(),
+            | PlanNode::TemporalFilter { .. }
+            | PlanNode::Upsert { .. } => Vec::new(),
         }
     }
 }

@@ -8,3 +8,4 @@ pub mod project;
 pub mod temporal_filter;
 pub mod top_n;
 pub mod union;
+pub mod upsert;

@@ -34,14 +34,18 @@ impl Project {
         schema: SchemaRef,
         errors: ErrorSink,
     ) -> Project {
-        let timestamp = DataType::Timestamp(TimeUnit::Microsecond, None);
+        // Watermarks are microseconds since 1970: a timestamp's or a timestamptz's.
+        let micros = |t: &DataType| matches!(t, DataType::Timestamp(TimeUnit::Microsecond, _));
         let monotonic = exprs
             .iter()
             .zip(schema.fields())
             .map(|(e, f)| {
                 monotonic_in(e).filter(|c| {
-                    *f.data_type() == timestamp
-                        && input_schema.fields().get(*c).map(|f| f.data_type()) == Some(&timestamp)
+                    micros(f.data_type())
+                        && input_schema
+                            .fields()
+                            .get(*c)
+                            .is_some_and(|f| micros(f.data_type()))
                 })
             })
             .collect();
@@ -83,7 +87,12 @@ impl Operator for Project {
             .enumerate()
             .map(|(i, f)| {
                 if i == watermark.column {
-                    ScalarValue::TimestampMicrosecond(Some(watermark.value), None).to_array()
+                    // In the column's own type: a timestamp's, or a timestamptz's with its zone.
+                    let zone = match f.data_type() {
+                        DataType::Timestamp(_, zone) => zone.clone(),
+                        _ => None,
+                    };
+                    ScalarValue::TimestampMicrosecond(Some(watermark.value), zone).to_array()
                 } else {
                     Ok(new_null_array(f.data_type(), 1))
                 }

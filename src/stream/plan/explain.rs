@@ -79,6 +79,14 @@ impl PlanNode {
                 "TemporalFilter: visible {:?} now() vs {} - {} us",
                 spec.visible, spec.row_time, spec.offset_us
             ),
+            PlanNode::Upsert { spec, .. } => {
+                let key: Vec<&str> = spec
+                    .key
+                    .iter()
+                    .map(|c| spec.schema.field(*c).name().as_str())
+                    .collect();
+                format!("Upsert: key [{}]", key.join(", "))
+            }
         };
         out.push(format!("{}{line}", "  ".repeat(depth)));
         for child in self.children() {

@@ -30,7 +30,8 @@ use super::operators::project::Project;
 use super::operators::temporal_filter::TemporalFilter;
 use super::operators::top_n::TopN;
 use super::operators::union::Union;
-use super::spec::{AggCall, AggKind, AggSpec, JoinSpec, TemporalSpec, TopNSpec};
+use super::operators::upsert::Upsert;
+use super::spec::{AggCall, AggKind, AggSpec, JoinSpec, TemporalSpec, TopNSpec, UpsertSpec};
 use crate::error::{Error, Result};
 use crate::state::{StateStore, StateTable, TableId};
 
@@ -81,6 +82,12 @@ pub enum PlanNode {
         input: Box<PlanNode>,
         spec: TemporalSpec,
     },
+    /// A connector table's changes by key turned into changes of its rows (a table's actor
+    /// only, never a view's).
+    Upsert {
+        input: Box<PlanNode>,
+        spec: UpsertSpec,
+    },
 }
 
 impl PlanNode {
@@ -88,9 +95,9 @@ impl PlanNode {
     pub fn state_tables_needed(&self) -> usize {
         match self {
             PlanNode::Input(_) => 0,
-            PlanNode::Project { input, .. } | PlanNode::Filter { input, .. } => {
-                input.state_tables_needed()
-            }
+            PlanNode::Project { input, .. }
+            | PlanNode::Filter { input, .. }
+            | PlanNode::Upsert { input, .. } => input.state_tables_needed(),
             PlanNode::TemporalFilter { input, .. } => 1 + input.state_tables_needed(),
             PlanNode::Aggregate { input, .. } | PlanNode::TopN { input, .. } => {
                 2 + input.state_tables_needed()
@@ -365,7 +372,8 @@ fn input_keys(node: &PlanNode) -> Option<Vec<Keys>> {
         | PlanNode::Project { .. }
         | PlanNode::Filter { .. }
         | PlanNode::Union { .. }
-        | PlanNode::TemporalFilter { .. } => None,
+        | PlanNode::TemporalFilter { .. }
+        | PlanNode::Upsert { .. } => None,
     }
 }
 
@@ -380,7 +388,7 @@ fn leads_to_keyed(node: &PlanNode) -> bool {
         PlanNode::Aggregate { .. } | PlanNode::Join { .. } | PlanNode::TopN { .. } => {
             input_keys(node).is_some()
         }
-        PlanNode::Input(_) | PlanNode::Union { .. } => false,
+        PlanNode::Input(_) | PlanNode::Union { .. } | PlanNode::Upsert { .. } => false,
     }
 }
 
@@ -488,7 +496,8 @@ impl Fragmenter {
             }
             node @ (PlanNode::Filter { .. }
             | PlanNode::TemporalFilter { .. }
-            | PlanNode::Union { .. }) => node.try_map_children(
+            | PlanNode::Union { .. }
+            | PlanNode::Upsert { .. }) => node.try_map_children(
                 &mut |child| self.keyed(child, Some(key.clone()), sources),
                 &mut |_| Err(Error::internal("a leaf among an operator's children")),
             ),
@@ -538,6 +547,7 @@ impl PlanNode {
             PlanNode::Join { spec, .. } => Some(spec.schema.clone()),
             PlanNode::TopN { spec, .. } => Some(spec.schema.clone()),
             PlanNode::TemporalFilter { spec, .. } => Some(spec.schema.clone()),
+            PlanNode::Upsert { spec, .. } => Some(spec.schema.clone()),
         }
     }
 
@@ -549,7 +559,8 @@ impl PlanNode {
             | PlanNode::Filter { input, .. }
             | PlanNode::Aggregate { input, .. }
             | PlanNode::TopN { input, .. }
-            | PlanNode::TemporalFilter { input, .. } => vec![input],
+            | PlanNode::TemporalFilter { input, .. }
+            | PlanNode::Upsert { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } => vec![left, right],
             PlanNode::Union { inputs, .. } => inputs.iter().collect(),
         }
@@ -597,6 +608,10 @@ impl PlanNode {
                 spec,
             },
             PlanNode::TemporalFilter { input, spec } => PlanNode::TemporalFilter {
+                input: boxed(input)?,
+                spec,
+            },
+            PlanNode::Upsert { input, spec } => PlanNode::Upsert {
                 input: boxed(input)?,
                 spec,
             },
@@ -720,6 +735,10 @@ fn build_node(
             let table = next_table(tables);
             let filter = TemporalFilter::new(ctx.store.clone(), table, spec, errors.clone())?;
             OpNode::unary(Box::new(filter), build_node(ctx, *input, tables, errors)?)
+        }
+        PlanNode::Upsert { input, spec } => {
+            let upsert = Upsert::new(ctx.store.clone(), spec)?;
+            OpNode::unary(Box::new(upsert), build_node(ctx, *input, tables, errors)?)
         }
         PlanNode::Union { inputs, schema } => OpNode::Op {
             op: Box::new(Union::new(schema, inputs.len())),

@@ -407,6 +407,11 @@ fn encode_node(n: &PlanNode, kids: &[usize]) -> Result<StoredNode> {
             visible: spec.visible,
             schema: StoredSchema::of(&spec.schema)?,
         },
+        PlanNode::Upsert { .. } => {
+            return Err(Error::internal(
+                "an upsert belongs to a connector table's actor, never to a view's plan",
+            ))
+        }
     })
 }
 
