@@ -38,6 +38,9 @@ pub enum ErrorKind {
     InvalidParameter,
     /// A file named in a statement (a file source's path) does not exist or cannot be read.
     UndefinedFile,
+    /// A table's definition cannot be what the statement asks (a table fed by a database's
+    /// changes without a primary key).
+    InvalidTableDefinition,
     /// A parameter number (`$0`) that no statement can have.
     UndefinedParameter,
     /// A protocol message exceeds a configured limit, or a statement is too large.

@@ -44,6 +44,10 @@ pub struct TableDef {
     /// rows what the connector's changes made them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connector: Option<Connector>,
+    /// The source whose stream of several tables feeds this one (`CREATE TABLE ... FROM
+    /// source TABLE '...'`, PostgreSQL CDC): the table depends on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<ObjectId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -684,22 +688,25 @@ impl Catalog {
         Ok(())
     }
 
-    /// The views that read `id`, directly or through other views, dependents after the
-    /// objects they depend on.
+    /// The views that read `id`, directly or through other views (and the tables a source's
+    /// stream feeds), dependents after the objects they depend on.
     pub fn dependents(&self, id: ObjectId) -> Vec<ObjectId> {
         let mut found: Vec<ObjectId> = Vec::new();
         let mut frontier = vec![id];
         while let Some(current) = frontier.pop() {
             for o in &self.data.objects {
-                if let Object::View(v) = o {
-                    if v.depends_on.contains(&current) && !found.contains(&v.id) {
-                        found.push(v.id);
-                        frontier.push(v.id);
-                    }
+                let reads = match o {
+                    Object::View(v) => v.depends_on.contains(&current),
+                    Object::Table(t) => t.reads == Some(current),
+                    Object::Source(_) => false,
+                };
+                if reads && !found.contains(&o.id()) {
+                    found.push(o.id());
+                    frontier.push(o.id());
                 }
             }
         }
-        // Creation order puts every view after the views it reads.
+        // Creation order puts every view after what it reads.
         let order = |id: &ObjectId| self.data.objects.iter().position(|o| o.id() == *id);
         found.sort_by_key(order);
         found
@@ -769,6 +776,7 @@ mod tests {
             watermark: None,
             key_first: true,
             connector: None,
+            reads: None,
         })
     }
 

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use datafusion::sql::sqlparser::ast;
 use tokio::sync::mpsc;
 
-use crate::catalog::{Kind, Object, ObjectId, SourceDef, TableDef};
+use crate::catalog::{Kind, Object, ObjectId, Scope, SourceDef, TableDef};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::{self, relation_name, Format, Include, Watermark};
+use crate::sql::{self, relation_name, Format, FromSource, Include, Watermark};
 use crate::stream::spec::UpsertSpec;
 use crate::stream::{
     build_actor, ActorId, ErrorSink, Feed, FeedPosition, Mutation, PlanNode, SourceRows,
@@ -97,6 +97,7 @@ impl Database {
         &self,
         ct: &ast::CreateTable,
         clauses: (Option<&Watermark>, Option<&Format>, &[Include]),
+        from: Option<&FromSource>,
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
@@ -107,11 +108,16 @@ impl Database {
         }
         self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let def = sql::create_table(ct, clauses, id)?;
+        let mut def = sql::create_table(ct, clauses, id)?;
+        if let Some(from) = from {
+            self.read_from_source(&mut def, from, scope).await?;
+        }
         if def.connector.is_some() {
             self.start_connector_table(def.clone(), FeedPosition::default())
                 .await?;
             self.add_started(Object::Table(def), block).await?;
+            // A source of several tables' stream runs once a table reads it.
+            self.run_sources_read();
             return Ok(Output::command("CREATE TABLE"));
         }
         // A log left behind by a table of the same id cannot exist (ids are never reused),
@@ -123,13 +129,83 @@ impl Database {
         Ok(Output::command("CREATE TABLE"))
     }
 
+    /// Makes `def` a table fed by the stream of the source `from` names: its connector checks
+    /// the upstream table against the declared one and keeps the options the table reads by.
+    async fn read_from_source(
+        &self,
+        def: &mut TableDef,
+        from: &FromSource,
+        scope: Scope,
+    ) -> Result<()> {
+        if def.connector.is_some() {
+            return Err(Error::syntax(
+                "a table FROM a source takes no connector of its own",
+            ));
+        }
+        let name = relation_name(&from.source)?;
+        let source = match self.catalog().get(&name, scope) {
+            Some(Object::Source(s)) => s.clone(),
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorKind::WrongObjectType,
+                    format!("\"{name}\" is not a source"),
+                ))
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorKind::UndefinedObject,
+                    format!("source \"{name}\" does not exist"),
+                ))
+            }
+        };
+        let shared = crate::connector::source::shared(&source)?;
+        if def.primary_key.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidTableDefinition,
+                format!(
+                    "table \"{}\" needs a primary key to be fed by source \"{name}\"",
+                    def.name
+                ),
+            )
+            .with_hint("Declare the upstream table's primary key: changes come by key."));
+        }
+        let options = shared
+            .create_table(
+                source.clone(),
+                from.table.clone(),
+                def.columns.clone(),
+                def.primary_key.clone(),
+            )
+            .await?;
+        def.connector = Some(crate::catalog::Connector {
+            name: source.connector.name.clone(),
+            options,
+        });
+        def.reads = Some(source.id);
+        Ok(())
+    }
+
     /// Where sources keep what they read (a file source's ledger).
     pub(super) fn sources_dir(&self) -> PathBuf {
         self.config.data_dir.join(SOURCES_DIR)
     }
 
     /// Starts a source's actor and its task from `start` (paused until something reads it).
+    /// A source whose stream feeds tables (PostgreSQL CDC) has no actor: only its task, to
+    /// which its tables attach as they start.
     pub(super) async fn start_source(&self, def: SourceDef, start: FeedPosition) -> Result<()> {
+        if let Some(handle) =
+            crate::connector::source::spawn_shared(&def, self.barriers.durable_splits())
+        {
+            // Named to the planner (with no columns), so that a view over it is refused as
+            // one over a source that feeds tables.
+            self.catalog_mut().set_schema(def.id, def.schema());
+            self.sources
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(def.id, handle);
+            return Ok(());
+        }
         let (feed_tx, feed_rx) = mpsc::channel(self.config.channel_messages_max);
         let feed = Feed::for_source(feed_tx, start.clone());
         let handle = crate::connector::source::spawn(
@@ -218,14 +294,30 @@ impl Database {
             .inject(None, vec![def.id], vec![(def.id, feed.clone())])
             .await?;
         self.barriers.wait_sealed(epoch).await?;
-        let handle = crate::connector::source::spawn(
-            reads,
-            feed.clone(),
-            &start,
-            &self.sources_dir(),
-            self.barriers.durable_splits(),
-        );
         restore_watermark(&feed, def.watermark, start.watermark).await?;
+        let handle = match def.reads {
+            // A table of a source's stream of several tables: that source's task feeds it.
+            Some(source) => {
+                let attach = {
+                    let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+                    let source = sources.get(&source).ok_or_else(|| {
+                        Error::internal(format!(
+                            "table \"{}\" reads a source that has not started",
+                            def.name
+                        ))
+                    })?;
+                    source.attacher()
+                };
+                attach.attach(reads, feed.clone(), start).await?
+            }
+            None => crate::connector::source::spawn(
+                reads,
+                feed.clone(),
+                &start,
+                &self.sources_dir(),
+                self.barriers.durable_splits(),
+            ),
+        };
         handle.set_running(true);
         self.sources
             .lock()
@@ -403,11 +495,26 @@ impl Database {
         (actors, tables)
     }
 
-    /// Stops the actors of objects no longer in the catalog, and forgets them.
+    /// Stops the actors of objects no longer in the catalog, and forgets them; a source of
+    /// several tables' stream also drops what it made upstream (its replication slot).
     async fn retire(&self, actors: HashSet<ActorId>, objects: &[ObjectId], tables: &[ObjectId]) {
         if let Err(e) = self.stop_actors(actors).await {
             // Only when the dataflow itself has stopped (the server is going down).
             tracing::warn!("cannot stop the actors of dropped objects: {e}");
+        }
+        let shared: Vec<_> = {
+            let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+            let ids: Vec<ObjectId> = objects
+                .iter()
+                .copied()
+                .filter(|id| sources.get(id).is_some_and(|h| h.is_shared()))
+                .collect();
+            ids.iter().filter_map(|id| sources.remove(id)).collect()
+        };
+        for handle in shared {
+            if let Err(e) = handle.drop_upstream().await {
+                tracing::warn!("cannot drop what a dropped source made upstream: {e}");
+            }
         }
         self.forget(objects, tables);
         self.run_sources_read();

@@ -497,6 +497,7 @@ mod tests {
             watermark: None,
             key_first: true,
             connector: None,
+            reads: None,
         })
     }
 

@@ -325,9 +325,12 @@ impl Session {
                 watermark,
                 format,
                 include,
+                from,
             } => {
                 let clauses = (watermark.as_deref(), format.as_ref(), include.as_slice());
-                self.db.create_table(table, clauses, block).await
+                self.db
+                    .create_table(table, clauses, from.as_ref(), block)
+                    .await
             }
             Statement::CreateSource {
                 table,

@@ -110,6 +110,7 @@ pub fn create_table(
         watermark,
         key_first: true,
         connector,
+        reads: None,
     })
 }
 
@@ -351,6 +352,7 @@ mod tests {
             watermark,
             format,
             include,
+            ..
         } = p.statement
         else {
             panic!()

@@ -198,6 +198,56 @@ pub fn take_includes(sql: &str, tokens: &mut Vec<TokenWithSpan>) -> Result<Vec<I
     Ok(includes)
 }
 
+/// `FROM <source> TABLE '<upstream table>'` after a `CREATE TABLE`'s column list: a table fed
+/// by a source's stream of several tables (PostgreSQL CDC), RisingWave's clause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FromSource {
+    pub source: ast::ObjectName,
+    pub table: String,
+}
+
+/// Cuts `FROM <source> TABLE '<name>'` that follows a `CREATE TABLE`'s column list out of its
+/// tokens, and reads it.
+pub fn take_from_source(sql: &str, tokens: &mut Vec<TokenWithSpan>) -> Result<Option<FromSource>> {
+    let m = meaningful(tokens);
+    let at = |k: usize| m.get(k).map(|&i| &tokens[i]);
+    let mut depth = 0usize;
+    let mut first = None;
+    for k in 0..m.len() {
+        match tokens[m[k]].token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ if depth == 0
+                && is(at(k), "FROM")
+                && k > 0
+                && tokens[m[k - 1]].token == Token::RParen =>
+            {
+                first = Some(k);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(first) = first else {
+        return Ok(None);
+    };
+    // The source's name, up to TABLE.
+    let Some(table_at) = (first + 2..m.len()).find(|&k| is(at(k), "TABLE")) else {
+        return Err(near(sql, &tokens[m[first]]));
+    };
+    let source = parse_with(sql, &tokens[m[first + 1]..m[table_at]], |p| {
+        p.parse_object_name(false)
+    })?;
+    let table = match at(table_at + 1).map(|t| &t.token) {
+        Some(Token::SingleQuotedString(s)) => s.clone(),
+        Some(_) => return Err(near(sql, &tokens[m[table_at + 1]])),
+        None => return Err(Error::syntax("syntax error at end of input")),
+    };
+    let end = m.get(table_at + 2).copied().unwrap_or(tokens.len());
+    tokens.drain(m[first]..end);
+    Ok(Some(FromSource { source, table }))
+}
+
 /// Joins the dotted option names of a statement's first `WITH (...)` (`properties.bootstrap.server
 /// = '...'`, which sqlparser does not read) into one quoted name each, lower-case.
 pub fn join_dotted_option_names(tokens: &mut Vec<TokenWithSpan>) {

@@ -24,7 +24,7 @@ mod windows;
 // tables). The names below are the rest; everything else here is private to the front end.
 
 /// Statements as Weir parses them, its extensions included.
-pub use self::extensions::{CreateSink, CreateView, Format, Include, Watermark};
+pub use self::extensions::{CreateSink, CreateView, Format, FromSource, Include, Watermark};
 pub use self::parser::{check_supported, parse, parse_message, Parsed, Statement};
 
 /// Tables and sources from their DDL, and the names in it.

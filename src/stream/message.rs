@@ -292,23 +292,50 @@ impl Feed {
     pub async fn send_together(
         parts: Vec<(&Feed, StreamChunk, Option<Watermark>)>,
     ) -> Result<(), ()> {
-        let mut held = loop {
-            let mut held = Vec::with_capacity(parts.len());
-            for (feed, _, _) in &parts {
-                held.push(feed.lock.lock().await);
-            }
-            let first = held.first().map(|s| s.barrier);
-            if held.iter().all(|s| Some(s.barrier) == first) {
-                break held;
-            }
-            drop(held);
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        };
+        let feeds: Vec<&Feed> = parts.iter().map(|p| p.0).collect();
+        let mut held = Feed::lock_aligned(&feeds).await;
         for ((feed, chunk, watermark), sent) in parts.into_iter().zip(&mut held) {
             feed.send_locked(sent, chunk.slices(FEED_ROWS_MAX), watermark, 1)
                 .await?;
         }
         Ok(())
+    }
+
+    /// Sends a source's rows into each of several feeds, all in the same epoch (locked as
+    /// `send_together` locks them): a transaction of a database's stream of several tables. Each
+    /// feed's offset counts its rows, and its position becomes its `splits` (also a feed that
+    /// takes no rows). Returns the positions in `parts` of the feeds whose actors are gone; the
+    /// others have their rows.
+    pub async fn send_rows_together(parts: Vec<(&Feed, Vec<StreamChunk>, Splits)>) -> Vec<usize> {
+        let feeds: Vec<&Feed> = parts.iter().map(|p| p.0).collect();
+        let mut held = Feed::lock_aligned(&feeds).await;
+        let mut gone = Vec::new();
+        for (i, ((feed, chunks, splits), sent)) in parts.into_iter().zip(&mut held).enumerate() {
+            let rows = chunks.iter().map(|c| c.len() as u64).sum();
+            let slices = chunks.into_iter().flat_map(|c| c.slices(FEED_ROWS_MAX));
+            match feed.send_locked(sent, slices, None, rows).await {
+                Ok(()) => sent.position.splits = Some(splits),
+                Err(()) => gone.push(i),
+            }
+        }
+        gone
+    }
+
+    /// Takes the locks of `feeds`, in the order given, once each has received the same last
+    /// barrier; while a barrier is only partly injected, lets them go and takes them again.
+    async fn lock_aligned<'a>(feeds: &[&'a Feed]) -> Vec<tokio::sync::MutexGuard<'a, Sent>> {
+        loop {
+            let mut held = Vec::with_capacity(feeds.len());
+            for feed in feeds {
+                held.push(feed.lock.lock().await);
+            }
+            let first = held.first().map(|s| s.barrier);
+            if held.iter().all(|s| Some(s.barrier) == first) {
+                return held;
+            }
+            drop(held);
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
     }
 
     /// Sends `chunks` and then `watermark` under the lock, and moves the offset by `advance`;

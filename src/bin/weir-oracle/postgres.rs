@@ -1,10 +1,15 @@
 //! A throwaway PostgreSQL server: `initdb` into a temporary directory, started on a free
 //! loopback port, stopped and deleted on drop. PostgreSQL refuses to run as root, so as root it
-//! runs as the `postgres` user.
+//! runs as the `postgres` user. Its WAL carries logical decoding (`wal_level = logical`), so
+//! that it can be the upstream of a CDC source too, and connections over TCP authenticate with
+//! SCRAM-SHA-256 (the superuser's password is `PASSWORD`).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The superuser's password.
+pub const PASSWORD: &str = "weir-test";
 
 pub struct Postgres {
     /// Holds the data directory, the socket and the log; deleted on drop.
@@ -29,18 +34,31 @@ impl Postgres {
             .map_err(|e| format!("finding a free port: {e}"))?
             .port();
         let pg = Postgres {
-            conn: format!("host=127.0.0.1 port={port} user=postgres"),
+            conn: format!("host=127.0.0.1 port={port} user=postgres password={PASSWORD}"),
             dir,
             bin,
             as_postgres_user,
         };
         let data = pg.dir.path().join("data");
+        let password = pg.dir.path().join("password");
+        std::fs::write(&password, PASSWORD).map_err(|e| format!("password file: {e}"))?;
+        if as_postgres_user {
+            run(Command::new("chown").arg("postgres").arg(&password))?;
+        }
         pg.run_tool(
             "initdb",
-            &["-D", &path(&data), "-A", "trust", "-U", "postgres"],
+            &[
+                "-D",
+                &path(&data),
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-U",
+                "postgres",
+                &format!("--pwfile={}", path(&password)),
+            ],
         )?;
         let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c wal_level=logical",
             path(pg.dir.path())
         );
         let log = path(&pg.dir.path().join("log"));

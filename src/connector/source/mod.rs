@@ -23,6 +23,8 @@ mod decode;
 mod file;
 mod kafka;
 mod nexmark;
+mod postgres_cdc;
+mod shared;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -40,7 +42,14 @@ use crate::stream::{
 };
 
 /// Every connector, by the name `WITH (connector = '...')` gives.
-const CONNECTORS: &[&dyn Connector] = &[&nexmark::Nexmark, &file::Files, &kafka::Kafka];
+const CONNECTORS: &[&dyn Connector] = &[
+    &nexmark::Nexmark,
+    &file::Files,
+    &kafka::Kafka,
+    &postgres_cdc::PostgresCdc,
+];
+
+pub use self::shared::{Attach, Attacher, Context as SharedContext, Shared};
 
 /// A kind of source: how its options read, what its columns are, and how its stream is read.
 pub trait Connector: Send + Sync {
@@ -79,6 +88,12 @@ pub trait Connector: Send + Sync {
     /// the connector cannot read them again as they went by.
     fn check_read_again(&self, _def: &SourceDef, _rows: u64) -> Result<()> {
         Ok(())
+    }
+
+    /// A connector whose source's one stream feeds several tables instead of views (a
+    /// database's changes) gives its side of that here.
+    fn shared(&self) -> Option<&'static dyn Shared> {
+        None
     }
 }
 
@@ -375,6 +390,10 @@ pub struct Handle {
     pub progress: Arc<Progress>,
     id: ObjectId,
     connector: Option<&'static dyn Connector>,
+    /// A shared source's: where its tables attach, and its connector's side with its
+    /// definition, to drop what it made upstream.
+    attach: Option<tokio::sync::mpsc::Sender<Attach>>,
+    shared: Option<(&'static dyn Shared, SourceDef)>,
 }
 
 impl Handle {
@@ -400,6 +419,24 @@ impl Handle {
             None => Ok(()),
         }
     }
+}
+
+/// Starts the task of a source whose stream feeds tables (`Connector::shared`), paused until
+/// a table runs it; `None` for a source of another connector.
+pub fn spawn_shared(def: &SourceDef, durable: watch::Receiver<DurableSplits>) -> Option<Handle> {
+    let shared = connector(&def.connector.name).ok()?.shared()?;
+    Some(shared::spawn(def.clone(), shared, durable))
+}
+
+/// The connector of a source that feeds tables, for a table `CREATE TABLE ... FROM` adds.
+pub fn shared(def: &SourceDef) -> Result<&'static dyn Shared> {
+    connector(&def.connector.name)?.shared().ok_or_else(|| {
+        Error::new(
+            ErrorKind::WrongObjectType,
+            format!("source \"{}\" does not feed tables", def.name),
+        )
+        .with_hint("CREATE TABLE ... FROM reads a source of a database's changes (connector = 'postgres-cdc').")
+    })
 }
 
 /// Starts the task that feeds `def`'s rows from `start` on into `feed`, paused; `start`'s
@@ -429,6 +466,8 @@ pub fn spawn(
         progress: progress.clone(),
         id: def.id,
         connector: connector.as_ref().ok().copied(),
+        attach: None,
+        shared: None,
     };
     let keep = Keep {
         dir,

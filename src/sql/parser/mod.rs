@@ -45,6 +45,8 @@ pub enum Statement {
         watermark: Option<Box<Watermark>>,
         format: Option<extensions::Format>,
         include: Vec<extensions::Include>,
+        /// `FROM source TABLE 'upstream'`: a table fed by a source of several tables.
+        from: Option<extensions::FromSource>,
     },
     /// `CREATE SOURCE`, read as the `CREATE TABLE` it resembles.
     CreateSource {
@@ -192,12 +194,18 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
     } else {
         None
     };
-    let (format, include) = if source || lead.starts_with(&["CREATE", "TABLE"]) {
+    let table = lead.starts_with(&["CREATE", "TABLE"]);
+    let (format, include) = if source || table {
         extensions::join_dotted_option_names(&mut tokens);
         let format = extensions::take_format(&mut tokens);
         (format, extensions::take_includes(sql, &mut tokens)?)
     } else {
         (None, Vec::new())
+    };
+    let from = if table {
+        extensions::take_from_source(sql, &mut tokens)?
+    } else {
+        None
     };
     let emit_on_window_close = lead == ["CREATE", "MATERIALIZED", "VIEW"]
         && extensions::take_emit_on_window_close(&mut tokens);
@@ -213,6 +221,7 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
             watermark,
             format,
             include,
+            from,
         },
         ast::Statement::CreateView(cv) => Statement::CreateView(Box::new(CreateView {
             view: Box::new(cv),

@@ -6,13 +6,15 @@
 //! seek finds a key's row); the operator emits the old row's retraction and the new row, and
 //! nothing when an upsert repeats the row a key has.
 //!
+//! A delete row whose key columns are all NULL deletes every row (an upstream `TRUNCATE`).
+//!
 //! It reads the table's state and writes none: the actor's `Materialize` applies what it
 //! emits, and the epoch's changes are forgotten at the barrier, once they are the state's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
 
 use crate::error::{Error, Result};
 use crate::state::{EpochWrites, StateStore, StateTable};
@@ -31,7 +33,12 @@ pub struct Upsert {
     table: StateTable,
     /// The row each key changed to this epoch (`None`: deleted), by key.
     epoch: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Every row was deleted this epoch: the state's rows are gone but for `epoch`'s.
+    truncated: bool,
 }
+
+/// Rows per chunk of a truncation's deletions.
+const TRUNCATE_ROWS: usize = 4096;
 
 impl Upsert {
     pub fn new(store: Arc<StateStore>, spec: UpsertSpec) -> Result<Upsert> {
@@ -46,6 +53,7 @@ impl Upsert {
             table: StateTable::new(store, spec.table),
             spec,
             epoch: HashMap::new(),
+            truncated: false,
         })
     }
 
@@ -54,12 +62,61 @@ impl Upsert {
         if let Some(row) = self.epoch.get(key) {
             return Ok(row.clone());
         }
+        if self.truncated {
+            return Ok(None);
+        }
         let mut found = None;
         self.table.scan(key, false, &mut |k, _| {
             found = Some(k.to_vec());
             false
         })?;
         Ok(found)
+    }
+
+    /// Deletes every row: the state's (but for those of keys the epoch changed, whose stored
+    /// rows are already retracted), in parts, then the epoch's.
+    fn truncate(&mut self, out: &mut dyn Emit) -> Result<()> {
+        if !self.truncated {
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let mut part = Vec::new();
+                let start = after.as_ref().map(|k| [k.as_slice(), &[0]].concat());
+                self.table.try_scan(&[], start.as_deref(), &mut |k, _| {
+                    part.push(k.to_vec());
+                    Ok(part.len() < TRUNCATE_ROWS)
+                })?;
+                let Some(last) = part.last().cloned() else {
+                    break;
+                };
+                let columns = self.rows.decode(part.iter().map(Vec::as_slice))?;
+                let keys: Vec<ArrayRef> =
+                    self.spec.key.iter().map(|c| columns[*c].clone()).collect();
+                let keys = self.keys.encode(&keys)?;
+                part = part
+                    .into_iter()
+                    .zip(keys)
+                    .filter(|(_, k)| !self.epoch.contains_key(k))
+                    .map(|(row, _)| row)
+                    .collect();
+                self.emit_deletes(part, out)?;
+                after = Some(last);
+            }
+        }
+        self.truncated = true;
+        let rows: Vec<Vec<u8>> = self.epoch.drain().filter_map(|(_, r)| r).collect();
+        for part in rows.chunks(TRUNCATE_ROWS) {
+            self.emit_deletes(part.to_vec(), out)?;
+        }
+        Ok(())
+    }
+
+    fn emit_deletes(&self, rows: Vec<Vec<u8>>, out: &mut dyn Emit) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let columns = self.rows.decode(rows.iter().map(Vec::as_slice))?;
+        let data = RecordBatch::try_new(self.spec.schema.clone(), columns)?;
+        out.emit(StreamChunk::deletes(data))
     }
 }
 
@@ -68,6 +125,21 @@ impl Operator for Upsert {
         let columns = chunk.data.columns();
         let key_columns: Vec<ArrayRef> =
             self.spec.key.iter().map(|c| columns[*c].clone()).collect();
+        // A deletion without a key: every row goes, and the rows after it change the emptied
+        // table.
+        let rows = chunk.len();
+        let keyless = |i: usize| key_columns.iter().all(|c| c.is_null(i));
+        if let Some(at) = (0..rows).find(|i| chunk.ops[*i] == Op::Delete && keyless(*i)) {
+            if at > 0 {
+                self.on_chunk(0, chunk.take(&(0..at as u32).collect::<Vec<_>>())?, out)?;
+            }
+            self.truncate(out)?;
+            if at + 1 < rows {
+                let rest: Vec<u32> = (at as u32 + 1..rows as u32).collect();
+                self.on_chunk(0, chunk.take(&rest)?, out)?;
+            }
+            return Ok(());
+        }
         if key_columns.iter().any(|c| c.null_count() > 0) {
             return Err(Error::internal(
                 "an upsert without its key reached a connector table: connectors drop those",
@@ -113,6 +185,7 @@ impl Operator for Upsert {
         // The actor's Materialize writes the epoch's rows after this, before the next epoch's
         // first chunk: from then on the state has them.
         self.epoch.clear();
+        self.truncated = false;
         Ok(())
     }
 }
@@ -161,5 +234,17 @@ mod tests {
         assert_eq!(step(u, r, "+ d 1"), "+ d 1\n- c 1");
         assert_eq!(step(u, r, "- _ 2\n+ b 2"), "+ b 2\n- b 2");
         assert_eq!(step(u, r, "- _ 1"), "- d 1");
+        let mut writes = EpochWrites::default();
+        u.on_barrier(2, &mut Vec::new(), &mut writes).unwrap();
+        r.flush(&mut writes).unwrap();
+        epochs.store.commit(2, writes).await.unwrap();
+        epochs.store.seal(2);
+        // A deletion without a key empties the table: the stored rows and the epoch's.
+        assert_eq!(step(u, r, "+ c 2\n+ e 5"), "+ c 2\n+ e 5\n- b 2");
+        assert_eq!(
+            step(u, r, "+ g 7\n- _ NULL\n+ f 6"),
+            "+ f 6\n+ g 7\n- c 2\n- e 5\n- g 7"
+        );
+        assert_eq!(step(u, r, "+ b 2"), "+ b 2");
     }
 }

@@ -1,0 +1,301 @@
+//! PostgreSQL CDC against a real PostgreSQL 15 (`wal_level = logical`, SCRAM passwords), started
+//! by each test: tables created FROM a CDC source hold their upstream tables' rows (a snapshot
+//! of the rows from before, then the stream of changes) exactly once across a SIGKILL and
+//! changes made while Weir is down; a schema change stops a table, a TRUNCATE empties it; bad
+//! options, unreachable upstreams and mismatched tables are refused with their SQLSTATEs; DROP
+//! SOURCE drops the slot.
+
+mod common;
+#[allow(dead_code)]
+#[path = "../src/bin/weir-oracle/postgres.rs"]
+mod postgres;
+
+use std::time::Duration;
+
+use common::{text_rows, ChildServer};
+use postgres::{Postgres, PASSWORD};
+
+/// A connection to the upstream, in UTC.
+async fn upstream(pg: &Postgres) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&pg.conn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
+    client
+}
+
+fn port(pg: &Postgres) -> u16 {
+    pg.conn
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("port="))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn create_source(pg: &Postgres, name: &str, slot: &str, password: &str) -> String {
+    format!(
+        "CREATE SOURCE {name} WITH (connector = 'postgres-cdc', hostname = '127.0.0.1', \
+         port = '{}', username = 'postgres', password = '{password}', \
+         database.name = 'postgres', slot.name = '{slot}', snapshot.batch_rows = '40')",
+        port(pg)
+    )
+}
+
+const ORDERS: &str =
+    "(id int PRIMARY KEY, customer text, amount numeric(10,2), placed_at timestamptz)";
+
+/// Waits until Weir's `sql` reads as the upstream's, or fails after 60 s with both.
+async fn converge(weir: &tokio_postgres::Client, up: &tokio_postgres::Client, sql: &str) {
+    converge_to(weir, sql, up, sql).await
+}
+
+/// Waits until Weir's `sql` reads as the upstream's `upstream_sql`.
+async fn converge_to(
+    weir: &tokio_postgres::Client,
+    sql: &str,
+    up: &tokio_postgres::Client,
+    upstream_sql: &str,
+) {
+    let mut last = (Vec::new(), Vec::new());
+    for _ in 0..600 {
+        weir.batch_execute("FLUSH").await.unwrap();
+        let (w, u) = (
+            text_rows(weir, sql).await,
+            text_rows(up, upstream_sql).await,
+        );
+        if w == u {
+            return;
+        }
+        last = (w, u);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{sql}: Weir read {:?}\nupstream read {:?}", last.0, last.1);
+}
+
+/// Inserts orders `ids`, updates every third and deletes every seventh.
+async fn churn(up: &tokio_postgres::Client, ids: std::ops::Range<i32>) {
+    up.batch_execute(&format!(
+        "INSERT INTO orders SELECT i, 'c' || (i % 5), i * 1.25, \
+           TIMESTAMPTZ '2024-01-01 00:00:00+00' + i * INTERVAL '1 second' \
+         FROM generate_series({}, {}) i;
+         UPDATE orders SET amount = amount + 1, customer = 'c9' \
+           WHERE id % 3 = 0 AND id BETWEEN {0} AND {1};
+         DELETE FROM orders WHERE id % 7 = 0 AND id BETWEEN {0} AND {1}",
+        ids.start,
+        ids.end - 1
+    ))
+    .await
+    .unwrap();
+}
+
+const ALL: &str = "SELECT * FROM orders ORDER BY id";
+const GROUPS: &str =
+    "SELECT customer, count(*), sum(amount) FROM orders GROUP BY customer ORDER BY customer";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_databases_changes_reach_its_tables_exactly_once_across_a_kill() {
+    let pg = Postgres::start().unwrap();
+    let up = upstream(&pg).await;
+    up.batch_execute(&format!("CREATE TABLE orders {ORDERS}"))
+        .await
+        .unwrap();
+    // Rows from before the source: the snapshot reads them, 40 a chunk.
+    churn(&up, 1..150).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = ChildServer::start(&data).await;
+    let weir = server.connect().await;
+    weir.batch_execute(&format!(
+        "{};
+         CREATE TABLE orders {ORDERS} FROM shop TABLE 'public.orders';
+         CREATE MATERIALIZED VIEW by_customer AS {GROUPS}",
+        create_source(&pg, "shop", "weir_shop", PASSWORD)
+    ))
+    .await
+    .unwrap();
+    // Changes while the snapshot is read.
+    churn(&up, 150..300).await;
+    converge(&weir, &up, ALL).await;
+    converge_to(
+        &weir,
+        "SELECT * FROM by_customer ORDER BY customer",
+        &up,
+        GROUPS,
+    )
+    .await;
+    weir.batch_execute("CHECKPOINT").await.unwrap();
+    churn(&up, 300..400).await;
+    up.batch_execute("UPDATE orders SET id = id + 1000 WHERE id = 5")
+        .await
+        .unwrap();
+    converge(&weir, &up, ALL).await;
+    // Killed with changes after its checkpoint, and more made while it is down.
+    server.stop(9).await;
+    churn(&up, 400..500).await;
+    let server = ChildServer::start(&data).await;
+    let weir = server.connect().await;
+    converge(&weir, &up, ALL).await;
+    let groups = text_rows(&up, GROUPS).await;
+    assert_eq!(
+        text_rows(&weir, "SELECT * FROM by_customer ORDER BY customer").await,
+        groups
+    );
+    // A TRUNCATE upstream empties the table, and what follows it goes in.
+    up.batch_execute("TRUNCATE orders; INSERT INTO orders VALUES (1, 'z', 1, NULL)")
+        .await
+        .unwrap();
+    converge(&weir, &up, ALL).await;
+    // The source cannot go while its table reads it; with CASCADE its slot goes too.
+    let e = weir.batch_execute("DROP SOURCE shop").await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "2BP01", "{e}");
+    weir.batch_execute("DROP SOURCE shop CASCADE")
+        .await
+        .unwrap();
+    assert_eq!(
+        text_rows(
+            &up,
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'weir_shop'"
+        )
+        .await,
+        ["0"]
+    );
+    assert_eq!(
+        text_rows(
+            &up,
+            "SELECT count(*) FROM pg_publication WHERE pubname = 'weir_shop'"
+        )
+        .await,
+        ["0"]
+    );
+    server.stop(15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_upstreams_and_tables_are_refused_and_a_schema_change_stops_a_table() {
+    let pg = Postgres::start().unwrap();
+    let up = upstream(&pg).await;
+    up.batch_execute(&format!(
+        "CREATE TABLE orders {ORDERS};
+         CREATE TABLE loose (id int, note text);
+         CREATE TABLE quiet (id int PRIMARY KEY, note text);
+         ALTER TABLE quiet REPLICA IDENTITY NOTHING"
+    ))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(&dir.path().join("data")).await;
+    let weir = server.connect().await;
+    let code = |sql: String| {
+        let weir = &weir;
+        async move {
+            let e = weir.batch_execute(&sql).await.unwrap_err();
+            e.as_db_error().map(|d| d.code().code().to_string())
+        }
+    };
+    assert_eq!(
+        code(create_source(&pg, "s", "weir_s", "wrong"))
+            .await
+            .as_deref(),
+        Some("28000")
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = closed.local_addr().unwrap().port();
+    drop(closed);
+    assert_eq!(
+        code(
+            create_source(&pg, "s", "weir_s", PASSWORD)
+                .replace(&port(&pg).to_string(), &nowhere.to_string())
+        )
+        .await
+        .as_deref(),
+        Some("08001")
+    );
+    assert_eq!(
+        code(create_source(&pg, "s", "Bad-Slot", PASSWORD))
+            .await
+            .as_deref(),
+        Some("22023")
+    );
+    weir.batch_execute(&create_source(&pg, "shop", "weir_shop", PASSWORD))
+        .await
+        .unwrap();
+    for (table, sqlstate) in [
+        (
+            format!("CREATE TABLE t {ORDERS} FROM shop TABLE 'public.missing'"),
+            "42P01",
+        ),
+        (
+            "CREATE TABLE t (id bigint PRIMARY KEY) FROM shop TABLE 'public.orders'".into(),
+            "42804",
+        ),
+        (
+            "CREATE TABLE t (id int PRIMARY KEY, nope text) FROM shop TABLE 'public.orders'".into(),
+            "42703",
+        ),
+        (
+            "CREATE TABLE t (id int, customer text PRIMARY KEY) FROM shop TABLE 'public.orders'"
+                .into(),
+            "42P16",
+        ),
+        (
+            "CREATE TABLE t (id int, note text) FROM shop TABLE 'public.loose'".into(),
+            "42P16",
+        ),
+        (
+            "CREATE TABLE t (id int PRIMARY KEY, note text) FROM shop TABLE 'public.quiet'".into(),
+            "55000",
+        ),
+        (
+            "CREATE TABLE t (id int PRIMARY KEY) FROM nowhere TABLE 'public.orders'".into(),
+            "42704",
+        ),
+        (
+            "CREATE MATERIALIZED VIEW v AS SELECT 1 AS one FROM shop".into(),
+            "0A000",
+        ),
+    ] {
+        assert_eq!(
+            code(table.clone()).await.as_deref(),
+            Some(sqlstate),
+            "{table}"
+        );
+    }
+    // A column added upstream stops the table, naming the change; its rows stay.
+    weir.batch_execute(&format!(
+        "CREATE TABLE orders {ORDERS} FROM shop TABLE 'public.orders'"
+    ))
+    .await
+    .unwrap();
+    churn(&up, 1..20).await;
+    converge(&weir, &up, ALL).await;
+    up.batch_execute(
+        "ALTER TABLE orders ADD COLUMN note text; INSERT INTO orders VALUES (100, 'x', 1, NULL, 'n')",
+    )
+    .await
+    .unwrap();
+    let mut error = Vec::new();
+    for _ in 0..300 {
+        error = text_rows(
+            &weir,
+            "SELECT error FROM weir_catalog.sources WHERE name = 'orders' AND error IS NOT NULL",
+        )
+        .await;
+        if !error.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        error.first().is_some_and(|e| e.contains("added note")),
+        "{error:?}"
+    );
+    assert_eq!(
+        text_rows(&weir, "SELECT count(*) FROM orders WHERE id = 100").await,
+        ["0"]
+    );
+    server.stop(15).await;
+}
