@@ -12,6 +12,7 @@
 //! throwaway PostgreSQL (`postgres`). Prints `oracle: N passed, M failed` and exits non-zero
 //! on any failure.
 
+mod broker;
 mod crash;
 mod postgres;
 mod replay;

@@ -11,7 +11,9 @@
 //! A statement the kill interrupted is in doubt: after the restart, Weir's table says whether
 //! it was applied (all of it or none: anything else is a failure), and PostgreSQL follows.
 //! After every restart and at the end, every view and table is compared with PostgreSQL:
-//! a missing or a duplicated change fails the run.
+//! a missing or a duplicated change fails the run. Two inputs come from upstream systems
+//! (`upstreams`): a table of the oracle's PostgreSQL read through CDC, and a Kafka topic, both
+//! written to while Weir runs and dies; after every restart Weir must catch up with them.
 //!
 //! Usage: `weir-oracle crash [--kills N] [--seed S] [--pg CONN] [--weir PATH] [--keep DIR]`.
 
@@ -26,11 +28,13 @@ use weir::rng::Rng;
 mod blocks;
 mod model;
 mod server;
+mod upstreams;
 mod verify;
 
 use self::blocks::{transact_until_failure, Blocks, InDoubt};
 use self::model::{Model, Statement};
 use self::server::{print_log_tail, Death, Launcher, Server};
+use self::upstreams::Upstreams;
 use self::verify::{check, resolve};
 use crate::replay::{connect, describe, exec, rows};
 
@@ -183,6 +187,8 @@ struct Tally {
     blocks_in_doubt_applied: u64,
     blocks_in_doubt_not_applied: u64,
     checks: u64,
+    /// Transactions and messages written to the upstreams.
+    upstream_changes: u64,
 }
 
 pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
@@ -232,8 +238,8 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
         "crash: {} kills in {:.0} s ({} at random, at failpoints: {}; {} armed but not reached), \
          {} statements acknowledged, in doubt: {} applied, {} not; transaction blocks: {} \
          committed, {} rolled back, in doubt: {} applied, {} not; {} checks of every view and \
-         table against PostgreSQL; I/O errors injected in {} rounds ({}), {} statements refused \
-         for them",
+         table against PostgreSQL; {} changes to the CDC and Kafka upstreams; I/O errors \
+         injected in {} rounds ({}), {} statements refused for them",
         tally.kills_random + tally.fired.values().sum::<u64>(),
         started.elapsed().as_secs_f64(),
         tally.kills_random,
@@ -251,6 +257,7 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
         tally.blocks_in_doubt_applied,
         tally.blocks_in_doubt_not_applied,
         tally.checks,
+        tally.upstream_changes,
         tally.injected.values().sum::<u64>(),
         injected.join(", "),
         tally.refused,
@@ -330,6 +337,8 @@ struct Run {
     in_doubt: Vec<Statement>,
     /// Views whose creation met an injected catalog fault: they must never exist.
     refused: Vec<String>,
+    upstreams: Upstreams,
+    database: String,
     kills: u64,
     round: u64,
 }
@@ -346,6 +355,9 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     let admin = connect(conn).await?;
     let db_name = format!("crash_{}", args.seed);
     let pg_conn = format!("{conn} dbname={db_name}");
+    let upstreams = Upstreams::start(args.seed).await?;
+    // A logical slot holds its database: a slot an earlier run left goes first.
+    drop_slot(&admin, upstreams.slot()).await?;
     exec(
         &admin,
         &format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"),
@@ -372,6 +384,8 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         later: Vec::new(),
         in_doubt: Vec::new(),
         refused: Vec::new(),
+        upstreams,
+        database: db_name.clone(),
         kills: 0,
         round: 0,
     };
@@ -389,15 +403,43 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     let weir = server.connect().await?;
     resolve(&weir, &pg, &mut run, tally).await?;
     check(&weir, &pg, &run.views, tally).await?;
+    tally.checks += run.upstreams.converge(&weir, &pg).await?;
+    tally.upstream_changes = run.upstreams.changes();
     drop(weir);
     server.stop().await?;
     drop(pg);
+    drop_slot(&admin, run.upstreams.slot()).await?;
     exec(
         &admin,
         &format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"),
     )
     .await?;
     Ok(())
+}
+
+/// Drops replication slot `slot` if it exists (its walsender may take a moment to let go).
+async fn drop_slot(admin: &Client, slot: &str) -> Result<(), String> {
+    for _ in 0..100 {
+        let active = rows(
+            admin,
+            &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'"),
+        )
+        .await?;
+        match active
+            .first()
+            .and_then(|r| r.first())
+            .cloned()
+            .flatten()
+            .as_deref()
+        {
+            None => return Ok(()),
+            Some("f") => {
+                return exec(admin, &format!("SELECT pg_drop_replication_slot('{slot}')")).await
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    Err(format!("replication slot {slot} stays active"))
 }
 
 /// One round: a start (killed at random during it, or aborted by a recovery failpoint, now
@@ -450,7 +492,7 @@ async fn round(
     // while the last round's statements are resolved and the views checked, too.
     let ready = async {
         let weir = server.connect().await?;
-        ready(&weir, pg, armed, run, tally).await
+        ready(&weir, pg, pg_conn, armed, run, tally).await
     }
     .await;
     if let Err(e) = ready {
@@ -481,6 +523,7 @@ async fn round(
 async fn ready(
     weir: &Client,
     pg: &Client,
+    pg_conn: &str,
     armed: &Armed,
     run: &mut Run,
     tally: &mut Tally,
@@ -492,9 +535,12 @@ async fn ready(
         for (name, query) in VIEWS {
             create_view(weir, pg, name, query).await?;
         }
+        let database = run.database.clone();
+        run.upstreams.create(weir, pg, pg_conn, &database).await?;
     }
     resolve(weir, pg, run, tally).await?;
     check(weir, pg, &run.views, tally).await?;
+    tally.checks += run.upstreams.converge(weir, pg).await?;
     // DDL only where the server cannot die during it, so that it is never in doubt.
     if armed.after_start().is_none() && armed.io_fault.is_none() && run.round % 4 == 2 {
         change_views(weir, pg, run.round, &mut run.views, &mut run.later).await?;
@@ -537,11 +583,13 @@ async fn write_until_death(
         let weir = format!("host=127.0.0.1 port={} user=crash dbname=weir", server.port);
         tokio::spawn(transact_until_failure(weir, pg, blocks, foreign_ids))
     };
+    let upstream = run.upstreams.write(pg_conn).await?;
     let wait = match armed.after_start() {
         Some(_) => Duration::from_secs(10),
         None => Duration::from_millis(rng.below(2500)),
     };
     let death = server.wait_or_kill(wait).await?;
+    run.upstreams.stop(upstream).await?;
     match (death, armed.after_start()) {
         (Death::Aborted, Some(name)) => *tally.fired.entry(name).or_default() += 1,
         (Death::Killed, Some(_)) => {
