@@ -1,10 +1,10 @@
-//! Sources and sinks: the Nexmark generator and CSV files feeding views, their offsets in
-//! checkpoints (a restart goes on from them and ends where an uninterrupted run ends), and
-//! the errors their DDL gives.
+//! Sources and sinks: the Nexmark generator, CSV files and JSON objects in S3 (moto) feeding
+//! views, their offsets in checkpoints (a restart goes on from them and ends where an
+//! uninterrupted run ends), and the errors their DDL gives.
 
 mod common;
 
-use common::{text_rows, TestServer};
+use common::{text_rows, ChildServer, S3Server, TestServer};
 
 /// Waits until every source has fed all its rows, then until the views have them.
 async fn drain(client: &tokio_postgres::Client) {
@@ -487,4 +487,82 @@ async fn a_sinks_pre_commit_handle_is_kept_in_the_checkpoint() {
         ["out 1"]
     );
     server.stop().await;
+}
+
+/// Puts `body` at `key` in moto's bucket `bucket`.
+async fn put_object(s3: &S3Server, bucket: &str, key: &str, body: &str) {
+    use object_store::ObjectStoreExt;
+    let mut builder = object_store::aws::AmazonS3Builder::new().with_bucket_name(bucket);
+    for (k, v) in s3.options() {
+        builder = builder.with_config(k.parse().unwrap(), v);
+    }
+    let store = builder.build().unwrap();
+    store
+        .put(
+            &object_store::path::Path::from(key),
+            body.to_string().into_bytes().into(),
+        )
+        .await
+        .unwrap();
+}
+
+/// Newline-delimited JSON events `ids`, in group `id % 3`.
+fn events(ids: std::ops::Range<u64>) -> String {
+    ids.map(|i| format!("{{\"id\": {i}, \"g\": {}}}\n", i % 3))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_source_reads_json_objects_as_they_come_exactly_once_across_a_kill() {
+    let s3 = S3Server::start().await;
+    s3.create_bucket("lake").await;
+    put_object(&s3, "lake", "events/part-0.json", &events(0..100)).await;
+    put_object(&s3, "lake", "other/part-0.json", &events(0..5)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = ChildServer::start(&data).await;
+    let client = server.connect().await;
+    let options: Vec<String> = s3
+        .options()
+        .into_iter()
+        .map(|(k, v)| format!("s3.{k} = '{v}'"))
+        .collect();
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE ev (id bigint, g int) WITH (connector = 's3', \
+               path = 's3://lake/events/', refresh.interval.sec = '1', {}) \
+             FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW ev_n AS \
+               SELECT count(*) AS n, sum(id) AS s, count(DISTINCT id) AS d FROM ev",
+            options.join(", ")
+        ))
+        .await
+        .unwrap();
+    let sum = |n: u64| n * (n - 1) / 2;
+    until(&client, 100, sum(100)).await;
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    // A new object is found at the next listing.
+    put_object(&s3, "lake", "events/part-1.json", &events(100..250)).await;
+    until(&client, 250, sum(250)).await;
+    server.stop(9).await;
+    put_object(&s3, "lake", "events/part-2.json", &events(250..300)).await;
+    let server = ChildServer::start(&data).await;
+    let client = server.connect().await;
+    until(&client, 300, sum(300)).await;
+    server.stop(15).await;
+}
+
+/// Waits until `ev_n` reads `n` rows summing to `s`, each once.
+async fn until(client: &tokio_postgres::Client, n: u64, s: u64) {
+    let expected = format!("{n} {s} {n}");
+    let mut last = Vec::new();
+    for _ in 0..600 {
+        client.batch_execute("FLUSH").await.unwrap();
+        last = text_rows(client, "SELECT * FROM ev_n").await;
+        if last == [expected.clone()] {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("ev_n read {last:?}, not {expected}");
 }

@@ -83,9 +83,17 @@ fn only_state_uses_rocksdb() {
     only_owner_uses("rocksdb", "src/state/");
 }
 
+/// Checkpoints write to object stores; a files source (`connector = 's3'`) reads from one.
 #[test]
-fn only_checkpoint_uses_the_object_store() {
-    only_owner_uses("object_store", "src/checkpoint/");
+fn only_checkpoints_and_files_sources_use_the_object_store() {
+    let owners = ["src/checkpoint/", "src/connector/source/files/"];
+    let offenders = named_outside(&owners, |l| {
+        l.contains("object_store::") || l.starts_with("use object_store")
+    });
+    assert!(
+        offenders.is_empty(),
+        "only {owners:?} may use object_store, but these do: {offenders:?}"
+    );
 }
 
 /// The server's Kafka client is its connectors'; the crash test (`weir-oracle`) produces to its

@@ -20,7 +20,7 @@
 //! source is its query over every row the source has produced, whenever the view was created.
 
 mod decode;
-mod file;
+mod files;
 mod kafka;
 mod nexmark;
 mod postgres_cdc;
@@ -44,7 +44,8 @@ use crate::stream::{
 /// Every connector, by the name `WITH (connector = '...')` gives.
 const CONNECTORS: &[&dyn Connector] = &[
     &nexmark::Nexmark,
-    &file::Files,
+    &files::Files,
+    &files::S3,
     &kafka::Kafka,
     &postgres_cdc::PostgresCdc,
 ];
