@@ -491,6 +491,38 @@ async fn a_sinks_pre_commit_handle_is_kept_in_the_checkpoint() {
 
 /// Puts `body` at `key` in moto's bucket `bucket`.
 async fn put_object(s3: &S3Server, bucket: &str, key: &str, body: &str) {
+    put_bytes(s3, bucket, key, body.as_bytes().to_vec()).await
+}
+
+/// Events `ids` as a Parquet file of two row groups.
+fn parquet_events(ids: std::ops::Range<u64>) -> Vec<u8> {
+    use datafusion::arrow::array::{Int32Array, Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("g", DataType::Int32, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(ids.clone().map(|i| i as i64).collect::<Int64Array>()),
+            Arc::new(ids.map(|i| (i % 3) as i32).collect::<Int32Array>()),
+        ],
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(batch.num_rows().div_ceil(2).max(1)))
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    out
+}
+
+/// Puts `body` at `key` in moto's bucket `bucket`.
+async fn put_bytes(s3: &S3Server, bucket: &str, key: &str, body: Vec<u8>) {
     use object_store::ObjectStoreExt;
     let mut builder = object_store::aws::AmazonS3Builder::new().with_bucket_name(bucket);
     for (k, v) in s3.options() {
@@ -498,10 +530,7 @@ async fn put_object(s3: &S3Server, bucket: &str, key: &str, body: &str) {
     }
     let store = builder.build().unwrap();
     store
-        .put(
-            &object_store::path::Path::from(key),
-            body.to_string().into_bytes().into(),
-        )
+        .put(&object_store::path::Path::from(key), body.into())
         .await
         .unwrap();
 }
@@ -518,6 +547,7 @@ async fn an_s3_source_reads_json_objects_as_they_come_exactly_once_across_a_kill
     s3.create_bucket("lake").await;
     put_object(&s3, "lake", "events/part-0.json", &events(0..100)).await;
     put_object(&s3, "lake", "other/part-0.json", &events(0..5)).await;
+    put_bytes(&s3, "lake", "pq/part-0.parquet", parquet_events(0..1000)).await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let server = ChildServer::start(&data).await;
@@ -533,7 +563,12 @@ async fn an_s3_source_reads_json_objects_as_they_come_exactly_once_across_a_kill
                path = 's3://lake/events/', refresh.interval.sec = '1', {}) \
              FORMAT PLAIN ENCODE JSON;
              CREATE MATERIALIZED VIEW ev_n AS \
-               SELECT count(*) AS n, sum(id) AS s, count(DISTINCT id) AS d FROM ev",
+               SELECT count(*) AS n, sum(id) AS s, count(DISTINCT id) AS d FROM ev;
+             CREATE SOURCE pq (id bigint, g int) WITH (connector = 's3', \
+               path = 's3://lake/pq', refresh.interval.sec = '1', {0}) \
+             FORMAT PLAIN ENCODE PARQUET;
+             CREATE MATERIALIZED VIEW pq_n AS \
+               SELECT count(*) AS n, sum(id) AS s, count(DISTINCT id) AS d FROM pq",
             options.join(", ")
         ))
         .await
@@ -549,20 +584,28 @@ async fn an_s3_source_reads_json_objects_as_they_come_exactly_once_across_a_kill
     let server = ChildServer::start(&data).await;
     let client = server.connect().await;
     until(&client, 300, sum(300)).await;
+    // Parquet objects by row: two, one of them written while the server was down.
+    put_bytes(&s3, "lake", "pq/part-1.parquet", parquet_events(1000..1500)).await;
+    until_in(&client, "pq_n", 1500, sum(1500)).await;
     server.stop(15).await;
 }
 
 /// Waits until `ev_n` reads `n` rows summing to `s`, each once.
 async fn until(client: &tokio_postgres::Client, n: u64, s: u64) {
+    until_in(client, "ev_n", n, s).await
+}
+
+/// Waits until view `view` reads `n` rows summing to `s`, each once.
+async fn until_in(client: &tokio_postgres::Client, view: &str, n: u64, s: u64) {
     let expected = format!("{n} {s} {n}");
     let mut last = Vec::new();
     for _ in 0..600 {
         client.batch_execute("FLUSH").await.unwrap();
-        last = text_rows(client, "SELECT * FROM ev_n").await;
+        last = text_rows(client, &format!("SELECT * FROM {view}")).await;
         if last == [expected.clone()] {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    panic!("ev_n read {last:?}, not {expected}");
+    panic!("{view} read {last:?}, not {expected}");
 }

@@ -14,6 +14,8 @@ use crate::error::{Error, ErrorKind, Result};
 pub enum Encode {
     Json,
     Csv,
+    /// Parquet files (a files source's; not a message's encoding).
+    Parquet,
 }
 
 impl Encode {
@@ -22,6 +24,7 @@ impl Encode {
         match name {
             "json" => Some(Encode::Json),
             "csv" => Some(Encode::Csv),
+            "parquet" => Some(Encode::Parquet),
             _ => None,
         }
     }
@@ -30,6 +33,7 @@ impl Encode {
         match self {
             Encode::Json => "json",
             Encode::Csv => "csv",
+            Encode::Parquet => "parquet",
         }
     }
 }
@@ -60,6 +64,7 @@ impl Payloads {
         let whole = match self.encode {
             Encode::Json => self.json_whole(payloads),
             Encode::Csv => self.csv_whole(payloads),
+            Encode::Parquet => None,
         };
         if let Some(batch) = whole {
             return Ok(Decoded {
@@ -140,6 +145,7 @@ impl Payloads {
     /// One payload as one row, or why not.
     fn one(&self, payload: &[u8]) -> std::result::Result<RecordBatch, String> {
         let batch = match self.encode {
+            Encode::Parquet => return Err("a message is not a Parquet file".into()),
             Encode::Json => {
                 let mut decoder = datafusion::arrow::json::ReaderBuilder::new(self.schema.clone())
                     .with_batch_size(2)

@@ -1,14 +1,16 @@
 //! Files as a source's rows: `connector = 'file'` reads a local file or directory,
 //! `connector = 's3'` the objects under an S3 (or S3-compatible) prefix. Their files are read
-//! in name order, one after the other, as CSV (`ENCODE CSV`) or newline-delimited JSON
-//! (`ENCODE JSON`), by Arrow's decoders (`reader`); where they are is a `store`. The source's
+//! in name order, one after the other, as CSV (`ENCODE CSV`), newline-delimited JSON
+//! (`ENCODE JSON`) or Parquet (`ENCODE PARQUET`), by Arrow's readers (`reader`); where they are is a `store`. The source's
 //! position is the file and byte where the last row it fed ends, so a restart reads on from
 //! there. Files are read again after a restart and for a view created later, so they must be
 //! the same: the `ledger` records each file the source starts and refuses one that changed.
 //! With `refresh.interval.sec`, a source whose files are read lists them again for new ones
 //! (which must sort after those read) instead of ending.
 //!
-//! TODO (issue 20): Parquet (`ENCODE PARQUET`).
+//! `ENCODE PARQUET` reads Parquet files with Arrow's Parquet reader, by row: a file is opened
+//! whole (an object downloaded whole, at most 256 MiB), its rows read a batch at a time, each
+//! column by name and cast to the declared type, and the position is the file and its row.
 
 mod ledger;
 mod reader;
@@ -57,10 +59,11 @@ impl Config {
         let encode = match (format.as_deref(), encode.as_deref()) {
             (None | Some("plain"), None | Some("csv")) | (Some("csv"), None) => Encode::Csv,
             (None | Some("plain"), Some("json")) => Encode::Json,
+            (None | Some("plain"), Some("parquet")) => Encode::Parquet,
             _ => {
                 return Err(Error::not_supported(format!(
-                    "{connector} sources read FORMAT PLAIN ENCODE CSV or JSON, not FORMAT {} \
-                     ENCODE {}",
+                    "{connector} sources read FORMAT PLAIN ENCODE CSV, JSON or PARQUET, not \
+                     FORMAT {} ENCODE {}",
                     format.as_deref().unwrap_or("plain").to_uppercase(),
                     encode.as_deref().unwrap_or("csv").to_uppercase()
                 )))
@@ -120,11 +123,17 @@ impl Config {
             encode: self.encode,
             header: self.header,
             schema: def.schema(),
-            extensions: match self.encode {
-                Encode::Csv => &[".csv"],
-                Encode::Json => &[".json", ".jsonl", ".ndjson"],
-            },
+            extensions: extensions(self.encode),
         }
+    }
+}
+
+/// The names of the files an encoding's source reads end so.
+fn extensions(encode: Encode) -> &'static [&'static str] {
+    match encode {
+        Encode::Csv => &[".csv"],
+        Encode::Json => &[".json", ".jsonl", ".ndjson"],
+        Encode::Parquet => &[".parquet"],
     }
 }
 
@@ -148,10 +157,7 @@ fn create(
         ));
     }
     let store = config.store(connector)?;
-    let extensions = match config.encode {
-        Encode::Csv => &[".csv"][..],
-        Encode::Json => &[".json", ".jsonl", ".ndjson"][..],
-    };
+    let extensions = extensions(config.encode);
     let listed = wait(store.list(extensions))?;
     // A local source that will not look again must have something to read.
     if listed.is_empty() && config.refresh_secs == 0 && connector == "file" {

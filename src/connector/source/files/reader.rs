@@ -13,10 +13,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use serde::{Deserialize, Serialize};
 
 use super::ledger::FileLedger;
-use super::store::{Input, Listed, Store};
+use super::store::{Input, Listed, Store, Whole};
 use crate::connector::source::decode::Encode;
 use crate::connector::source::Start;
 use crate::error::{Error, ErrorKind, Result};
@@ -26,11 +27,14 @@ use crate::stream::{Batches, Splits, FEED_ROWS_MAX};
 const SPLIT: &str = "files";
 
 /// Where a files source resumes: in file `file` (its name), at byte `byte`, the end of the
-/// last row it returned.
+/// last row it returned; in a Parquet file, at its row `row`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Position {
     file: String,
+    #[serde(default)]
     byte: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    row: Option<u64>,
 }
 
 /// A decoder of one encoding's rows.
@@ -48,7 +52,8 @@ impl Decoder {
                     .with_batch_size(rows)
                     .build_decoder(),
             )),
-            Encode::Json => Decoder::Json(
+            // Never used: a Parquet file is read by its own reader (`Body::Parquet`).
+            Encode::Json | Encode::Parquet => Decoder::Json(
                 datafusion::arrow::json::ReaderBuilder::new(schema)
                     .with_batch_size(rows)
                     .build_decoder()?,
@@ -79,14 +84,26 @@ impl Decoder {
     }
 }
 
-/// A file being read: its index among the source's files, its bytes, the decoder of its rows,
-/// the bytes read but not decoded yet, and the bytes decoded so far.
+/// A file being read: its index among the source's files, and how it is read.
 struct Current {
     index: usize,
-    input: Input,
-    decoder: Decoder,
-    pending: Bytes,
-    byte: u64,
+    body: Body,
+}
+
+enum Body {
+    /// CSV or JSON: its bytes, the decoder of its rows, the bytes read but not decoded yet,
+    /// and the bytes decoded so far.
+    Text {
+        input: Input,
+        decoder: Decoder,
+        pending: Bytes,
+        byte: u64,
+    },
+    /// Parquet: its rows, and how many were read so far.
+    Parquet {
+        rows: Box<ParquetRecordBatchReader>,
+        row: u64,
+    },
 }
 
 /// How a reader reads its files.
@@ -170,42 +187,56 @@ impl FilesReader {
                     ),
                 )
             })?;
-        // A file read to its end is not opened again (an object store refuses a range that
-        // starts at its end).
-        self.current = if position.byte < self.files[index].size {
-            Some(self.start_file(index, position.byte).await?)
+        // A text file read to its end is not opened again (an object store refuses a range
+        // that starts at its end).
+        let at = position.row.unwrap_or(position.byte);
+        self.current = if position.row.is_some() || position.byte < self.files[index].size {
+            Some(self.start_file(index, at).await?)
         } else {
             None
         };
         self.next_file = index + 1;
         (self.skip, self.rows) = (0, rows);
-        self.at = Some((index, position.byte));
+        self.at = Some((index, at));
         Ok(())
     }
 
-    /// File number `index`, read from its byte `byte` on (only the start has a header).
+    /// File number `index`, read from its byte `byte` on (only the start has a header), or a
+    /// Parquet file from its row `byte`.
     fn start_file(
         &self,
         index: usize,
         byte: u64,
     ) -> impl std::future::Future<Output = Result<Current>> + Send + 'static {
         let store = self.store.clone();
-        let name = self.files[index].name.clone();
+        let file = self.files[index].clone();
         let f = &self.format;
-        let decoder = Decoder::new(
-            f.encode,
-            f.schema.clone(),
-            f.header && byte == 0,
-            self.batch_rows,
-        );
+        let encode = f.encode;
+        let rows = self.batch_rows;
+        let decoder = Decoder::new(f.encode, f.schema.clone(), f.header && byte == 0, rows);
         async move {
-            let input = store.open(&name, byte).await?;
+            if encode == Encode::Parquet {
+                let whole = store.open_whole(&file.name, file.size).await?;
+                let rows = crate::blocking(|| parquet_rows(whole, byte, rows)).map_err(|e| {
+                    Error::new(ErrorKind::InvalidText, format!("{}: {e}", file.name))
+                })?;
+                return Ok(Current {
+                    index,
+                    body: Body::Parquet {
+                        rows: Box::new(rows),
+                        row: byte,
+                    },
+                });
+            }
+            let input = store.open(&file.name, byte).await?;
             Ok(Current {
                 index,
-                input,
-                decoder: decoder?,
-                pending: Bytes::new(),
-                byte,
+                body: Body::Text {
+                    input,
+                    decoder: decoder?,
+                    pending: Bytes::new(),
+                    byte,
+                },
             })
         }
     }
@@ -250,34 +281,102 @@ impl FilesReader {
             let bad = |e: &dyn std::fmt::Display| {
                 Error::new(ErrorKind::InvalidText, format!("{name}: {e}"))
             };
-            // Decodes until a batch is full (the bytes decoded then end at a row's end) or the
-            // file ends.
-            let batch = loop {
-                if current.pending.is_empty() {
-                    match current.input.next().await? {
-                        Some(bytes) => current.pending = bytes,
-                        None => break current.decoder.flush().map_err(|e| bad(&e))?,
+            let batch = match &mut current.body {
+                Body::Text {
+                    input,
+                    decoder,
+                    pending,
+                    byte,
+                } => {
+                    // Decodes until a batch is full (the bytes decoded then end at a row's
+                    // end) or the file ends.
+                    loop {
+                        if pending.is_empty() {
+                            match input.next().await? {
+                                Some(bytes) => *pending = bytes,
+                                None => break decoder.flush().map_err(|e| bad(&e))?,
+                            }
+                        }
+                        let decoded = decoder.decode(pending).map_err(|e| bad(&e))?;
+                        *pending = pending.slice(decoded..);
+                        *byte += decoded as u64;
+                        if decoder.full(self.batch_rows) {
+                            break decoder.flush().map_err(|e| bad(&e))?;
+                        }
                     }
+                    .map(|b| (b, *byte))
                 }
-                let decoded = current
-                    .decoder
-                    .decode(&current.pending)
-                    .map_err(|e| bad(&e))?;
-                current.pending = current.pending.slice(decoded..);
-                current.byte += decoded as u64;
-                if current.decoder.full(self.batch_rows) {
-                    break current.decoder.flush().map_err(|e| bad(&e))?;
+                Body::Parquet { rows, row } => {
+                    match crate::blocking(|| rows.next())
+                        .transpose()
+                        .map_err(|e| bad(&e))?
+                    {
+                        Some(b) => {
+                            *row += b.num_rows() as u64;
+                            Some((conform(&b, &self.format.schema).map_err(|e| bad(&e))?, *row))
+                        }
+                        None => None,
+                    }
                 }
             };
             match batch {
-                Some(batch) => {
-                    self.at = Some((current.index, current.byte));
+                Some((batch, at)) => {
+                    self.at = Some((current.index, at));
                     return Ok(Some(batch));
                 }
                 None => self.current = None,
             }
         }
     }
+}
+
+/// A Parquet file's rows from row `from` on, `batch` at a time. Blocking.
+fn parquet_rows(
+    whole: Whole,
+    from: u64,
+    batch: usize,
+) -> std::result::Result<ParquetRecordBatchReader, parquet::errors::ParquetError> {
+    match whole {
+        Whole::Local(file) => ParquetRecordBatchReaderBuilder::try_new(file)?
+            .with_batch_size(batch)
+            .with_offset(from as usize)
+            .build(),
+        Whole::Remote(bytes) => ParquetRecordBatchReaderBuilder::try_new(bytes)?
+            .with_batch_size(batch)
+            .with_offset(from as usize)
+            .build(),
+    }
+}
+
+/// A Parquet file's rows as the source's columns: each by name, cast to the declared type
+/// (a value that does not fit fails), NULL where the file has no such column.
+fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let options = datafusion::arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) => Ok(datafusion::arrow::compute::cast_with_options(
+                c,
+                f.data_type(),
+                &options,
+            )?),
+            None => Ok(datafusion::arrow::array::new_null_array(
+                f.data_type(),
+                batch.num_rows(),
+            )),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let options =
+        datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &options,
+    )?)
 }
 
 #[async_trait::async_trait]
@@ -303,10 +402,12 @@ impl Batches for FilesReader {
 
 impl crate::connector::source::Reader for FilesReader {
     fn splits(&self) -> Option<Splits> {
-        let (index, byte) = self.at?;
+        let (index, at) = self.at?;
+        let parquet = self.format.encode == Encode::Parquet;
         let position = Position {
             file: self.files[index].name.clone(),
-            byte,
+            byte: if parquet { 0 } else { at },
+            row: parquet.then_some(at),
         };
         let value = serde_json::to_value(position).ok()?;
         Some(Arc::new(BTreeMap::from([(SPLIT.to_string(), value)])))
@@ -337,11 +438,36 @@ mod tests {
                 Field::new("k", DataType::Int64, true),
                 Field::new("s", DataType::Utf8, true),
             ])),
-            extensions: match encode {
-                Encode::Csv => &[".csv"],
-                Encode::Json => &[".json"],
-            },
+            extensions: super::super::extensions(encode),
         }
+    }
+
+    /// A Parquet file of `rows` whose `k` is an int32 (the source declares a bigint: read by
+    /// name and cast), after an extra column.
+    fn parquet(path: &Path, rows: &[(i64, &str)]) {
+        use datafusion::arrow::array::{Int32Array, StringArray};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("extra", DataType::Utf8, true),
+            Field::new("k", DataType::Int32, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(rows.iter().map(|_| Some("x")).collect::<StringArray>()),
+                Arc::new(
+                    rows.iter()
+                        .map(|r| Some(r.0 as i32))
+                        .collect::<Int32Array>(),
+                ),
+                Arc::new(rows.iter().map(|r| Some(r.1)).collect::<StringArray>()),
+            ],
+        )
+        .unwrap();
+        let file = std::fs::File::create(path).unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
     }
 
     /// Every key from `start` on, and after each batch the rows so far and the position.
@@ -371,9 +497,13 @@ mod tests {
             (Encode::Csv, false, "\n"),
             (Encode::Csv, true, "\r\n"),
             (Encode::Json, false, "\n"),
+            (Encode::Parquet, false, ""),
         ] {
             let dir = tempfile::tempdir().unwrap();
             let file = |name: &str, rows: &[(i64, &str)]| {
+                if encode == Encode::Parquet {
+                    return parquet(&dir.path().join(format!("{name}.parquet")), rows);
+                }
                 let mut text = if header {
                     format!("k,s{newline}")
                 } else {
@@ -382,7 +512,7 @@ mod tests {
                 for (k, s) in rows {
                     match encode {
                         Encode::Csv => text.push_str(&format!("{k},{s}")),
-                        Encode::Json => text.push_str(&format!(r#"{{"k": {k}, "s": "{s}"}}"#)),
+                        _ => text.push_str(&format!(r#"{{"k": {k}, "s": "{s}"}}"#)),
                     }
                     text.push_str(newline);
                 }

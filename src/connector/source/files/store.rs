@@ -39,6 +39,16 @@ pub enum Store {
     },
 }
 
+/// The most bytes of a Parquet object read from an object store (it is read whole: its
+/// footer, at its end, says where its rows are).
+const PARQUET_OBJECT_BYTES_MAX: u64 = 256 << 20;
+
+/// A whole file, for a reader that seeks in it (Parquet's).
+pub enum Whole {
+    Local(std::fs::File),
+    Remote(Bytes),
+}
+
 /// Bytes of one file, from a byte on.
 pub enum Input {
     Local(std::fs::File),
@@ -163,6 +173,46 @@ impl Store {
                     .await
                     .map_err(|e| unreachable(url, e))?;
                 Ok(Input::Remote(got.into_stream()))
+            }
+        }
+    }
+
+    /// File `name` whole, for a reader that seeks in it; an object larger than
+    /// `PARQUET_OBJECT_BYTES_MAX` is refused (54000).
+    pub async fn open_whole(&self, name: &str, size: u64) -> Result<Whole> {
+        match self {
+            Store::Local(path) => {
+                let path = if path.is_dir() {
+                    path.join(name)
+                } else {
+                    path.clone()
+                };
+                crate::blocking(|| Ok(Whole::Local(open_regular(&path)?)))
+            }
+            Store::Remote { store, prefix, url } => {
+                if size > PARQUET_OBJECT_BYTES_MAX {
+                    return Err(Error::new(
+                        ErrorKind::ProgramLimitExceeded,
+                        format!(
+                            "object \"{name}\" has {size} bytes: a Parquet object is read whole, \
+                             and may have at most {PARQUET_OBJECT_BYTES_MAX}"
+                        ),
+                    )
+                    .with_hint("Write smaller Parquet files (fewer row groups each)."));
+                }
+                let key = if prefix.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{prefix}/{name}")
+                };
+                let bytes = store
+                    .get_opts(&ObjectPath::from(key.as_str()), GetOptions::default())
+                    .await
+                    .map_err(|e| unreachable(url, e))?
+                    .bytes()
+                    .await
+                    .map_err(|e| unreachable(url, e))?;
+                Ok(Whole::Remote(bytes))
             }
         }
     }

@@ -154,8 +154,8 @@ impl Config {
                         format.name().to_uppercase()
                     )))
                 }
-                Some(encode) => encode,
-                None => {
+                Some(encode @ (Encode::Json | Encode::Csv)) => encode,
+                Some(Encode::Parquet) | None => {
                     return Err(Error::not_supported(format!(
                         "Kafka messages are read as ENCODE JSON or CSV, not ENCODE {}",
                         e.to_uppercase()
