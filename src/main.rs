@@ -43,6 +43,19 @@ enum Command {
     Serve(ServeArgs),
     /// Take a checkpoint on a running server; prints its id once it is complete.
     Checkpoint(CheckpointArgs),
+    /// Print a Nexmark stream's events as newline-delimited JSON (for a Kafka topic or a
+    /// file): those a `connector = 'nexmark'` source with the same stream and events reads.
+    Nexmark(NexmarkArgs),
+}
+
+#[derive(clap::Args)]
+struct NexmarkArgs {
+    /// person, auction or bid.
+    #[arg(long)]
+    stream: String,
+    /// Events of the whole sequence (46 of every 50 are bids, 3 auctions, 1 a person).
+    #[arg(long)]
+    events: u64,
 }
 
 #[derive(clap::Args)]
@@ -86,6 +99,7 @@ fn main() -> ExitCode {
     let (args, checkpoint) = match cli.command {
         Some(Command::Serve(a)) => (a, None),
         Some(Command::Checkpoint(c)) => (cli.serve, Some(c)),
+        Some(Command::Nexmark(n)) => return nexmark_json(&n),
         None => (cli.serve, None),
     };
     let runtime = match weir::runtime() {
@@ -174,6 +188,18 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
     weir::server::serve(db, listener, shutdown_signal()).await;
     tracing::info!("weir shut down");
     Ok(())
+}
+
+/// `weir nexmark`: the stream's events on standard output.
+fn nexmark_json(args: &NexmarkArgs) -> ExitCode {
+    let out = std::io::BufWriter::new(std::io::stdout().lock());
+    match weir::connector::source::nexmark_json(&args.stream.to_lowercase(), args.events, out) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `weir checkpoint`: runs `CHECKPOINT` on the server and prints the checkpoint's id.

@@ -50,6 +50,7 @@ const CONNECTORS: &[&dyn Connector] = &[
     &postgres_cdc::PostgresCdc,
 ];
 
+pub use self::nexmark::write_json as nexmark_json;
 pub use self::shared::{Attach, Attacher, Context as SharedContext, Shared};
 
 /// A kind of source: how its options read, what its columns are, and how its stream is read.

@@ -126,6 +126,23 @@ impl super::Connector for Nexmark {
     }
 }
 
+/// Writes `stream`'s events among the first `events` of the whole sequence to `out` as
+/// newline-delimited JSON, one object per event with the stream's columns (timestamps in
+/// ISO 8601, UTC): the events a Nexmark source of the same stream and count reads, for a
+/// Kafka topic or a file (`weir nexmark`). Returns the events written.
+pub fn write_json(stream: &str, events: u64, out: impl std::io::Write) -> Result<u64> {
+    let schema = crate::catalog::columns_schema(&columns(stream)?);
+    let mut reader = NexmarkReader::open(stream, Some(events), 0, schema)?;
+    let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(out);
+    let mut written = 0;
+    while let Some(batch) = reader.read(FEED_ROWS_MAX)? {
+        written += batch.num_rows() as u64;
+        writer.write(&batch)?;
+    }
+    writer.finish()?;
+    Ok(written)
+}
+
 fn event_type(stream: &str) -> Result<EventType> {
     match stream {
         "person" => Ok(EventType::Person),
@@ -401,6 +418,33 @@ mod tests {
         // The first bid is event 4, 0.4 ms after the first event.
         assert_eq!(times.value(0) / 1000, BASE_TIME_MS as i64);
         assert!(times.values().windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn the_json_events_are_those_a_source_reads() {
+        for stream in ["person", "auction", "bid"] {
+            let mut json = Vec::new();
+            let written = write_json(stream, 3000, &mut json).unwrap();
+            let mut source = reader(stream, Some(3000), 0);
+            let schema = source.schema.clone();
+            let mut read = Vec::new();
+            while let Some(b) = source.read(700).unwrap() {
+                read.push(b);
+            }
+            let read = datafusion::arrow::compute::concat_batches(&schema, &read).unwrap();
+            assert_eq!(written as usize, read.num_rows());
+            assert_eq!(
+                json.iter().filter(|b| **b == b'\n').count(),
+                read.num_rows()
+            );
+            let decoded: Vec<_> = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
+                .build(std::io::Cursor::new(json))
+                .unwrap()
+                .collect::<std::result::Result<_, _>>()
+                .unwrap();
+            let decoded = datafusion::arrow::compute::concat_batches(&schema, &decoded).unwrap();
+            assert_eq!(decoded, read, "{stream}");
+        }
     }
 
     #[test]
