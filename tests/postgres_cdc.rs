@@ -1,7 +1,8 @@
 //! PostgreSQL CDC against a real PostgreSQL 15 (`wal_level = logical`, SCRAM passwords), started
 //! by each test: tables created FROM a CDC source hold their upstream tables' rows (a snapshot
 //! of the rows from before, then the stream of changes) exactly once across a SIGKILL and
-//! changes made while Weir is down; a schema change stops a table, a TRUNCATE empties it; bad
+//! changes made while Weir is down; a schema change stops a table, a TRUNCATE empties it, an
+//! unchanged TOASTed value comes from the old row under REPLICA IDENTITY FULL; bad
 //! options, unreachable upstreams and mismatched tables are refused with their SQLSTATEs; DROP
 //! SOURCE drops the slot.
 
@@ -277,24 +278,81 @@ async fn bad_upstreams_and_tables_are_refused_and_a_schema_change_stops_a_table(
     )
     .await
     .unwrap();
-    let mut error = Vec::new();
+    let error = table_error(&weir, "orders").await;
+    assert!(error.contains("added note"), "{error}");
+    assert_eq!(
+        text_rows(&weir, "SELECT count(*) FROM orders WHERE id = 100").await,
+        ["0"]
+    );
+    server.stop(15).await;
+}
+
+/// Waits until `table`'s source status shows an error, and returns it.
+async fn table_error(weir: &tokio_postgres::Client, table: &str) -> String {
     for _ in 0..300 {
-        error = text_rows(
-            &weir,
-            "SELECT error FROM weir_catalog.sources WHERE name = 'orders' AND error IS NOT NULL",
+        let error = text_rows(
+            weir,
+            &format!(
+                "SELECT error FROM weir_catalog.sources WHERE name = '{table}' \
+                 AND error IS NOT NULL"
+            ),
         )
         .await;
-        if !error.is_empty() {
-            break;
+        if let Some(e) = error.into_iter().next() {
+            return e;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(
-        error.first().is_some_and(|e| e.contains("added note")),
-        "{error:?}"
-    );
+    panic!("{table} did not stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_toasted_value_comes_from_the_old_row_under_replica_identity_full() {
+    let pg = Postgres::start().unwrap();
+    let up = upstream(&pg).await;
+    // 400 md5 digests: about 6 KB after compression, so stored out of line (TOASTed), which an
+    // update of another column leaves out of the new row.
+    up.batch_execute(
+        "CREATE TABLE full_docs (id int PRIMARY KEY, n int, body text);
+         ALTER TABLE full_docs REPLICA IDENTITY FULL;
+         CREATE TABLE docs (id int PRIMARY KEY, n int, body text);
+         INSERT INTO full_docs SELECT i, 0, (SELECT string_agg(md5((i * 1000 + j)::text), '') \
+           FROM generate_series(1, 400) j) FROM generate_series(1, 3) i;
+         INSERT INTO docs SELECT * FROM full_docs",
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(&dir.path().join("data")).await;
+    let weir = server.connect().await;
+    weir.batch_execute(&format!(
+        "{};
+         CREATE TABLE full_docs (id int PRIMARY KEY, n int, body text)
+           FROM shop TABLE 'public.full_docs';
+         CREATE TABLE docs (id int PRIMARY KEY, n int, body text) FROM shop TABLE 'public.docs'",
+        create_source(&pg, "shop", "weir_shop", PASSWORD)
+    ))
+    .await
+    .unwrap();
+    const FULL: &str = "SELECT id, n, md5(body), length(body) FROM full_docs ORDER BY id";
+    converge(&weir, &up, FULL).await;
+    up.batch_execute(
+        "UPDATE full_docs SET n = n + 1 WHERE id <= 2;
+         UPDATE full_docs SET id = 10 WHERE id = 3;
+         UPDATE docs SET n = n + 1 WHERE id = 1",
+    )
+    .await
+    .unwrap();
+    converge(&weir, &up, FULL).await;
     assert_eq!(
-        text_rows(&weir, "SELECT count(*) FROM orders WHERE id = 100").await,
+        text_rows(&weir, "SELECT n, length(body) FROM full_docs WHERE id = 10").await,
+        ["0 12800"]
+    );
+    // Without the old row the value cannot be known: the table stops, saying what to set.
+    let error = table_error(&weir, "docs").await;
+    assert!(error.contains("REPLICA IDENTITY FULL"), "{error}");
+    assert_eq!(
+        text_rows(&weir, "SELECT n FROM docs WHERE id = 1").await,
         ["0"]
     );
     server.stop(15).await;

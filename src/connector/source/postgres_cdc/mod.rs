@@ -12,8 +12,9 @@
 //! its messages, `upstream` asks the database on a plain connection, `types` reads its values,
 //! `tables` keeps each table's columns and position.
 //!
-//! TODO (issue 20): TLS to the upstream (`sslmode`); updates that leave out an unchanged
-//! TOASTed value are refused rather than filled from a `REPLICA IDENTITY FULL` old row.
+//! TODO (issue 23): TLS to the upstream (`sslmode`). An update that leaves out an unchanged
+//! TOASTed value takes it from the old row under `REPLICA IDENTITY FULL` and stops the table
+//! otherwise; it could take it from the table's own row instead (in its `Upsert`).
 
 mod config;
 mod pgoutput;

@@ -76,6 +76,23 @@ pub enum Value<'a> {
     Text(&'a [u8]),
 }
 
+/// The old row of an update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Old<'a> {
+    /// `K`: the key changed; the key's columns, the others null.
+    Key(Vec<Value<'a>>),
+    /// `O`: the whole row (`REPLICA IDENTITY FULL`), TOASTed values in full.
+    Row(Vec<Value<'a>>),
+}
+
+impl<'a> Old<'a> {
+    pub fn values(&self) -> &[Value<'a>] {
+        match self {
+            Old::Key(v) | Old::Row(v) => v,
+        }
+    }
+}
+
 /// A logical message of `pgoutput`.
 #[derive(Debug, PartialEq)]
 pub enum Logical<'a> {
@@ -96,9 +113,8 @@ pub enum Logical<'a> {
     },
     Update {
         relation: u32,
-        /// The old row's key (`K`) or whole row (`O`, with `REPLICA IDENTITY FULL`), when the
-        /// stream carries it.
-        old: Option<Vec<Value<'a>>>,
+        /// The old row, when the stream carries it.
+        old: Option<Old<'a>>,
         new: Vec<Value<'a>>,
     },
     Delete {
@@ -310,7 +326,12 @@ pub fn logical(bytes: &[u8]) -> Result<Logical<'_>> {
             let mut kind = r.u8()?;
             let mut old = None;
             if kind == b'K' || kind == b'O' {
-                old = Some(r.tuple()?);
+                let values = r.tuple()?;
+                old = Some(if kind == b'K' {
+                    Old::Key(values)
+                } else {
+                    Old::Row(values)
+                });
                 kind = r.u8()?;
             }
             if kind != b'N' {
@@ -423,10 +444,19 @@ mod tests {
             logical(&update).unwrap(),
             Logical::Update {
                 relation: 16385,
-                old: Some(vec![Value::Text(b"7"), Value::Null]),
+                old: Some(Old::Key(vec![Value::Text(b"7"), Value::Null])),
                 new: vec![Value::Text(b"8"), Value::Unchanged],
             }
         );
+        let mut full = update.clone();
+        full[5] = b'O';
+        assert!(matches!(
+            logical(&full).unwrap(),
+            Logical::Update {
+                old: Some(Old::Row(_)),
+                ..
+            }
+        ));
         for cut in 0..update.len() - 1 {
             assert!(logical(&update[..cut]).is_err(), "{cut}");
         }

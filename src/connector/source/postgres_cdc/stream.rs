@@ -246,10 +246,16 @@ impl Task {
             Logical::Update { relation, old, new } => {
                 self.change(relation, |t| {
                     let mut changes = Vec::new();
-                    let new = row(t, &new)?;
+                    // An unchanged TOASTed value left out of the new row is the old row's,
+                    // where the stream carries it whole.
+                    let whole = match &old {
+                        Some(pgoutput::Old::Row(v)) => Some(v.as_slice()),
+                        _ => None,
+                    };
+                    let new = t.row_or(&new, whole).ok_or_else(|| unchanged(t))?;
                     if let Some(old) = old {
                         // The key changed (or the old row is all there): the old key's row goes.
-                        let old = t.row(&old).unwrap_or_default();
+                        let old = t.row(old.values()).unwrap_or_default();
                         if !old.is_empty() && t.key(&old) != t.key(&new) {
                             changes.push((Op::Delete, t.key_row(&old)));
                         }
@@ -440,13 +446,16 @@ impl Task {
 
 /// A row of the stream as the table's, or why it cannot be one.
 fn row(t: &Table, values: &[pgoutput::Value<'_>]) -> std::result::Result<Row, String> {
-    t.row(values).ok_or_else(|| {
-        format!(
-            "an update to {} left out an unchanged TOASTed value: set REPLICA IDENTITY FULL on \
-             the upstream table",
-            t.upstream
-        )
-    })
+    t.row(values).ok_or_else(|| unchanged(t))
+}
+
+/// Why a change without its old row cannot be a row of `t`.
+fn unchanged(t: &Table) -> String {
+    format!(
+        "an update to {} left out an unchanged TOASTed value: set REPLICA IDENTITY FULL on the \
+         upstream table, so that updates carry the old row",
+        t.upstream
+    )
 }
 
 fn ended() -> Error {

@@ -192,12 +192,22 @@ impl Table {
     /// A row of the stream (the upstream's columns) as the table's; `None` where a value is an
     /// unchanged TOASTed one the stream left out.
     pub fn row(&self, values: &[Value<'_>]) -> Option<Row> {
+        self.row_or(values, None)
+    }
+
+    /// As `row`, an unchanged TOASTed value taken from `old` (an update's whole old row) where
+    /// given.
+    pub fn row_or(&self, values: &[Value<'_>], old: Option<&[Value<'_>]>) -> Option<Row> {
+        let text = |v: Option<&Value<'_>>| match v {
+            None | Some(Value::Null) => Some(None),
+            Some(Value::Text(t)) => Some(Some(String::from_utf8_lossy(t).into_owned())),
+            Some(Value::Unchanged) => None,
+        };
         self.places
             .iter()
             .map(|p| match values.get(*p) {
-                None | Some(Value::Null) => Some(None),
-                Some(Value::Text(t)) => Some(Some(String::from_utf8_lossy(t).into_owned())),
-                Some(Value::Unchanged) => None,
+                Some(Value::Unchanged) => text(old?.get(*p)),
+                v => text(v),
             })
             .collect()
     }
