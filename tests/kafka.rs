@@ -402,6 +402,12 @@ async fn malformed_messages_are_skipped_and_recorded_or_stop_a_source_that_says_
         "0 10 10 0",
     )
     .await;
+    wait_for(
+        &client,
+        "SELECT lag FROM weir_catalog.sources WHERE name = 'skip'",
+        "0",
+    )
+    .await;
     server.stop(15).await;
 }
 

@@ -336,6 +336,22 @@ async fn an_unchanged_toasted_value_comes_from_the_old_row_under_replica_identit
     .unwrap();
     const FULL: &str = "SELECT id, n, md5(body), length(body) FROM full_docs ORDER BY id";
     converge(&weir, &up, FULL).await;
+    // The WAL the slot holds back, in the source's row as in its split's.
+    let mut lag = Vec::new();
+    for _ in 0..300 {
+        lag = text_rows(
+            &weir,
+            "SELECT s.lag = p.lag FROM weir_catalog.sources s \
+             JOIN weir_catalog.source_splits p ON p.source = s.name \
+             WHERE s.name = 'shop' AND p.split = 'slot weir_shop'",
+        )
+        .await;
+        if lag == ["t"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(lag, ["t"]);
     up.batch_execute(
         "UPDATE full_docs SET n = n + 1 WHERE id <= 2;
          UPDATE full_docs SET id = 10 WHERE id = 3;

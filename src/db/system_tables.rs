@@ -166,7 +166,8 @@ impl Database {
 
     /// `weir_catalog.sources`: each source's connector, rows fed, whether it has ended, why it
     /// stopped early, whether something reads it (it produces only then), what it waits out
-    /// (a broker down) and how many inputs it skipped.
+    /// (a broker down), how many inputs it skipped, and how far it trails its upstream: the
+    /// sum of its splits' lags, where known (`source_splits`).
     fn sources_batch(&self, scope: Scope) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[
@@ -178,9 +179,14 @@ impl Database {
             ("read", Bool),
             ("waiting?", Text),
             ("skipped", Int),
+            ("lag?", Int),
         ]);
         self.each_source(scope, |name, connector, h| {
             let p = &h.progress;
+            let lag = locked(&p.splits)
+                .iter()
+                .filter_map(|s| s.lag)
+                .reduce(i64::saturating_add);
             rows.push(vec![
                 name.into(),
                 connector.into(),
@@ -190,6 +196,7 @@ impl Database {
                 h.running().into(),
                 locked(&p.waiting).clone().into(),
                 p.skipped.load(Ordering::Acquire).into(),
+                Cell::Int(lag),
             ]);
         });
         rows.batch()
