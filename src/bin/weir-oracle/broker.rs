@@ -107,12 +107,12 @@ impl Broker {
         Ok(())
     }
 
-    /// An idempotent producer: a message the broker acknowledged is there once.
-    /// A producer that writes each message as a record batch of its own: tansu 0.6.0
-    /// answers a fetch from an offset inside a batch with the batches after it (its
-    /// dynostore's `fetch` lists batches from the offset on), so that a consumer resuming
-    /// there would lose the rest of that batch and read later ones again. Apache Kafka sends
-    /// the whole batch and the client skips the offsets before its own.
+    /// An idempotent producer (a message the broker acknowledged is there once) that writes
+    /// each message as a record batch of its own: tansu 0.6.0 answers a fetch from an offset
+    /// inside a batch with the batches after it (its dynostore's `fetch` lists batches from
+    /// the offset on), so that a consumer resuming there would lose the rest of that batch
+    /// and read later ones again. Apache Kafka sends the whole batch and the client skips the
+    /// offsets before its own.
     pub fn producer(&self) -> Result<FutureProducer, String> {
         ClientConfig::new()
             .set("bootstrap.servers", &self.address)
