@@ -58,6 +58,26 @@ pub enum Output {
     TransactionEnd {
         tag: String,
     },
+    /// `COPY ... TO STDOUT`: a query's rows as COPY data, in `format`; `columns` names them
+    /// (for a header line).
+    CopyOut {
+        columns: Vec<String>,
+        rows: RowStream,
+        format: CopyFormat,
+    },
+}
+
+/// How `COPY ... TO STDOUT` writes rows: PostgreSQL's text format (`\N` for NULL, special
+/// characters escaped with a backslash) or CSV (quoted where needed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyFormat {
+    pub csv: bool,
+    /// Between values: a tab in text, a comma in CSV by default.
+    pub delimiter: u8,
+    /// A NULL: `\N` in text, nothing in CSV by default.
+    pub null: String,
+    /// A first line of the columns' names.
+    pub header: bool,
 }
 
 impl Output {

@@ -1,6 +1,8 @@
 //! Values on the wire: Arrow values to PostgreSQL's text and binary formats, and parameters
 //! from either format to Arrow scalars.
 
+use bytes::BytesMut;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Date32Array, Decimal128Array, Float32Array,
     Float64Array, Int16Array, Int32Array, Int64Array, Int8Array, IntervalMonthDayNanoArray,
@@ -13,6 +15,7 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::common::ScalarValue;
+use pgwire::messages::data::DataRow;
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -438,6 +441,33 @@ fn numeric_from_binary(b: &[u8]) -> Option<ScalarValue> {
         precision,
         dscale as i8,
     ))
+}
+
+/// Rows as DataRow messages, each column in text or, where `binary` says, binary format.
+pub fn data_rows(batches: &[RecordBatch], binary: &[bool]) -> Result<Vec<DataRow>> {
+    let mut rows = Vec::new();
+    let mut value = Vec::new();
+    for batch in batches {
+        for row in 0..batch.num_rows() {
+            let mut buf = BytesMut::new();
+            for (col, array) in batch.columns().iter().enumerate() {
+                value.clear();
+                let present = if binary.get(col).copied().unwrap_or(false) {
+                    binary_value(array, row, &mut value)?
+                } else {
+                    text_value(array, row, &mut value)?
+                };
+                if present {
+                    buf.extend_from_slice(&(value.len() as i32).to_be_bytes());
+                    buf.extend_from_slice(&value);
+                } else {
+                    buf.extend_from_slice(&(-1i32).to_be_bytes());
+                }
+            }
+            rows.push(DataRow::new(buf, batch.num_columns() as i16));
+        }
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]

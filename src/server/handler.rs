@@ -5,8 +5,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::BytesMut;
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{ParamValues, ScalarValue};
 use futures::{stream, FutureExt, Sink, SinkExt, StreamExt};
@@ -26,7 +24,7 @@ use pgwire::api::{
     ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type, DEFAULT_NAME,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::data::{DataRow, RowDescription};
+use pgwire::messages::data::RowDescription;
 use pgwire::messages::extendedquery::{Execute, PortalSuspended};
 use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
 use pgwire::messages::simplequery::Query;
@@ -34,12 +32,13 @@ use pgwire::messages::PgWireBackendMessage;
 use tokio::sync::{Mutex, OwnedSemaphorePermit};
 
 use super::cancel::{Canceller, Cancels};
-use super::encode::{binary_value, decode_binary_param, text_value};
+use super::copy::send as send_copy;
+use super::encode::{data_rows, decode_binary_param};
 use super::sqlstate::sqlstate;
 use super::startup::Startup;
 use crate::db::{Database, Output};
 use crate::error::{Error, ErrorKind, Result};
-use crate::session::{BlockState, Session};
+use crate::session::{copy_header_lines, BlockState, Session};
 use crate::sql::{parse, parse_message, Parsed};
 use crate::types::pg_type_of;
 
@@ -285,6 +284,13 @@ impl Queries {
         }
     }
 
+    /// An Execute failed: the session's block with it, and the client told the block's state.
+    async fn failed<C: ClientInfo>(&self, client: &mut C, e: PgWireError) -> PgWireError {
+        self.fail().await;
+        client.set_transaction_status(self.status().await);
+        e
+    }
+
     /// Runs one statement, turning a panic into an internal error so that the connection
     /// (and the server) go on.
     async fn run(&self, parsed: &Parsed, params: Option<&ParamValues>) -> Result<Output> {
@@ -319,7 +325,7 @@ fn to_response(output: Output, format: Option<&Format>) -> Result<Response> {
                 .iter()
                 .map(|f| f.format() == FieldFormat::Binary)
                 .collect();
-            let rows = encode_rows(&batches, &binary)?;
+            let rows = data_rows(&batches, &binary)?;
             Response::Query(QueryResponse::new(
                 fields,
                 stream::iter(rows.into_iter().map(Ok)),
@@ -333,7 +339,7 @@ fn to_response(output: Output, format: Option<&Format>) -> Result<Response> {
                 .collect();
             // One batch is encoded at a time, when the client is ready for it.
             let rows = rows.flat_map(move |batch| {
-                let encoded = batch.and_then(|b| encode_rows(&[b], &binary));
+                let encoded = batch.and_then(|b| data_rows(&[b], &binary));
                 match encoded {
                     Ok(rows) => stream::iter(rows.into_iter().map(Ok)).left_stream(),
                     Err(e) => stream::once(async { Err(to_pgwire(e)) }).right_stream(),
@@ -350,6 +356,11 @@ fn to_response(output: Output, format: Option<&Format>) -> Result<Response> {
         }
         Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
         Output::TransactionEnd { tag } => Response::TransactionEnd(Tag::new(&tag)),
+        Output::CopyOut {
+            columns,
+            rows,
+            format,
+        } => super::copy::response(columns, rows, format),
     })
 }
 
@@ -392,32 +403,6 @@ where
     Ok(Sent::Part)
 }
 
-fn encode_rows(batches: &[RecordBatch], binary: &[bool]) -> Result<Vec<DataRow>> {
-    let mut rows = Vec::new();
-    let mut value = Vec::new();
-    for batch in batches {
-        for row in 0..batch.num_rows() {
-            let mut buf = BytesMut::new();
-            for (col, array) in batch.columns().iter().enumerate() {
-                value.clear();
-                let present = if binary.get(col).copied().unwrap_or(false) {
-                    binary_value(array, row, &mut value)?
-                } else {
-                    text_value(array, row, &mut value)?
-                };
-                if present {
-                    buf.extend_from_slice(&(value.len() as i32).to_be_bytes());
-                    buf.extend_from_slice(&value);
-                } else {
-                    buf.extend_from_slice(&(-1i32).to_be_bytes());
-                }
-            }
-            rows.push(DataRow::new(buf, batch.num_columns() as i16));
-        }
-    }
-    Ok(rows)
-}
-
 #[async_trait]
 impl SimpleQueryHandler for Queries {
     /// Runs a Query message's statements in turn, each one's result sent (and flushed) before
@@ -451,11 +436,14 @@ impl SimpleQueryHandler for Queries {
             }
             Ok(statements) => {
                 for pending in statements {
+                    let mut header = 0;
                     let response = match pending.parsed(&query.query) {
-                        Ok(parsed) => self
-                            .run(&parsed, None)
-                            .await
-                            .and_then(|o| to_response(o, None)),
+                        Ok(parsed) => {
+                            header = copy_header_lines(&parsed.statement);
+                            self.run(&parsed, None)
+                                .await
+                                .and_then(|o| to_response(o, None))
+                        }
                         Err(e) => Err(e),
                     };
                     match response {
@@ -484,6 +472,15 @@ impl SimpleQueryHandler for Queries {
                                     self.fail().await;
                                     break;
                                 }
+                            }
+                        }
+                        Ok(Response::CopyOut(copy)) => {
+                            if let Some(info) = send_copy(client, copy, header).await? {
+                                client
+                                    .feed(PgWireBackendMessage::ErrorResponse((*info).into()))
+                                    .await?;
+                                self.fail().await;
+                                break;
                             }
                         }
                         Ok(Response::TransactionStart(tag)) => {
@@ -584,9 +581,7 @@ impl ExtendedQueryHandler for Queries {
                 {
                     Ok(response) => response,
                     Err(e) => {
-                        self.fail().await;
-                        client.set_transaction_status(self.status().await);
-                        return Err(e);
+                        return Err(self.failed(client, e).await);
                     }
                 };
             match response {
@@ -602,6 +597,13 @@ impl ExtendedQueryHandler for Queries {
                         .await?;
                 }
                 Response::Execution(tag) => send_execution_response(client, tag).await?,
+                Response::CopyOut(copy) => {
+                    let parsed = portal.statement.statement.parsed.as_ref();
+                    let header = parsed.map_or(0, |p| copy_header_lines(&p.statement));
+                    if let Some(info) = send_copy(client, copy, header).await? {
+                        return Err(self.failed(client, PgWireError::UserError(info)).await);
+                    }
+                }
                 Response::TransactionStart(tag) => {
                     send_execution_response(client, tag).await?;
                 }
@@ -646,15 +648,11 @@ impl ExtendedQueryHandler for Queries {
                 }
                 Ok((_, Sent::Failed(info))) => {
                     *state = PortalExecutionState::Finished;
-                    self.fail().await;
-                    client.set_transaction_status(self.status().await);
-                    return Err(PgWireError::UserError(info));
+                    return Err(self.failed(client, PgWireError::UserError(info)).await);
                 }
                 Err(e) => {
                     *state = PortalExecutionState::Finished;
-                    self.fail().await;
-                    client.set_transaction_status(self.status().await);
-                    return Err(e);
+                    return Err(self.failed(client, e).await);
                 }
             }
         }

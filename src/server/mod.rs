@@ -5,6 +5,7 @@
 //! SQLSTATE codes.
 
 mod cancel;
+mod copy;
 mod encode;
 mod framing;
 mod handler;

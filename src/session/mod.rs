@@ -23,8 +23,10 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sql::{relation_name, Parsed, Statement};
 use crate::table::Block;
 
+mod copy;
 mod settings;
 
+pub use self::copy::header_lines as copy_header_lines;
 pub use self::settings::parse_timeout;
 use self::settings::{default_settings, on_off};
 
@@ -495,6 +497,15 @@ impl Session {
                     .await
             }
             Ast::Query(_) => self.query(stmt, params).await,
+            Ast::Copy {
+                source,
+                to: true,
+                target: ast::CopyTarget::Stdout,
+                options,
+                legacy_options,
+                ..
+            } => self.copy_out(source, options, legacy_options, params).await,
+            Ast::Copy { to, target, .. } => Err(copy::refused(*to, target)),
             Ast::Explain { statement, .. } => match statement.as_ref() {
                 Ast::CreateView(cv) if cv.materialized => {
                     db.explain_view(cv, &self.settings, self.scope()).await
