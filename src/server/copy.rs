@@ -51,7 +51,7 @@ where
     client
         .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
             copy.format,
-            copy.columns as i16,
+            i16::try_from(copy.columns).unwrap_or(i16::MAX),
             formats,
         )))
         .await?;
