@@ -12,13 +12,9 @@ use common::TestServer;
 use futures::{pin_mut, TryStreamExt};
 use postgres::Postgres;
 
-async fn connect(conn: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(conn, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+/// A connection to PostgreSQL, in UTC as Weir is.
+async fn postgres(pg: &Postgres) -> tokio_postgres::Client {
+    let client = common::connect(&pg.conn).await;
     client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
     client
 }
@@ -49,7 +45,7 @@ const ROWS: &str = "CREATE TABLE t (id bigint, s text, n numeric(10,2), f double
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_to_stdout_sends_the_bytes_postgres_sends() {
     let pg = Postgres::start().unwrap();
-    let theirs = connect(&pg.conn).await;
+    let theirs = postgres(&pg).await;
     let server = TestServer::start().await;
     let ours = server.connect().await;
     for client in [&theirs, &ours] {

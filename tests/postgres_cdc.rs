@@ -18,12 +18,7 @@ use postgres::{Postgres, PASSWORD};
 
 /// A connection to the upstream, in UTC.
 async fn upstream(pg: &Postgres) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(&pg.conn, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let client = common::connect(&pg.conn).await;
     client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
     client
 }

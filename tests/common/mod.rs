@@ -62,13 +62,7 @@ impl TestServer {
     }
 
     pub async fn connect(&self) -> tokio_postgres::Client {
-        let (client, conn) = tokio_postgres::connect(&self.conn_str(), tokio_postgres::NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        client
+        connect(&self.conn_str()).await
     }
 
     /// Stops accepting connections and returns the data directory.
@@ -201,13 +195,7 @@ impl ChildServer {
             self.addr.ip(),
             self.addr.port()
         );
-        let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        client
+        connect(&conn).await
     }
 
     /// The server's process id.
@@ -230,6 +218,18 @@ extern "C" {
 
 /// Every row `sql` returns, in the order returned, as text: columns joined by spaces, NULL
 /// as `NULL`.
+/// A connection to `conn` (a server of Weir's or PostgreSQL's), its messages handled on a
+/// task of its own.
+pub async fn connect(conn: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(conn, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
 pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     client
         .simple_query(sql)
