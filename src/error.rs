@@ -41,6 +41,8 @@ pub enum ErrorKind {
     /// A table's definition cannot be what the statement asks (a table fed by a database's
     /// changes without a primary key).
     InvalidTableDefinition,
+    /// A column named where none fits (42P10): a sink that needs a key its view lacks.
+    InvalidColumnReference,
     /// A parameter number (`$0`) that no statement can have.
     UndefinedParameter,
     /// A protocol message exceeds a configured limit, or a statement is too large.

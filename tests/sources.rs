@@ -252,7 +252,7 @@ async fn source_and_sink_ddl_errors_are_clear() {
             "42P07",
         ),
         (
-            "CREATE SINK s AS SELECT * FROM bid WITH (connector = 'kafka')",
+            "CREATE SINK s AS SELECT * FROM bid WITH (connector = 'pulsar')",
             "0A000",
         ),
         ("DROP SINK bid", "42809"),
@@ -451,42 +451,6 @@ async fn a_file_source_refuses_files_changed_under_it_and_the_server_still_start
         drop(client);
         server.stop().await;
     }
-}
-
-/// A sink's writer pre-commits at each checkpoint's barrier, and its handle is in the
-/// checkpoint's manifest, under the sink's id, for a restore to hand back to it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sinks_pre_commit_handle_is_kept_in_the_checkpoint() {
-    let server = TestServer::start_with(|c| c.checkpoint.interval_ms = 0).await;
-    let client = server.connect().await;
-    client
-        .batch_execute(
-            "CREATE TABLE t (k int PRIMARY KEY, v int);
-             CREATE SINK out AS SELECT k, v FROM t WITH (connector = 'blackhole');
-             INSERT INTO t VALUES (1, 10), (2, 20);",
-        )
-        .await
-        .unwrap();
-    let id: i64 = client.query_one("CHECKPOINT", &[]).await.unwrap().get("id");
-    let root = server.dir.path().join("checkpoint-store");
-    let manifest = weir::checkpoint::Manifest::decode(
-        &std::fs::read(root.join(format!("checkpoints/{id:020}/manifest.json"))).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(manifest.sinks.len(), 1, "{:?}", manifest.sinks);
-    drop(client);
-    let dir = server.stop_and_close().await;
-    let server = TestServer::start_in(dir, |c| c.checkpoint.interval_ms = 0).await;
-    let client = server.connect().await;
-    client
-        .batch_execute("INSERT INTO t VALUES (3, 30); FLUSH")
-        .await
-        .unwrap();
-    assert_eq!(
-        text_rows(&client, "SELECT name, inserts FROM weir_catalog.sinks").await,
-        ["out 1"]
-    );
-    server.stop().await;
 }
 
 /// Puts `body` at `key` in moto's bucket `bucket`.

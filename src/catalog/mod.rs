@@ -131,6 +131,14 @@ pub struct ViewDef {
     /// `blackhole` connector), not kept, so it is not a relation others read.
     #[serde(default)]
     pub sink: bool,
+    /// A sink's connector and the options it keeps (`sink::connector`); `None` for a sink
+    /// created before sinks kept theirs, which is a blackhole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_to: Option<Connector>,
+    /// Columns that identify a row of the view (`StreamPlan::key`), where the planner could
+    /// tell when it was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Vec<usize>>,
     /// Its query's integer constants are typed as PostgreSQL types them (`integer` when they
     /// fit); views created before were planned with every one `bigint`, and are planned so
     /// again, since their state holds what that typing gave (`IntegerLiterals` in `sql/rules.rs`).
@@ -155,10 +163,32 @@ impl ViewDef {
 
     pub fn create_sql(&self) -> String {
         if self.sink {
-            return format!(
-                "CREATE SINK {} AS {} WITH (connector = 'blackhole')",
-                self.name, self.query
+            let mut options = vec![("connector", "blackhole")];
+            let (mut format, mut encode) = (None, None);
+            if let Some(c) = &self.sink_to {
+                options[0].1 = c.name.as_str();
+                for (k, v) in &c.options {
+                    match k.as_str() {
+                        "format" => format = Some(v.to_uppercase()),
+                        "encode" => encode = Some(v.to_uppercase()),
+                        _ => options.push((k.as_str(), v.as_str())),
+                    }
+                }
+            }
+            let with: Vec<String> = options
+                .iter()
+                .map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''")))
+                .collect();
+            let mut sql = format!(
+                "CREATE SINK {} AS {} WITH ({})",
+                self.name,
+                self.query,
+                with.join(", ")
             );
+            if let (Some(f), Some(e)) = (format, encode) {
+                sql.push_str(&format!(" FORMAT {f} ENCODE {e}"));
+            }
+            return sql;
         }
         let emit = if self.emit_on_window_close {
             " EMIT ON WINDOW CLOSE"
@@ -762,6 +792,8 @@ mod tests {
             workers: vec![],
             parallelism: 1,
             sink: false,
+            sink_to: None,
+            key: None,
             int4_literals: true,
             plan: None,
         })

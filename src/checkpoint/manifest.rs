@@ -106,10 +106,6 @@ pub struct Manifest {
     /// whose connector keeps a position.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub splits: BTreeMap<u32, BTreeMap<String, serde_json::Value>>,
-    /// Each sink's handle for the epoch, by its view's id: what its connector pre-committed
-    /// at the barrier, which a restore hands back to it to commit or abort.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub sinks: BTreeMap<u32, serde_json::Value>,
     /// Actors that had failed when the snapshot was taken: the state of their views stopped
     /// short of the epoch, so a restore rebuilds those views instead. A failed table's state
     /// ends at its offset (from format 3), and a restore replays its log from there.
@@ -142,7 +138,6 @@ impl Manifest {
             offsets: BTreeMap::new(),
             watermarks: BTreeMap::new(),
             splits: BTreeMap::new(),
-            sinks: BTreeMap::new(),
             failed_actors: Vec::new(),
             catalog: serde_json::json!({"next_id": 1000, "objects": []}),
             timings: Timings::default(),
@@ -244,7 +239,6 @@ mod tests {
                     serde_json::json!({"file": "a.csv", "byte": 9}),
                 )]),
             )]),
-            sinks: BTreeMap::from([(6, serde_json::json!({"epoch": 40}))]),
             failed_actors: vec![1004],
             catalog: serde_json::json!({"objects": []}),
             timings: Timings::default(),

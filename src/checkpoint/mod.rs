@@ -496,7 +496,6 @@ impl Checkpointer {
             offsets: taken.offsets.clone(),
             watermarks: taken.watermarks.clone(),
             splits: taken.splits.clone(),
-            sinks: taken.sinks.clone(),
             failed_actors,
             catalog,
             timings: record.timings.clone(),

@@ -644,7 +644,9 @@ impl Database {
                     tracing::warn!("cannot remove what dropped source {id} kept: {e}");
                 }
             }
-            sinks.remove(id);
+            if let Some(sink) = sinks.remove(id) {
+                sink.stop();
+            }
         }
     }
 

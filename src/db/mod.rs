@@ -18,7 +18,7 @@ use crate::checkpoint::{
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::state::StateStore;
-use crate::stream::{ActorContext, BarrierClient, Coordinator, Dataflow, ErrorSink, SinkCounter};
+use crate::stream::{ActorContext, BarrierClient, Coordinator, Dataflow, ErrorSink, SinkStatus};
 use crate::table::TableWriter;
 
 mod ddl;
@@ -102,7 +102,7 @@ pub struct Database {
     /// The task of each source, producing while something reads the source.
     sources: Mutex<HashMap<ObjectId, crate::connector::source::Handle>>,
     /// What each sink has received.
-    sinks: Mutex<HashMap<ObjectId, Arc<SinkCounter>>>,
+    sinks: Mutex<HashMap<ObjectId, Arc<SinkStatus>>>,
     /// DDL statements run one at a time.
     ddl: Arc<tokio::sync::Mutex<()>>,
     tables_dir: PathBuf,

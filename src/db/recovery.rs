@@ -367,11 +367,7 @@ impl Database {
                             .await?,
                     );
                 }
-                Object::View(v) => {
-                    let sink = restored.and_then(|m| m.sinks.get(&v.id));
-                    let start = ViewStart::Restored { sink };
-                    self.start_view_from_catalog(v, start).await?
-                }
+                Object::View(v) => self.start_view_from_catalog(v, ViewStart::Restored).await?,
                 Object::Source(src) => {
                     self.start_source(src.clone(), position(restored, src.id))
                         .await?;
@@ -393,7 +389,7 @@ impl Database {
                     replayed += replay.history.len() as u64;
                     self.replay(replay).await?;
                 }
-                Object::View(v) => self.start_view_from_catalog(&v, ViewStart::New).await?,
+                Object::View(v) => self.start_view_from_catalog(&v, ViewStart::Rebuilt).await?,
                 Object::Source(src) => self.start_source(src, FeedPosition::default()).await?,
             }
         }
@@ -512,6 +508,8 @@ mod tests {
             workers: workers.to_vec(),
             parallelism: 1 + workers.len(),
             sink: false,
+            sink_to: None,
+            key: None,
             int4_literals: true,
             plan: None,
         })

@@ -277,20 +277,49 @@ impl Database {
         }
     }
 
-    /// `weir_catalog.sinks`: the rows each sink has received since the server started.
+    /// `weir_catalog.sinks`: each sink's connector, the changes its view emitted into it and
+    /// those its target took since the server started, the epoch of the last checkpoint the
+    /// target holds and how many epochs it lags the dataflow, the bytes of its log not yet
+    /// delivered, and the failed deliveries in a row with the last one's error.
     fn sinks_batch(&self, scope: Scope) -> Result<RecordBatch> {
         use Type::*;
-        let mut rows = Rows::new(&[("name", Text), ("inserts", Int), ("deletes", Int)]);
+        let mut rows = Rows::new(&[
+            ("name", Text),
+            ("connector", Text),
+            ("inserts", Int),
+            ("deletes", Int),
+            ("sent", Int),
+            ("delivered_epoch", Int),
+            ("lag_epochs", Int),
+            ("log_bytes", Int),
+            ("retries", Int),
+            ("last_error?", Text),
+        ]);
         let catalog = self.catalog();
         let sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        let sealed = self.actors.store.sealed_epoch();
         for o in catalog.visible_objects(scope) {
-            if let Some(c) = sinks.get(&o.id()) {
-                rows.push(vec![
-                    o.name().into(),
-                    c.inserts.load(Ordering::Relaxed).into(),
-                    c.deletes.load(Ordering::Relaxed).into(),
-                ]);
-            }
+            let (Some(c), Object::View(v)) = (sinks.get(&o.id()), o) else {
+                continue;
+            };
+            let connector = v.sink_to.as_ref().map_or("blackhole", |c| c.name.as_str());
+            let delivers = connector != "blackhole";
+            let delivered = c.delivered.load(Ordering::Relaxed);
+            rows.push(vec![
+                o.name().into(),
+                connector.into(),
+                c.inserts.load(Ordering::Relaxed).into(),
+                c.deletes.load(Ordering::Relaxed).into(),
+                c.sent.load(Ordering::Relaxed).into(),
+                delivered.into(),
+                match delivers {
+                    true => sealed.saturating_sub(delivered).into(),
+                    false => 0u64.into(),
+                },
+                c.log_bytes.load(Ordering::Relaxed).into(),
+                c.retries.load(Ordering::Relaxed).into(),
+                c.error().into(),
+            ]);
         }
         rows.batch()
     }
@@ -362,21 +391,22 @@ impl Database {
         text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
     }
 
-    /// SHOW CREATE MATERIALIZED VIEW: the view's name and its statement.
-    pub fn show_create_view(&self, name: &str, scope: Scope) -> Result<Output> {
+    /// SHOW CREATE MATERIALIZED VIEW and SHOW CREATE SINK (`kind`): the object's name and its
+    /// statement.
+    pub fn show_create(&self, name: &str, kind: Kind, scope: Scope) -> Result<Output> {
         let catalog = self.catalog();
         match catalog.get(name, scope) {
-            Some(Object::View(v)) if !v.sink => text_rows(
+            Some(o @ Object::View(v)) if o.kind() == kind => text_rows(
                 &["name", "create_sql"],
                 vec![vec![v.name.clone(), v.create_sql()]],
             ),
             Some(_) => Err(Error::new(
                 ErrorKind::WrongObjectType,
-                format!("\"{name}\" is not a materialized view"),
+                format!("\"{name}\" is not a {}", kind.name()),
             )),
             None => Err(Error::new(
                 ErrorKind::UndefinedTable,
-                format!("materialized view \"{name}\" does not exist"),
+                format!("{} \"{name}\" does not exist", kind.name()),
             )),
         }
     }

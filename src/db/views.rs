@@ -17,7 +17,9 @@ use crate::sql::{
     Planner,
 };
 use crate::stream::graph;
-use crate::stream::{Compiled, ErrorSink, Fragment, PlanNode, SinkCounter, SinkDriver, StreamPlan};
+use crate::stream::{
+    Compiled, ErrorSink, Fragment, PlanNode, SinkDriver, SinkLog, SinkStart, SinkStatus, StreamPlan,
+};
 use crate::table::Block;
 
 use super::query::identity_exprs;
@@ -25,12 +27,15 @@ use super::{text_rows, Database, Output};
 
 /// How a view starts.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum ViewStart<'a> {
+pub(super) enum ViewStart {
     /// New (or rebuilt): its inputs send their contents first.
     New,
-    /// Restored from a checkpoint, whose state holds its inputs up to the checkpoint; a sink
-    /// recovers from the handle its writer pre-committed there.
-    Restored { sink: Option<&'a serde_json::Value> },
+    /// Restored from a checkpoint, whose state holds its inputs up to the checkpoint (and a
+    /// sink's log as it was there).
+    Restored,
+    /// Built again at a start, like a new one (created after the checkpoint restored, or its
+    /// state lost: its actors had failed): a sink's target may hold its earlier output.
+    Rebuilt,
 }
 
 impl Database {
@@ -40,7 +45,7 @@ impl Database {
     pub(super) async fn start_view_from_catalog(
         &self,
         v: &ViewDef,
-        start: ViewStart<'_>,
+        start: ViewStart,
     ) -> Result<()> {
         let compiled = match &v.plan {
             Some(stored) => {
@@ -129,7 +134,7 @@ impl Database {
         &self,
         def: &ViewDef,
         compiled: Compiled,
-        start: ViewStart<'_>,
+        start: ViewStart,
     ) -> Result<()> {
         let Compiled {
             inputs: relations,
@@ -141,19 +146,33 @@ impl Database {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(def.id, errors.clone());
-        let (backfill, handle) = match start {
-            ViewStart::New => (true, None),
-            ViewStart::Restored { sink } => (false, sink),
+        let sealed = self.actors.store.sealed_epoch();
+        let (mut backfill, sink_start) = match start {
+            ViewStart::New => (true, SinkStart::Created),
+            ViewStart::Restored => (false, SinkStart::Restored(sealed)),
+            ViewStart::Rebuilt => (true, SinkStart::Rebuilt(sealed)),
         };
-        let counter = def.sink.then(|| Arc::new(SinkCounter::default()));
-        let sink = match &counter {
-            Some(counter) => Some(SinkDriver::new(
-                crate::connector::sink::open(def, handle)?,
-                counter.clone(),
-                self.barriers.durable(),
-            )),
-            None => None,
-        };
+        let mut sink = None;
+        let mut delivery = None;
+        let status = def.sink.then(|| Arc::new(SinkStatus::default()));
+        if let Some(status) = &status {
+            let opened = crate::connector::sink::open(def, &schema)?;
+            let log = match &opened.spec {
+                Some(spec) => {
+                    backfill &= spec.snapshot;
+                    let log = SinkLog::open(
+                        self.actors.store.clone(),
+                        def.id,
+                        spec.log_bytes_max,
+                        self.barriers.durable(),
+                    )?;
+                    Some(log)
+                }
+                None => None,
+            };
+            sink = Some(SinkDriver::new(status.clone(), log));
+            delivery = opened.writer;
+        }
         let view = graph::Identity {
             name: &def.name,
             id: def.id,
@@ -169,12 +188,22 @@ impl Database {
             errors,
         };
         let graph = graph::wire(&self.actors, view, fragments, wiring)?;
-        match counter {
-            Some(counter) => {
+        match status {
+            Some(status) => {
+                if let Some(writer) = delivery {
+                    tokio::spawn(crate::stream::deliver_sink(
+                        self.actors.store.clone(),
+                        def.id,
+                        writer,
+                        status.clone(),
+                        self.barriers.durable(),
+                        sink_start,
+                    ));
+                }
                 self.sinks
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(def.id, counter);
+                    .insert(def.id, status);
             }
             None => self.catalog_mut().set_schema(def.id, schema),
         }
@@ -275,7 +304,7 @@ impl Database {
             columns: &view.columns,
             query: &view.query,
             emit_on_window_close: cv.emit_on_window_close || view_options(&view.options)?,
-            sink: false,
+            sink: None,
         };
         self.create_view_or_sink(new, settings, block).await
     }
@@ -289,31 +318,34 @@ impl Database {
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let mut connector = None;
-        let mut rest = Vec::new();
+        let mut pairs = Vec::new();
+        let mut emit_on_window_close = sink.emit_on_window_close;
         for o in &sink.options {
-            match o {
-                ast::SqlOption::KeyValue { key, value }
-                    if key.value.eq_ignore_ascii_case("connector") =>
-                {
-                    connector = Some(sql::option_text(value))
+            let ast::SqlOption::KeyValue { key, value } = o else {
+                return Err(Error::not_supported(format!("option {o} is not supported")));
+            };
+            let text = sql::option_text(value);
+            match key.value.to_lowercase().as_str() {
+                "connector" => connector = Some(text),
+                // `WITH (emit_on_window_close = true)`, as views take it.
+                "emit_on_window_close" => {
+                    let options = ast::CreateTableOptions::With(vec![o.clone()]);
+                    emit_on_window_close |= view_options(&options)?;
                 }
-                other => rest.push(other.clone()),
+                other => pairs.push((other.to_string(), text)),
             }
         }
-        if let Some(name) = connector {
-            crate::connector::sink::connector(&name)?;
+        if let Some(f) = &sink.format {
+            pairs.push(("format".into(), f.format.clone()));
+            pairs.push(("encode".into(), f.encode.clone()));
         }
-        let options = match rest.is_empty() {
-            true => ast::CreateTableOptions::None,
-            false => ast::CreateTableOptions::With(rest),
-        };
         let new = NewView {
             name: &sink.name,
             if_not_exists: sink.if_not_exists,
             columns: &[],
             query: &sink.query,
-            emit_on_window_close: sink.emit_on_window_close || view_options(&options)?,
-            sink: true,
+            emit_on_window_close,
+            sink: Some((connector, pairs)),
         };
         self.create_view_or_sink(new, settings, block).await
     }
@@ -324,7 +356,7 @@ impl Database {
         settings: &HashMap<String, String>,
         block: Option<&mut Block>,
     ) -> Result<Output> {
-        let tag = if cv.sink {
+        let tag = if cv.sink.is_some() {
             "CREATE SINK"
         } else {
             "CREATE MATERIALIZED VIEW"
@@ -346,6 +378,24 @@ impl Database {
             plan.schema = rename_columns(&plan.schema, cv.columns)?;
         }
         check_unique_names(&plan.schema)?;
+        let sink_to = match &cv.sink {
+            Some((connector, pairs)) => {
+                let shape = crate::connector::sink::Shape {
+                    schema: &plan.schema,
+                    key: plan.key.as_deref(),
+                    append_only: plan.append_only,
+                };
+                let c = crate::connector::sink::create(
+                    &name,
+                    connector.as_deref(),
+                    pairs.clone(),
+                    &shape,
+                )?;
+                Some(c)
+            }
+            None => None,
+        };
+        let key = plan.key.clone();
         // A view with nothing to partition by runs as one actor, whatever the setting.
         let requested = self.parallelism_for(settings)?;
         let (stored, compiled) = self.kept(compile(plan, requested)?, &name)?;
@@ -371,7 +421,9 @@ impl Database {
             emit_on_window_close,
             workers: ids[1 + needed..].to_vec(),
             parallelism,
-            sink: cv.sink,
+            sink: cv.sink.is_some(),
+            sink_to,
+            key,
             int4_literals: true,
             plan: Some(stored),
         };
@@ -405,8 +457,11 @@ struct NewView<'a> {
     columns: &'a [ast::ViewColumnDef],
     query: &'a ast::Query,
     emit_on_window_close: bool,
-    sink: bool,
+    sink: Option<NewSink>,
 }
+
+/// A sink's connector name and options (the FORMAT clause's as `format` and `encode`).
+type NewSink = (Option<String>, Vec<(String, String)>);
 
 /// The query a catalog of format 2 or before keeps as a view's definition.
 fn stored_query(text: &str) -> Result<ast::Query> {

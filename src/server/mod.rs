@@ -29,6 +29,8 @@ use tokio_util::codec::Framed;
 use crate::db::Database;
 
 pub use cancel::Cancels;
+/// PostgreSQL's text format of a value, which a `postgres` sink COPYs into its target.
+pub use encode::text_value;
 pub use handler::Connection;
 
 /// Serves connections on `listener` until `shutdown` completes.

@@ -25,6 +25,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::InvalidParameter => "22023",
         ErrorKind::UndefinedFile => "58P01",
         ErrorKind::InvalidTableDefinition => "42P16",
+        ErrorKind::InvalidColumnReference => "42P10",
         ErrorKind::UndefinedParameter => "42P02",
         ErrorKind::ProgramLimitExceeded => "54000",
         ErrorKind::StatementTooComplex => "54001",

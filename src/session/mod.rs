@@ -319,7 +319,10 @@ impl Session {
             Statement::ShowCheckpoints => self.db.show_checkpoints(),
             Statement::ShowTables => self.db.show_names(Kind::Table, scope),
             Statement::ShowMaterializedViews => self.db.show_views(scope),
-            Statement::ShowCreateMaterializedView(name) => self.db.show_create_view(name, scope),
+            Statement::ShowCreateMaterializedView(name) => {
+                self.db.show_create(name, Kind::MaterializedView, scope)
+            }
+            Statement::ShowCreateSink(name) => self.db.show_create(name, Kind::Sink, scope),
             Statement::ShowSources => self.db.show_names(Kind::Source, scope),
             Statement::ShowSinks => self.db.show_names(Kind::Sink, scope),
             Statement::CreateTable {
@@ -553,7 +556,15 @@ impl Session {
                 return Ok(none(rows_schema(self.db.show_views(scope)?)))
             }
             Statement::ShowCreateMaterializedView(name) => {
-                return Ok(none(rows_schema(self.db.show_create_view(name, scope)?)))
+                let shown = self.db.show_create(name, Kind::MaterializedView, scope)?;
+                return Ok(none(rows_schema(shown)));
+            }
+            Statement::ShowCreateSink(name) => {
+                return Ok(none(rows_schema(self.db.show_create(
+                    name,
+                    Kind::Sink,
+                    scope,
+                )?)))
             }
             Statement::ShowSources => {
                 return Ok(none(rows_schema(self.db.show_names(Kind::Source, scope)?)))

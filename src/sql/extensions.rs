@@ -29,7 +29,7 @@ pub struct CreateView {
 }
 
 /// `CREATE SINK [IF NOT EXISTS] name {AS query | FROM relation} [EMIT ON WINDOW CLOSE]
-/// [WITH (options)]`.
+/// [WITH (options)] [FORMAT format ENCODE encode]`.
 #[derive(Debug, Clone)]
 pub struct CreateSink {
     pub name: ast::ObjectName,
@@ -37,7 +37,9 @@ pub struct CreateSink {
     /// The query, or `SELECT * FROM relation`.
     pub query: Box<ast::Query>,
     pub emit_on_window_close: bool,
+    /// Dotted names (`properties.bootstrap.server`) joined into one, lower-case.
     pub options: Vec<ast::SqlOption>,
+    pub format: Option<Format>,
 }
 
 /// The word a token spells, upper-cased, if it is an unquoted word.
@@ -320,7 +322,9 @@ pub fn create_sink(
     tokens: &[TokenWithSpan],
     query: impl Fn(&[TokenWithSpan]) -> Result<ast::Query>,
 ) -> Result<CreateSink> {
-    let m: Vec<TokenWithSpan> = meaningful(tokens)
+    let mut tokens = tokens.to_vec();
+    let format = take_format(&mut tokens);
+    let m: Vec<TokenWithSpan> = meaningful(&tokens)
         .into_iter()
         .map(|i| tokens[i].clone())
         .collect();
@@ -356,7 +360,9 @@ pub fn create_sink(
             }
         }
         if let Some(open) = open.filter(|&o| o > name_at + 1 && is(m.get(o - 1), "WITH")) {
-            options = parse_with(sql, &m[open - 1..], |p| p.parse_options(Keyword::WITH))?;
+            let mut with = m[open - 1..].to_vec();
+            join_dotted_option_names(&mut with);
+            options = parse_with(sql, &with, |p| p.parse_options(Keyword::WITH))?;
             end = open - 1;
         }
     }
@@ -390,5 +396,6 @@ pub fn create_sink(
         query: Box::new(query),
         emit_on_window_close,
         options,
+        format,
     })
 }

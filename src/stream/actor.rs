@@ -277,10 +277,9 @@ impl Actor {
             }
         }
         self.errors.write(self.id, stopping, &mut writes);
-        let sink = match &mut self.sink {
-            Some(driver) => driver.on_barrier(&barrier).await?,
-            None => None,
-        };
+        if let (Some(driver), false) = (&mut self.sink, stopping) {
+            driver.on_barrier(epoch, &mut writes).await?;
+        }
         self.store.commit(epoch, writes).await?;
         // Acknowledged as soon as committed: the coordinator takes an acknowledgement to mean
         // that this actor's state holds the epoch (where a failed table's state ends).
@@ -288,7 +287,6 @@ impl Actor {
             .send(ActorEvent::Ack {
                 actor: self.id,
                 epoch,
-                sink,
             })
             .await
             .map_err(|_| Error::unavailable("barrier coordinator is gone"))?;

@@ -33,8 +33,6 @@ pub enum ActorEvent {
     Ack {
         actor: ActorId,
         epoch: u64,
-        /// A sink's handle for the checkpoint at this epoch (`sink::SinkWriter::pre_commit`).
-        sink: Option<serde_json::Value>,
     },
     /// The actor ended; `error` says why if it failed.
     Exited {
@@ -83,8 +81,6 @@ pub struct TakenSnapshot {
     /// Where each source's connector resumes after the rows before the barrier, where it
     /// keeps its own position (`message::Splits`).
     pub splits: BTreeMap<ActorId, BTreeMap<String, serde_json::Value>>,
-    /// Each sink's handle for the epoch (`sink::SinkWriter::pre_commit`), by its actor.
-    pub sinks: BTreeMap<ActorId, serde_json::Value>,
 }
 
 /// A snapshot the coordinator took off its own task, coming back to be sealed.
@@ -292,8 +288,6 @@ pub struct Coordinator {
     /// Each source's position at the last epoch its actor committed (its start before the
     /// first): where the state of a source whose actor failed ends.
     committed: HashMap<ActorId, FeedPosition>,
-    /// Sinks' handles for checkpoint barriers whose snapshot is not yet taken, by epoch.
-    sink_handles: BTreeMap<u64, BTreeMap<ActorId, serde_json::Value>>,
     metrics: Arc<Metrics>,
     writes: Arc<Writes>,
     /// The acknowledged writes counted when each epoch in flight was injected.
@@ -336,7 +330,6 @@ impl Coordinator {
             injected_at: BTreeMap::new(),
             positions: Arc::default(),
             committed: HashMap::new(),
-            sink_handles: BTreeMap::new(),
             metrics: metrics.clone(),
             writes: writes.clone(),
             covers: BTreeMap::new(),
@@ -479,13 +472,7 @@ impl Coordinator {
 
     fn on_event(&mut self, ev: ActorEvent) {
         match ev {
-            ActorEvent::Ack { actor, epoch, sink } => {
-                if let Some(handle) = sink {
-                    self.sink_handles
-                        .entry(epoch)
-                        .or_default()
-                        .insert(actor, handle);
-                }
+            ActorEvent::Ack { actor, epoch } => {
                 if let Some(waiting) = self.in_flight.get_mut(&epoch) {
                     waiting.remove(&actor);
                 }
@@ -588,9 +575,6 @@ impl Coordinator {
             }
         }
         self.seal(done.epoch);
-        // Every actor acknowledged the epoch before its snapshot was taken.
-        self.sink_handles.retain(|epoch, _| *epoch >= done.epoch);
-        let sinks = self.sink_handles.remove(&done.epoch).unwrap_or_default();
         let taken = done.result.map(|image| TakenSnapshot {
             epoch: done.epoch,
             image,
@@ -605,7 +589,6 @@ impl Coordinator {
                 .iter()
                 .filter_map(|(id, p)| p.splits.as_ref().map(|s| (*id, s.as_ref().clone())))
                 .collect(),
-            sinks,
         });
         let _ = done.reply.send(taken);
         self.try_seal();
@@ -648,11 +631,7 @@ mod tests {
         client.wait_sealed(1).await.unwrap();
         let e = client.inject(None, vec![7, 8], vec![]).await.unwrap();
         events
-            .send(ActorEvent::Ack {
-                actor: 7,
-                epoch: e,
-                sink: None,
-            })
+            .send(ActorEvent::Ack { actor: 7, epoch: e })
             .await
             .unwrap();
         let waiting = client.wait_sealed(e);
@@ -663,11 +642,7 @@ mod tests {
             "actor 8 has not acknowledged"
         );
         events
-            .send(ActorEvent::Ack {
-                actor: 8,
-                epoch: e,
-                sink: None,
-            })
+            .send(ActorEvent::Ack { actor: 8, epoch: e })
             .await
             .unwrap();
         waiting.await.unwrap();
@@ -721,11 +696,7 @@ mod tests {
         let last = first + EPOCHS_IN_FLIGHT_MAX as u64 - 1;
         for epoch in first..=last {
             events
-                .send(ActorEvent::Ack {
-                    actor: 7,
-                    epoch,
-                    sink: None,
-                })
+                .send(ActorEvent::Ack { actor: 7, epoch })
                 .await
                 .unwrap();
         }

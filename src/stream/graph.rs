@@ -21,8 +21,8 @@ use crate::state::TableId;
 pub struct Identity<'a> {
     /// The view's name, for errors.
     pub name: &'a str,
-    /// The view's id: its own actor's (fragment 0's) and, unless it is a sink, the table of
-    /// its rows.
+    /// The view's id: its own actor's (fragment 0's) and the table of its rows, or of a
+    /// sink's log.
     pub id: ActorId,
     /// The actors of the fragments after the first, in order.
     pub workers: &'a [ActorId],
@@ -145,6 +145,10 @@ pub fn wire(
             )?;
             if f == 0 {
                 actor.sink = view.sink.take();
+                if actor.sink.is_some() {
+                    // A sink's log is under its id (`SinkLog`): it goes with the sink.
+                    actor.state_tables.push(view.id);
+                }
             }
             let targets = std::mem::take(&mut outputs[f][a]);
             if !targets.is_empty() {

@@ -49,7 +49,9 @@ pub use self::expr::{ErrorSink, ERRORS_TABLE};
 pub use self::rows::RowCodec;
 
 /// What a sink connector implements, and the counts every sink keeps.
-pub use self::sink::{SinkCounter, SinkDriver, SinkWriter};
+pub use self::sink::{
+    deliver as deliver_sink, SinkDriver, SinkLog, SinkStart, SinkStatus, SinkWriter,
+};
 
 /// A relation's rows as its actor's `Materialize` keeps them, for readers outside the
 /// dataflow: batch queries (`sql::provider`) and table writers (`table`).

@@ -1,9 +1,14 @@
 //! The blackhole connector: a sink whose changes go nowhere (the sink's actor counts them,
-//! `weir_catalog.sinks`). A benchmark's passthrough query measures the dataflow, not a writer.
+//! `weir_catalog.sinks`), with no log and nothing to deliver. A benchmark's passthrough query
+//! measures the dataflow, not a writer.
 
-use crate::catalog::ViewDef;
-use crate::error::Result;
-use crate::stream::{SinkWriter, StreamChunk};
+use std::collections::BTreeMap;
+
+use datafusion::arrow::datatypes::SchemaRef;
+
+use super::{Options, Spec};
+use crate::error::{Error, Result};
+use crate::stream::SinkWriter;
 
 /// `connector = 'blackhole'`.
 pub struct Blackhole;
@@ -13,29 +18,29 @@ impl super::Connector for Blackhole {
         "blackhole"
     }
 
+    fn create(
+        &self,
+        _name: &str,
+        _options: &mut Options,
+        _spec: &Spec,
+        _schema: &SchemaRef,
+    ) -> Result<Vec<(String, String)>> {
+        Ok(Vec::new())
+    }
+
+    fn delivers(&self) -> bool {
+        false
+    }
+
     fn open(
         &self,
-        _def: &ViewDef,
-        _recovered: Option<&serde_json::Value>,
+        name: &str,
+        _options: &BTreeMap<String, String>,
+        _spec: &Spec,
+        _schema: &SchemaRef,
     ) -> Result<Box<dyn SinkWriter>> {
-        Ok(Box::new(Dropping))
-    }
-}
-
-/// Drops every change: nothing to make ready or final, and nothing to recover.
-struct Dropping;
-
-#[async_trait::async_trait]
-impl SinkWriter for Dropping {
-    fn write(&mut self, _chunk: &StreamChunk) -> Result<()> {
-        Ok(())
-    }
-
-    async fn pre_commit(&mut self, _epoch: u64) -> Result<serde_json::Value> {
-        Ok(serde_json::Value::Null)
-    }
-
-    async fn commit(&mut self, _epoch: u64) -> Result<()> {
-        Ok(())
+        Err(Error::internal(format!(
+            "sink \"{name}\" is a blackhole: it delivers nothing"
+        )))
     }
 }

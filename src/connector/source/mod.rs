@@ -52,6 +52,7 @@ const CONNECTORS: &[&dyn Connector] = &[
 
 pub use self::nexmark::write_json as nexmark_json;
 pub use self::shared::{Attach, Attacher, Context as SharedContext, Shared};
+pub use super::options::{count, flag, Options};
 
 /// A kind of source: how its options read, what its columns are, and how its stream is read.
 pub trait Connector: Send + Sync {
@@ -190,67 +191,6 @@ pub enum Times {
     /// reader tracks it (Kafka partitions: a partition behind the others holds the watermark
     /// back, one idle for a while does not); `None` while a split has given no time yet.
     Splits(Option<i64>),
-}
-
-/// A new source's options (`WITH (...)` less `connector` and `watermark`): each connector
-/// takes those it knows, and any left over is refused.
-#[derive(Debug)]
-pub struct Options {
-    left: Vec<(String, String)>,
-}
-
-impl Options {
-    /// Refuses an option given twice (42601, as PostgreSQL's "conflicting or redundant
-    /// options").
-    pub fn new(pairs: Vec<(String, String)>) -> Result<Options> {
-        let mut seen = std::collections::HashSet::with_capacity(pairs.len());
-        for (key, _) in &pairs {
-            if !seen.insert(key.as_str()) {
-                return Err(Error::syntax(format!(
-                    "conflicting or redundant options: \"{key}\" is given twice"
-                )));
-            }
-        }
-        Ok(Options { left: pairs })
-    }
-
-    /// The options the catalog kept for a source (`Connector::create`'s), to read again.
-    pub fn kept(options: &BTreeMap<String, String>) -> Options {
-        Options {
-            left: options
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        }
-    }
-
-    pub fn take(&mut self, key: &str) -> Option<String> {
-        let at = self.left.iter().position(|(k, _)| k == key)?;
-        Some(self.left.remove(at).1)
-    }
-
-    /// Takes every option whose key starts with `prefix`, keyed by the rest of it.
-    pub fn take_prefixed(&mut self, prefix: &str) -> Vec<(String, String)> {
-        let (taken, left) = std::mem::take(&mut self.left)
-            .into_iter()
-            .partition(|(k, _)| k.starts_with(prefix));
-        self.left = left;
-        taken
-            .into_iter()
-            .map(|(k, v): (String, String)| (k[prefix.len()..].to_string(), v))
-            .collect()
-    }
-
-    /// Refuses the first option no connector took.
-    pub fn finish(self) -> Result<()> {
-        match self.left.first() {
-            Some((key, _)) => Err(Error::new(
-                ErrorKind::InvalidParameter,
-                format!("unknown source option \"{key}\""),
-            )),
-            None => Ok(()),
-        }
-    }
 }
 
 /// A source's stream read again from its first row, for a view created after rows went by.
@@ -592,52 +532,12 @@ fn sources_only(connector: &str, table: Option<&[usize]>) -> Result<()> {
     }
 }
 
-/// Reads option `key` as a count (`events = 1000`); `None` when absent.
-fn count(key: &str, value: Option<String>) -> Result<Option<u64>> {
-    value
-        .map(|v| {
-            v.parse::<u64>().map_err(|_| {
-                Error::new(
-                    ErrorKind::InvalidParameter,
-                    format!("{key} must be a non-negative integer, not \"{v}\""),
-                )
-            })
-        })
-        .transpose()
-}
-
-/// Reads `true` or `false` (any case); `None` when absent.
-fn flag(key: &str, value: Option<String>) -> Result<Option<bool>> {
-    match value.as_deref().map(str::to_lowercase).as_deref() {
-        None => Ok(None),
-        Some("false") => Ok(Some(false)),
-        Some("true") => Ok(Some(true)),
-        Some(other) => Err(Error::new(
-            ErrorKind::InvalidParameter,
-            format!("{key} must be true or false, not \"{other}\""),
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn options_given_twice_or_unknown_are_refused() {
-        let pairs = |p: &[(&str, &str)]| {
-            p.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<Vec<_>>()
-        };
-        let twice = Options::new(pairs(&[("path", "a"), ("path", "b")])).unwrap_err();
-        assert_eq!(twice.kind, ErrorKind::Syntax);
-        let mut o = Options::new(pairs(&[("path", "a"), ("colour", "red")])).unwrap();
-        assert_eq!(o.take("path").as_deref(), Some("a"));
-        assert_eq!(o.take("path"), None);
-        let e = o.finish().unwrap_err();
-        assert_eq!(e.kind, ErrorKind::InvalidParameter);
-        assert!(e.message.contains("colour"), "{e}");
+    fn connectors_are_found_by_name_in_any_case() {
         assert!(connector("FILE").is_ok());
         assert_eq!(
             connector("pulsar").err().map(|e| e.kind),

@@ -36,6 +36,7 @@ pub enum Statement {
     ShowTables,
     ShowMaterializedViews,
     ShowCreateMaterializedView(String),
+    ShowCreateSink(String),
     ShowSources,
     ShowSinks,
     /// `CREATE TABLE`, with its watermark, and for a table fed by a connector its `FORMAT`
@@ -517,13 +518,16 @@ fn weir_statement(tokens: &[TokenWithSpan]) -> Option<Statement> {
                 cascade,
             })
         }
-        ["SHOW", "CREATE", "MATERIALIZED", "VIEW", _] => {
-            let name = match &tokens[4].token {
+        ["SHOW", "CREATE", "MATERIALIZED", "VIEW", _] | ["SHOW", "CREATE", "SINK", _] => {
+            let name = match &tokens[words.len() - 1].token {
                 Token::Word(word) if word.quote_style.is_some() => word.value.clone(),
                 Token::Word(word) => word.value.to_lowercase(),
                 _ => return None,
             };
-            Some(Statement::ShowCreateMaterializedView(name))
+            Some(match words.len() {
+                4 => Statement::ShowCreateSink(name),
+                _ => Statement::ShowCreateMaterializedView(name),
+            })
         }
         _ => None,
     }

@@ -114,11 +114,15 @@ impl Planner<'_> {
         let mut deps = build.inputs.clone();
         deps.sort();
         deps.dedup();
+        let key = self.key(&root, &build);
+        let append_only = self.emit_on_window_close || self.append_only(&root, &build);
         Ok((
             StreamPlan {
                 inputs: build.inputs,
                 root,
                 schema,
+                key,
+                append_only,
             },
             deps,
         ))
@@ -272,6 +276,35 @@ impl Planner<'_> {
             | PlanNode::TemporalFilter { .. }
             | PlanNode::Upsert { .. } => false,
         }
+    }
+
+    /// Columns of `node`'s output that identify its rows: a table's primary key or a view's
+    /// own key, carried through filters and through projections that keep every key column
+    /// as it is, and the group columns of a grouped aggregate. `None` where it cannot tell.
+    fn key(&self, node: &PlanNode, build: &Build) -> Option<Vec<usize>> {
+        use datafusion::physical_expr::expressions::Column;
+        let key = match node {
+            PlanNode::Input(i) => match self.catalog.by_id(build.inputs[*i])? {
+                Object::Table(t) => Some(t.primary_key.clone()),
+                Object::View(v) => v.key.clone(),
+                Object::Source(_) => None,
+            },
+            PlanNode::Filter { input, .. } => self.key(input, build),
+            PlanNode::Project { input, exprs, .. } => {
+                let below = self.key(input, build)?;
+                below
+                    .iter()
+                    .map(|k| {
+                        exprs.iter().position(|e| {
+                            e.downcast_ref::<Column>().is_some_and(|c| c.index() == *k)
+                        })
+                    })
+                    .collect()
+            }
+            PlanNode::Aggregate { spec, .. } => Some((0..spec.group_exprs.len()).collect()),
+            _ => None,
+        };
+        key.filter(|k| !k.is_empty())
     }
 
     /// The output columns of `node` that carry a watermark: a table's watermark column, and

@@ -42,6 +42,11 @@ pub struct StreamPlan {
     pub root: PlanNode,
     /// The schema of the view's rows.
     pub schema: SchemaRef,
+    /// Columns that identify a row among the view's rows, where the planner can tell (the
+    /// groups of an aggregate, a table's primary key through projections and filters).
+    pub key: Option<Vec<usize>>,
+    /// The view only ever inserts rows: it never updates or deletes one.
+    pub append_only: bool,
 }
 
 #[derive(Clone)]

@@ -14,6 +14,9 @@
 //! a missing or a duplicated change fails the run. Two inputs come from upstream systems
 //! (`upstreams`): a table of the oracle's PostgreSQL read through CDC, and a Kafka topic, both
 //! written to while Weir runs and dies; after every restart Weir must catch up with them.
+//! Three sinks (`sinks`) send a view and the Kafka input to a PostgreSQL table and a Kafka
+//! topic; after every restart each target must come to hold exactly what it should, with a
+//! failpoint armed now and then between a delivery's writes and its commit.
 //!
 //! Usage: `weir-oracle crash [--kills N] [--seed S] [--pg CONN] [--weir PATH] [--keep DIR]`.
 
@@ -28,12 +31,14 @@ use weir::rng::Rng;
 mod blocks;
 mod model;
 mod server;
+mod sinks;
 mod upstreams;
 mod verify;
 
 use self::blocks::{transact_until_failure, Blocks, InDoubt};
 use self::model::{Model, Statement};
 use self::server::{print_log_tail, Death, Launcher, Server};
+use self::sinks::Sinks;
 use self::upstreams::Upstreams;
 use self::verify::{check, resolve};
 use crate::replay::{connect, describe, exec, rows};
@@ -67,6 +72,10 @@ const FAILPOINTS: &[&str] = &[
     "checkpoint.put:eio",
     // Catalog saves: the round's DDL is refused (53100) and leaves nothing behind.
     "catalog.save:enospc",
+    // Sinks: after a delivery's writes, before the target's commit (the checkpoint's manifest
+    // is durable by then); after the Kafka messages, before the marker (sent again).
+    "sink.postgres.before_commit",
+    "sink.kafka.before_marker",
 ];
 
 /// The `WEIR_FAILPOINTS` value that injects the I/O error named `fault` (an entry of
@@ -237,7 +246,7 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
     println!(
         "crash: {} kills in {:.0} s ({} at random, at failpoints: {}; {} armed but not reached), \
          {} statements acknowledged, in doubt: {} applied, {} not; transaction blocks: {} \
-         committed, {} rolled back, in doubt: {} applied, {} not; {} checks of every view and \
+         committed, {} rolled back, in doubt: {} applied, {} not; {} checks of every view, sink target and \
          table against PostgreSQL; {} changes to the CDC and Kafka upstreams; I/O errors \
          injected in {} rounds ({}), {} statements refused for them",
         tally.kills_random + tally.fired.values().sum::<u64>(),
@@ -338,6 +347,7 @@ struct Run {
     /// Views whose creation met an injected catalog fault: they must never exist.
     refused: Vec<String>,
     upstreams: Upstreams,
+    sinks: Sinks,
     database: String,
     kills: u64,
     round: u64,
@@ -356,6 +366,7 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     let db_name = format!("crash_{}", args.seed);
     let pg_conn = format!("{conn} dbname={db_name}");
     let upstreams = Upstreams::start(args.seed).await?;
+    let sinks = Sinks::start(upstreams.broker()).await?;
     // A logical slot holds its database: a slot an earlier run left goes first.
     drop_slot(&admin, upstreams.slot()).await?;
     exec(
@@ -385,6 +396,7 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         in_doubt: Vec::new(),
         refused: Vec::new(),
         upstreams,
+        sinks,
         database: db_name.clone(),
         kills: 0,
         round: 0,
@@ -404,6 +416,7 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     resolve(&weir, &pg, &mut run, tally).await?;
     check(&weir, &pg, &run.views, tally).await?;
     tally.checks += run.upstreams.converge(&weir, &pg).await?;
+    tally.checks += run.sinks.converge(&weir, &pg).await?;
     tally.upstream_changes = run.upstreams.changes();
     drop(weir);
     server.stop().await?;
@@ -537,10 +550,12 @@ async fn ready(
         }
         let database = run.database.clone();
         run.upstreams.create(weir, pg, pg_conn, &database).await?;
+        run.sinks.create(weir, pg_conn, &database).await?;
     }
     resolve(weir, pg, run, tally).await?;
     check(weir, pg, &run.views, tally).await?;
     tally.checks += run.upstreams.converge(weir, pg).await?;
+    tally.checks += run.sinks.converge(weir, pg).await?;
     // DDL only where the server cannot die during it, so that it is never in doubt.
     if armed.after_start().is_none() && armed.io_fault.is_none() && run.round % 4 == 2 {
         change_views(weir, pg, run.round, &mut run.views, &mut run.later).await?;

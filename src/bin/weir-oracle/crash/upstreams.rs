@@ -68,6 +68,11 @@ impl Upstreams {
         })
     }
 
+    /// The broker of the Kafka input, which the sinks' topic is on too.
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
     /// The replication slot the CDC source reads, which a run must drop before its database.
     pub fn slot(&self) -> &str {
         &self.slot

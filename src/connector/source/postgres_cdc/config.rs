@@ -50,16 +50,7 @@ impl Config {
                 .take(key)
                 .ok_or_else(|| bad(format!("a postgres-cdc source needs {key}")))
         };
-        let host = required(options, "hostname")?;
-        let port = match options.take("port") {
-            None => 5432,
-            Some(p) => p
-                .parse::<u16>()
-                .map_err(|_| bad(format!("port must be a port number, not \"{p}\"")))?,
-        };
-        let user = required(options, "username")?;
-        let password = options.take("password").unwrap_or_default();
-        let database = required(options, "database.name")?;
+        let endpoint = Endpoint::read(options, "a postgres-cdc source")?;
         let slot = name("slot.name", required(options, "slot.name")?)?;
         let publication = match options.take("publication.name") {
             Some(p) => name("publication.name", p)?,
@@ -78,13 +69,7 @@ impl Config {
             )));
         }
         Ok(Config {
-            endpoint: Endpoint {
-                host,
-                port,
-                user,
-                password,
-                database,
-            },
+            endpoint,
             slot,
             publication,
             created_publication,
@@ -95,13 +80,8 @@ impl Config {
 
     /// The options the catalog keeps, written out in full.
     pub fn kept(&self) -> BTreeMap<String, String> {
-        let e = &self.endpoint;
-        BTreeMap::from([
-            ("hostname".to_string(), e.host.clone()),
-            ("port".to_string(), e.port.to_string()),
-            ("username".to_string(), e.user.clone()),
-            ("password".to_string(), e.password.clone()),
-            ("database.name".to_string(), e.database.clone()),
+        let mut kept: BTreeMap<String, String> = self.endpoint.kept().into_iter().collect();
+        kept.extend([
             ("slot.name".to_string(), self.slot.clone()),
             ("publication.name".to_string(), self.publication.clone()),
             (
@@ -113,7 +93,8 @@ impl Config {
                 "snapshot.batch_rows".to_string(),
                 self.snapshot_rows.to_string(),
             ),
-        ])
+        ]);
+        kept
     }
 }
 

@@ -11,36 +11,11 @@ use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+pub use crate::connector::postgres::Endpoint;
 use crate::error::{Error, ErrorKind, Result};
 
 /// The largest message accepted from the server: PostgreSQL's own limit on one value is 1 GiB.
 const MESSAGE_BYTES_MAX: usize = (1 << 30) + (1 << 20);
-
-/// Where and as whom to connect.
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    pub password: String,
-    pub database: String,
-}
-
-impl Endpoint {
-    /// The same endpoint for tokio-postgres (a plain connection: the snapshot's reads, the
-    /// slot's and publication's DDL).
-    pub fn tokio_postgres(&self) -> tokio_postgres::Config {
-        let mut c = tokio_postgres::Config::new();
-        c.host(&self.host)
-            .port(self.port)
-            .user(&self.user)
-            .password(&self.password)
-            .dbname(&self.database)
-            .application_name("weir")
-            .connect_timeout(std::time::Duration::from_secs(10));
-        c
-    }
-}
 
 /// An upstream that refused or broke the connection (08001 / 08006), or answered a query
 /// with an error (its SQLSTATE's class is not ours: reported as the connector's failure).

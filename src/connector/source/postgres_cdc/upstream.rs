@@ -2,49 +2,24 @@
 //! its settings, the publication and the slot, a table's columns and key, snapshot chunks, and
 //! the watermarks that bound them in the WAL.
 
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use super::pgoutput::Lsn;
 use super::protocol::Endpoint;
+use crate::connector::postgres;
 use crate::error::{Error, ErrorKind, Result};
 
 /// The prefix of the logical messages that mark a snapshot chunk's bounds in the WAL.
 pub const WATERMARK_PREFIX: &str = "weir";
 
-/// An upstream that cannot be reached (08001), or an error it answered, with its SQLSTATE's
-/// meaning where Weir has one.
+/// An upstream that cannot be reached (08001), or an error it answered.
 pub fn upstream_error(what: &str, e: tokio_postgres::Error) -> Error {
-    let kind = match e.code().map(|c| c.code()) {
-        Some("28P01" | "28000" | "42501") => ErrorKind::InvalidAuthorization,
-        Some("3D000") => ErrorKind::UndefinedDatabase,
-        Some("42P01" | "42704") => ErrorKind::UndefinedObject,
-        Some("55000" | "55006") => ErrorKind::ObjectNotInPrerequisiteState,
-        _ => ErrorKind::ConnectionFailure,
-    };
-    let detail = match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
-    };
-    Error::new(kind, format!("upstream PostgreSQL: {what}: {detail}"))
+    postgres::error("upstream PostgreSQL", what, e)
 }
 
-/// A plain connection, its task spawned on the current runtime.
+/// A plain connection to the upstream.
 pub async fn connect(to: &Endpoint) -> Result<Client> {
-    let (client, connection) = to
-        .tokio_postgres()
-        .connect(NoTls)
-        .await
-        .map_err(|e| upstream_error("connect", e))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!("upstream PostgreSQL connection ended: {e}");
-        }
-    });
-    client
-        .batch_execute("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET extra_float_digits = 3")
-        .await
-        .map_err(|e| upstream_error("session settings", e))?;
-    Ok(client)
+    postgres::connect(to, "upstream PostgreSQL").await
 }
 
 /// Refuses an upstream whose WAL carries no logical decoding.

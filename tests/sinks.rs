@@ -1,0 +1,503 @@
+//! Sinks against their real targets: a `postgres` sink keeps a PostgreSQL 15 table equal to
+//! its view, each checkpoint applied once in one target transaction, across a SIGKILL of
+//! Weir and an outage of the target; a `kafka` sink's topic (tansu), read as a compacted
+//! topic, equals its view across a SIGKILL (at least once: tansu serves no EndTxn, so the
+//! exactly-once mode is tested only as far as its transaction's commit, which tansu refuses);
+//! bad options, views a format cannot carry and unreachable targets are refused at CREATE
+//! SINK with their SQLSTATEs.
+
+#[allow(dead_code)]
+#[path = "../src/bin/weir-oracle/broker.rs"]
+mod broker;
+mod common;
+#[allow(dead_code)]
+#[path = "../src/bin/weir-oracle/postgres.rs"]
+mod postgres;
+
+use std::time::Duration;
+
+use common::{text_rows, ChildServer};
+use postgres::{Postgres, PASSWORD};
+
+fn port(pg: &Postgres) -> u16 {
+    pg.conn
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("port="))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `connector = 'postgres'` options for `pg`'s database `postgres`, table `table`.
+fn target(pg: &Postgres, table: &str) -> String {
+    format!(
+        "connector = 'postgres', hostname = '127.0.0.1', port = '{}', username = 'postgres', \
+         password = '{PASSWORD}', database.name = 'postgres', table.name = '{table}'",
+        port(pg)
+    )
+}
+
+/// A server that checkpoints (and so delivers) every 300 ms.
+async fn start(data: &std::path::Path) -> ChildServer {
+    let config = data.with_extension("toml");
+    std::fs::write(
+        &config,
+        "barrier_interval_ms = 100\n[checkpoint]\ninterval_ms = 300\nmin_pause_ms = 0\n",
+    )
+    .unwrap();
+    ChildServer::start_with(data, &["--config", config.to_str().unwrap()]).await
+}
+
+/// Waits until the target's `target_sql` reads as Weir's `sql`, or fails after 60 s.
+async fn converge(
+    weir: &tokio_postgres::Client,
+    sql: &str,
+    pg: &tokio_postgres::Client,
+    target_sql: &str,
+) {
+    let mut last = (Vec::new(), Vec::new());
+    for _ in 0..600 {
+        let (w, t) = (text_rows(weir, sql).await, text_rows(pg, target_sql).await);
+        if w == t && !w.is_empty() {
+            return;
+        }
+        last = (w, t);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{sql}: Weir read {:?}\nthe target read {:?}",
+        last.0, last.1
+    );
+}
+
+/// Inserts orders `ids`, moves every third to another customer and deletes every seventh:
+/// the view's groups are inserted, updated and deleted.
+async fn churn(weir: &tokio_postgres::Client, ids: std::ops::Range<i32>) {
+    weir.batch_execute(&format!(
+        "INSERT INTO orders SELECT i, 'c' || (i % 6), i * 1.25 FROM generate_series({}, {}) AS s(i);
+         UPDATE orders SET customer = 'c' || (id % 11) WHERE id % 3 = 0 AND id BETWEEN {0} AND {1};
+         DELETE FROM orders WHERE (id % 7 = 0 OR customer = 'c10') AND id BETWEEN {0} AND {1}",
+        ids.start,
+        ids.end - 1
+    ))
+    .await
+    .unwrap();
+}
+
+const VIEW: &str = "SELECT customer, n::text, total::text FROM revenue ORDER BY customer";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_table_follows_its_view_exactly_once_across_a_kill_and_an_outage() {
+    let pg = Postgres::start().unwrap();
+    let pgc = common::connect(&pg.conn).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = start(&data).await;
+    let weir = server.connect().await;
+    weir.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));
+         CREATE MATERIALIZED VIEW revenue AS
+           SELECT customer, count(*) AS n, sum(amount) AS total FROM orders GROUP BY customer",
+    )
+    .await
+    .unwrap();
+    churn(&weir, 1..200).await;
+    // The sink starts with the view's rows, then its changes; its key is the view's.
+    weir.batch_execute(&format!(
+        "CREATE SINK revenue_pg FROM revenue WITH ({})",
+        target(&pg, "public.revenue")
+    ))
+    .await
+    .unwrap();
+    churn(&weir, 200..400).await;
+    converge(&weir, VIEW, &pgc, VIEW).await;
+    let columns = text_rows(
+        &pgc,
+        "SELECT column_name || ' ' || data_type FROM information_schema.columns \
+         WHERE table_name = 'revenue' ORDER BY ordinal_position",
+    )
+    .await;
+    assert_eq!(columns, ["customer text", "n bigint", "total numeric"]);
+    // Killed with changes not yet delivered, then restarted.
+    churn(&weir, 400..600).await;
+    server.stop(libc::SIGKILL).await;
+    let server = start(&data).await;
+    let weir = server.connect().await;
+    churn(&weir, 600..700).await;
+    converge(&weir, VIEW, &pgc, VIEW).await;
+    // The target goes away: Weir keeps running, logs what it cannot deliver and says why.
+    pgc.batch_execute("ALTER TABLE revenue RENAME TO revenue_away")
+        .await
+        .unwrap();
+    churn(&weir, 700..800).await;
+    let mut error = Vec::new();
+    for _ in 0..300 {
+        error = text_rows(
+            &weir,
+            "SELECT last_error FROM weir_catalog.sinks WHERE last_error IS NOT NULL",
+        )
+        .await;
+        if !error.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        error.first().is_some_and(|e| e.contains("revenue")),
+        "{error:?}"
+    );
+    let log: Vec<String> = text_rows(&weir, "SELECT log_bytes > 0 FROM weir_catalog.sinks").await;
+    assert_eq!(log, ["t"]);
+    pgc.batch_execute("ALTER TABLE revenue_away RENAME TO revenue")
+        .await
+        .unwrap();
+    churn(&weir, 800..900).await;
+    converge(&weir, VIEW, &pgc, VIEW).await;
+    let progress = text_rows(
+        &pgc,
+        "SELECT sink, checkpoint_epoch > 0 FROM weir_sink_progress",
+    )
+    .await;
+    assert_eq!(progress, ["revenue_pg t"]);
+    let status = text_rows(
+        &weir,
+        "SELECT name, connector, sent > 0, lag_epochs >= 0, last_error IS NULL FROM weir_catalog.sinks",
+    )
+    .await;
+    assert_eq!(status, ["revenue_pg postgres t t t"]);
+    // Dropping the sink leaves the table as it was.
+    weir.batch_execute("DROP SINK revenue_pg").await.unwrap();
+    churn(&weir, 900..950).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_ne!(text_rows(&weir, VIEW).await, text_rows(&pgc, VIEW).await);
+    server.stop(libc::SIGTERM).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_only_query_is_copied_into_an_existing_table_and_snapshot_false_skips_the_rows() {
+    let pg = Postgres::start().unwrap();
+    let pgc = common::connect(&pg.conn).await;
+    pgc.batch_execute("CREATE TABLE big_orders (id int, amount numeric, note text DEFAULT 'x')")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = start(&data).await;
+    let weir = server.connect().await;
+    weir.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));
+         INSERT INTO orders VALUES (1, 'a', 500), (2, E'tab\\there', 10);",
+    )
+    .await
+    .unwrap();
+    // A table's rows can be deleted: PLAIN needs force_append_only, which drops deletes.
+    let sql = format!(
+        "CREATE SINK big AS SELECT id, amount FROM orders WHERE amount > 100 WITH ({}, \
+         force_append_only = 'true', snapshot = 'false')",
+        target(&pg, "big_orders")
+    );
+    weir.batch_execute(&sql).await.unwrap();
+    weir.batch_execute(
+        "INSERT INTO orders VALUES (3, 'b', 300), (4, 'c', 50); DELETE FROM orders WHERE id = 3;
+         INSERT INTO orders VALUES (5, 'd', 1000.5)",
+    )
+    .await
+    .unwrap();
+    let want = ["3 300.00 x", "5 1000.50 x"];
+    let big = "SELECT * FROM big_orders ORDER BY id";
+    for _ in 0..300 {
+        if text_rows(&pgc, big).await == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(text_rows(&pgc, big).await, want);
+    // Inserts only from here, in small transactions, with a SIGKILL among them: the target
+    // holds each row once.
+    for i in 0..20 {
+        weir.batch_execute(&format!(
+            "INSERT INTO orders SELECT v, 'e', v * 1 FROM generate_series({}, {}) AS s(v)",
+            1000 + i * 50,
+            1000 + i * 50 + 49
+        ))
+        .await
+        .unwrap();
+    }
+    server.stop(libc::SIGKILL).await;
+    let server = start(&data).await;
+    let weir = server.connect().await;
+    weir.batch_execute(
+        "INSERT INTO orders SELECT v, 'f', v * 1 FROM generate_series(2000, 2999) AS s(v)",
+    )
+    .await
+    .unwrap();
+    let ours = "SELECT id::text AS i, amount::text AS a, 'x' AS n FROM orders WHERE id >= 1000 ORDER BY id";
+    let theirs = "SELECT id::text, amount::text, note FROM big_orders WHERE id >= 1000 ORDER BY id";
+    converge(&weir, ours, &pgc, theirs).await;
+    let counts = "SELECT count(*), count(DISTINCT id) FROM big_orders";
+    assert_eq!(text_rows(&pgc, counts).await, ["2002 2002"]);
+    server.stop(libc::SIGTERM).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sinks_that_cannot_work_are_refused_at_create_with_their_sqlstates() {
+    let pg = Postgres::start().unwrap();
+    let pgc = common::connect(&pg.conn).await;
+    pgc.batch_execute("CREATE TABLE keyless (customer text, n bigint)")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data")).await;
+    let weir = server.connect().await;
+    weir.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));
+         CREATE MATERIALIZED VIEW counts AS SELECT customer, count(*) AS n FROM orders GROUP BY customer",
+    )
+    .await
+    .unwrap();
+    let t = target(&pg, "public.counts_out");
+    let cases = [
+        // A query that deletes, with no key to upsert by.
+        (
+            format!("CREATE SINK s AS SELECT customer FROM orders WITH ({t})"),
+            "0A000",
+        ),
+        (
+            format!("CREATE SINK s FROM counts WITH ({t}, primary_key = 'nope')"),
+            "42703",
+        ),
+        (
+            format!("CREATE SINK s FROM counts WITH ({t}, colour = 'red')"),
+            "22023",
+        ),
+        (
+            format!("CREATE SINK s FROM counts WITH ({t}, snapshot = 'maybe')"),
+            "22023",
+        ),
+        (
+            "CREATE SINK s FROM counts WITH (connector = 'postgres')".to_string(),
+            "22023",
+        ),
+        (
+            format!(
+                "CREATE SINK s FROM counts WITH ({})",
+                target(&pg, "keyless")
+            ),
+            "42P10",
+        ),
+        (
+            "CREATE SINK s FROM counts WITH (connector = 'nowhere')".to_string(),
+            "0A000",
+        ),
+        ("CREATE SINK s FROM counts".to_string(), "22023"),
+        (
+            "CREATE SINK s FROM counts WITH (connector = 'postgres', hostname = '127.0.0.1', \
+             port = '1', username = 'u', database.name = 'd', table.name = 't')"
+                .to_string(),
+            "08001",
+        ),
+        (
+            format!(
+                "CREATE SINK s FROM counts WITH ({}, password = 'wrong')",
+                target(&pg, "x")
+            )
+            .replacen(&format!("password = '{PASSWORD}', "), "", 1),
+            "28000",
+        ),
+    ];
+    for (sql, state) in cases {
+        let e = weir.batch_execute(&sql).await.unwrap_err();
+        assert_eq!(e.code().map(|c| c.code()), Some(state), "{sql}: {e:?}");
+    }
+    assert!(text_rows(&weir, "SHOW SINKS").await.is_empty());
+    // A name given as the key works where none is derived.
+    weir.batch_execute(&format!(
+        "CREATE SINK s AS SELECT customer, n FROM counts WHERE n > 0 WITH ({t}, primary_key = 'customer')"
+    ))
+    .await
+    .unwrap();
+    let create = text_rows(&weir, "SHOW CREATE SINK s").await;
+    assert!(
+        create[0].contains("connector = 'postgres'")
+            && create[0].contains("primary_key = 'customer'"),
+        "{create:?}"
+    );
+    server.stop(libc::SIGTERM).await;
+}
+
+/// Every message of partition 0 of `topic`, from its start, as (key, value).
+fn messages(broker: &str, topic: &str) -> Vec<(String, Option<String>)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", "sinks-test-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&list).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match consumer.poll(Duration::from_secs(10)) {
+            Some(Ok(m)) => out.push((
+                String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                m.payload().map(|p| String::from_utf8_lossy(p).into_owned()),
+            )),
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | None => return out,
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+        }
+    }
+}
+
+/// The topic read as a compacted topic: each key's last value, a tombstone deleting it, as
+/// rows like Weir's `customer n total`.
+async fn compacted(broker: &str, topic: &str) -> Vec<String> {
+    let (broker, topic) = (broker.to_string(), topic.to_string());
+    let messages = tokio::task::spawn_blocking(move || messages(&broker, &topic))
+        .await
+        .unwrap();
+    let mut rows = std::collections::BTreeMap::new();
+    for (key, value) in messages {
+        match value {
+            Some(v) => {
+                let v: serde_json::Value = serde_json::from_str(&v).unwrap();
+                let row = format!(
+                    "{} {} {:.2}",
+                    v["customer"].as_str().unwrap(),
+                    v["n"],
+                    v["total"].as_f64().unwrap()
+                );
+                rows.insert(key, row);
+            }
+            None => {
+                rows.remove(&key);
+            }
+        }
+    }
+    let mut rows: Vec<String> = rows.into_values().collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_topic_read_compacted_equals_its_view_across_a_kill() {
+    let broker = broker::Broker::start().unwrap();
+    broker.create_topic("revenue", 1).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = start(&data).await;
+    let weir = server.connect().await;
+    weir.batch_execute(&format!(
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));
+         CREATE MATERIALIZED VIEW revenue AS
+           SELECT customer, count(*) AS n, sum(amount) AS total FROM orders GROUP BY customer;
+         CREATE SINK revenue_out FROM revenue
+           WITH (connector = 'kafka', properties.bootstrap.server = '{}', topic = 'revenue',
+                 sink.delivery = 'at_least_once')
+           FORMAT UPSERT ENCODE JSON",
+        broker.address
+    ))
+    .await
+    .unwrap();
+    churn(&weir, 1..300).await;
+    server.stop(libc::SIGKILL).await;
+    let server = start(&data).await;
+    let weir = server.connect().await;
+    churn(&weir, 300..500).await;
+    let view = "SELECT customer, n, total FROM revenue ORDER BY customer";
+    let mut last = (Vec::new(), Vec::new());
+    for _ in 0..300 {
+        last = (
+            text_rows(&weir, view).await,
+            compacted(&broker.address, "revenue").await,
+        );
+        if last.0 == last.1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(last.0, last.1, "the view, and the topic read compacted");
+    // Deleted groups are tombstones: c10's orders are all deleted.
+    let status = text_rows(
+        &weir,
+        "SELECT connector, sent > 0, last_error IS NULL FROM weir_catalog.sinks",
+    )
+    .await;
+    assert_eq!(status, ["kafka t t"]);
+    // Exactly once, the default, runs its transaction as far as tansu serves it: the broker
+    // refuses the commit (EndTxn), and the sink says so, retrying, while Weir runs on.
+    weir.batch_execute(&format!(
+        "CREATE SINK revenue_txn FROM revenue
+           WITH (connector = 'kafka', properties.bootstrap.server = '{}', topic = 'revenue')
+           FORMAT UPSERT ENCODE JSON",
+        broker.address
+    ))
+    .await
+    .unwrap();
+    let mut error = Vec::new();
+    for _ in 0..300 {
+        error = text_rows(
+            &weir,
+            "SELECT last_error FROM weir_catalog.sinks WHERE name = 'revenue_txn' \
+             AND last_error IS NOT NULL",
+        )
+        .await;
+        if !error.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        error.first().is_some_and(|e| e.contains("transaction")),
+        "{error:?}"
+    );
+    for (sql, state) in [
+        (
+            "CREATE SINK x FROM revenue WITH (connector = 'kafka', topic = 't') \
+             FORMAT UPSERT ENCODE JSON"
+                .to_string(),
+            "22023",
+        ),
+        (
+            format!(
+                "CREATE SINK x FROM revenue WITH (connector = 'kafka', topic = 'nope', \
+                 properties.bootstrap.server = '{}') FORMAT UPSERT ENCODE JSON",
+                broker.address
+            ),
+            "42704",
+        ),
+        (
+            format!(
+                "CREATE SINK x FROM revenue WITH (connector = 'kafka', topic = 'revenue', \
+                 properties.bootstrap.server = '{}')",
+                broker.address
+            ),
+            "42601",
+        ),
+        (
+            format!(
+                "CREATE SINK x FROM revenue WITH (connector = 'kafka', topic = 'revenue', \
+                 properties.bootstrap.server = '{}') FORMAT UPSERT ENCODE AVRO",
+                broker.address
+            ),
+            "0A000",
+        ),
+        (
+            format!(
+                "CREATE SINK x FROM revenue WITH (connector = 'kafka', topic = 'revenue', \
+                 properties.bootstrap.server = '{}', properties.group.id = 'g') \
+                 FORMAT UPSERT ENCODE JSON",
+                broker.address
+            ),
+            "22023",
+        ),
+    ] {
+        let e = weir.batch_execute(&sql).await.unwrap_err();
+        assert_eq!(e.code().map(|c| c.code()), Some(state), "{sql}: {e:?}");
+    }
+    server.stop(libc::SIGTERM).await;
+}
