@@ -19,7 +19,7 @@ use futures::SinkExt;
 use tokio_postgres::Client;
 
 use super::{Format, Net, Options, Spec};
-use crate::connector::postgres::{self, Endpoint};
+use crate::connector::postgres::{self, wait, Endpoint};
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::{Op, SinkWriter, StreamChunk};
 
@@ -56,11 +56,6 @@ fn failed(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
     move |e| postgres::error(ROLE, what, e)
 }
 
-/// Runs `f` to its end from a thread that may block (a statement's).
-fn wait<T>(f: impl std::future::Future<Output = T>) -> T {
-    crate::blocking(|| tokio::runtime::Handle::current().block_on(f))
-}
-
 impl Target {
     fn read(name: &str, options: &mut Options, spec: &Spec, schema: &SchemaRef) -> Result<Target> {
         let endpoint = Endpoint::read(options, "a postgres sink")?;
@@ -94,6 +89,13 @@ impl Target {
             key: spec.key.clone(),
             format: spec.format,
         })
+    }
+
+    /// The view's columns as a CREATE TABLE lists them: `"name" type`.
+    fn column_defs(&self) -> Vec<String> {
+        (self.columns.iter().zip(&self.types))
+            .map(|(c, t)| format!("{c} {t}"))
+            .collect()
     }
 
     fn kept(&self) -> Vec<(String, String)> {
@@ -135,9 +137,7 @@ impl Target {
             .map_err(failed("reset the sink's progress"))?;
         let existing = self.existing_columns(client).await?;
         if existing.is_empty() {
-            let mut defs: Vec<String> = (self.columns.iter().zip(&self.types))
-                .map(|(c, t)| format!("{c} {t}"))
-                .collect();
+            let mut defs = self.column_defs();
             if !self.key.is_empty() {
                 let key: Vec<&str> = self.key.iter().map(|k| self.columns[*k].as_str()).collect();
                 defs.push(format!("PRIMARY KEY ({})", key.join(", ")));
@@ -256,9 +256,7 @@ impl Writer {
                 .await
                 .map_err(failed("create weir_sink_progress"))?;
             if self.target.format == Format::Upsert {
-                let mut defs: Vec<String> = (self.target.columns.iter().zip(&self.target.types))
-                    .map(|(c, t)| format!("{c} {t}"))
-                    .collect();
+                let mut defs = self.target.column_defs();
                 defs.push("weir_live boolean".into());
                 let sql = format!("CREATE TEMPORARY TABLE {STAGE} ({})", defs.join(", "));
                 client

@@ -33,16 +33,11 @@ use futures::future::BoxFuture;
 use self::config::Config;
 use super::{Keep, Options, Shared, SharedContext, Start};
 use crate::catalog::{ColumnDef, ObjectId, SourceDef};
+use crate::connector::postgres::wait;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Reads PostgreSQL's changes.
 pub struct PostgresCdc;
-
-/// Runs `f` to its end from a thread that may block (a statement's): the connector's checks
-/// ask the upstream over tokio-postgres.
-fn wait<T>(f: impl std::future::Future<Output = T>) -> T {
-    crate::blocking(|| tokio::runtime::Handle::current().block_on(f))
-}
 
 impl super::Connector for PostgresCdc {
     fn name(&self) -> &'static str {
