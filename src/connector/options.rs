@@ -66,6 +66,18 @@ impl Options {
             .collect()
     }
 
+    /// A Kafka client's settings: every `properties.<name>` option, under librdkafka's name
+    /// (RisingWave's `bootstrap.server` is librdkafka's `bootstrap.servers`).
+    pub fn take_kafka_properties(&mut self) -> BTreeMap<String, String> {
+        (self.take_prefixed("properties."))
+            .into_iter()
+            .map(|(key, value)| match key.as_str() {
+                "bootstrap.server" => ("bootstrap.servers".to_string(), value),
+                _ => (key, value),
+            })
+            .collect()
+    }
+
     /// Refuses the first option no connector took.
     pub fn finish(self) -> Result<()> {
         match self.left.first() {

@@ -69,14 +69,7 @@ impl Config {
         let topic = options
             .take("topic")
             .ok_or_else(|| bad("a Kafka sink needs a topic".into()))?;
-        let mut client = BTreeMap::new();
-        for (key, value) in options.take_prefixed("properties.") {
-            let key = match key.as_str() {
-                "bootstrap.server" => "bootstrap.servers".to_string(),
-                _ => key,
-            };
-            client.insert(key, value);
-        }
+        let client = options.take_kafka_properties();
         if !client.contains_key("bootstrap.servers") {
             return Err(bad("a Kafka sink needs properties.bootstrap.server".into()));
         }
