@@ -38,6 +38,9 @@ pub struct Config {
     pub channel_messages_max: usize,
     /// Distinct rows per chunk when a relation's contents are sent to a new view.
     pub chunk_rows_max: usize,
+    /// The most bytes of changes a subscription (`SUBSCRIBE`) holds for a client that has not
+    /// read them; past it the subscription ends with SQLSTATE 54000.
+    pub subscription_bytes_max: usize,
     /// Parallel actors per view (for views that can be split by key); a session's `SET
     /// streaming_parallelism` overrides it for the views it creates. Default: the cores.
     pub streaming_parallelism: usize,
@@ -156,6 +159,7 @@ impl Default for Config {
             memory_limit: None,
             barrier_interval_ms: 1000,
             channel_messages_max: 16,
+            subscription_bytes_max: 64 << 20,
             chunk_rows_max: 4096,
             streaming_parallelism: std::thread::available_parallelism()
                 .map(|n| n.get())

@@ -38,6 +38,9 @@ pub enum ErrorKind {
     InvalidParameter,
     /// A file named in a statement (a file source's path) does not exist or cannot be read.
     UndefinedFile,
+    /// A name that cannot be used as given (42602): a file sink's relative path, as
+    /// PostgreSQL's COPY to a relative file.
+    InvalidName,
     /// A table's definition cannot be what the statement asks (a table fed by a database's
     /// changes without a primary key).
     InvalidTableDefinition,
@@ -73,6 +76,12 @@ pub enum ErrorKind {
     Unavailable,
     /// An upstream system a connector reads (a Kafka broker) cannot be reached.
     ConnectionFailure,
+    /// A statement that only a transaction block can run, outside one (25P01): DECLARE.
+    NoActiveTransaction,
+    /// A cursor named that the session has not declared (34000).
+    UndefinedCursor,
+    /// A cursor declared under a name the session already has (42P03).
+    DuplicateCursor,
     /// A statement in a transaction block after one of its statements failed: only ROLLBACK
     /// (or COMMIT, which rolls back) is run until the block ends.
     InFailedTransaction,

@@ -97,6 +97,12 @@ pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Runs future `f` to its end from a thread that may block (a statement's, or an actor's
+/// backfill): a connector's checks at CREATE ask its upstream or target, which are async.
+pub fn wait<T>(f: impl std::future::Future<Output = T>) -> T {
+    blocking(|| tokio::runtime::Handle::current().block_on(f))
+}
+
 /// The process's limit on open file descriptors (its soft `RLIMIT_NOFILE`), if known.
 pub fn open_files_limit() -> Option<u64> {
     let mut limit = libc::rlimit {

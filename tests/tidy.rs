@@ -83,10 +83,16 @@ fn only_state_uses_rocksdb() {
     only_owner_uses("rocksdb", "src/state/");
 }
 
-/// Checkpoints write to object stores; a files source (`connector = 's3'`) reads from one.
+/// Checkpoints write to object stores; files sources read from one and file sinks write to
+/// one (`connector = 's3'`), through what `connector/objects.rs` opens.
 #[test]
-fn only_checkpoints_and_files_sources_use_the_object_store() {
-    let owners = ["src/checkpoint/", "src/connector/source/files/"];
+fn only_checkpoints_and_files_connectors_use_the_object_store() {
+    let owners = [
+        "src/checkpoint/",
+        "src/connector/objects.rs",
+        "src/connector/source/files/",
+        "src/connector/sink/files",
+    ];
     let offenders = named_outside(&owners, |l| {
         l.contains("object_store::") || l.starts_with("use object_store")
     });

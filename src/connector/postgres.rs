@@ -74,12 +74,6 @@ impl Endpoint {
     }
 }
 
-/// Runs `f` to its end from a thread that may block (a statement's): a connector's checks at
-/// CREATE ask the server over tokio-postgres.
-pub fn wait<T>(f: impl std::future::Future<Output = T>) -> T {
-    crate::blocking(|| tokio::runtime::Handle::current().block_on(f))
-}
-
 /// A server that cannot be reached (08001), or an error it answered, with its SQLSTATE's
 /// meaning where Weir has one. `role` says which server it is ("upstream PostgreSQL").
 pub fn error(role: &str, what: &str, e: tokio_postgres::Error) -> Error {

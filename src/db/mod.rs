@@ -25,6 +25,7 @@ mod ddl;
 mod lock;
 mod query;
 mod recovery;
+mod subscribe;
 mod system_tables;
 mod views;
 
@@ -39,6 +40,11 @@ pub type RowStream =
 /// What a statement returns to the client.
 pub enum Output {
     Rows {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
+    /// A cursor's rows that a FETCH takes (tagged `FETCH n`).
+    Fetched {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
     },

@@ -56,7 +56,16 @@ where
         )))
         .await?;
     let mut lines: usize = 0;
-    while let Some(line) = copy.data_stream().next().await {
+    loop {
+        // What is ready goes out before Weir waits for more (a subscription's next epoch).
+        let next = match futures::poll!(copy.data_stream().next()) {
+            std::task::Poll::Ready(next) => next,
+            std::task::Poll::Pending => {
+                client.flush().await?;
+                copy.data_stream().next().await
+            }
+        };
+        let Some(line) = next else { break };
         match line {
             Ok(data) => {
                 client.feed(PgWireBackendMessage::CopyData(data)).await?;

@@ -7,16 +7,16 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{ParamValues, ScalarValue};
-use futures::{stream, FutureExt, Sink, SinkExt, StreamExt};
+use futures::{FutureExt, Sink, SinkExt};
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{
-    send_execution_response, send_ready_for_query, ExtendedQueryHandler, SimpleQueryHandler,
+    send_describe_response, send_execution_response, send_ready_for_query, ExtendedQueryHandler,
+    SimpleQueryHandler,
 };
 use pgwire::api::results::{
-    DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
-    Response, Tag,
+    DescribePortalResponse, DescribeStatementResponse, FieldInfo, Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
@@ -25,7 +25,9 @@ use pgwire::api::{
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::RowDescription;
-use pgwire::messages::extendedquery::{Execute, PortalSuspended};
+use pgwire::messages::extendedquery::{
+    Describe, Execute, PortalSuspended, TARGET_TYPE_BYTE_PORTAL,
+};
 use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
@@ -33,7 +35,8 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit};
 
 use super::cancel::{Canceller, Cancels};
 use super::copy::send as send_copy;
-use super::encode::{data_rows, decode_binary_param};
+use super::encode::decode_binary_param;
+use super::respond::{field_infos, pg_type, send_rows, to_response, Sent};
 use super::sqlstate::sqlstate;
 use super::startup::Startup;
 use crate::db::{Database, Output};
@@ -232,22 +235,6 @@ fn no_session() -> PgWireError {
     to_pgwire(Error::internal("query before startup completed"))
 }
 
-fn pg_type(t: &DataType) -> Type {
-    Type::from_oid(pg_type_of(t).oid).unwrap_or(Type::TEXT)
-}
-
-fn field_infos(schema: &SchemaRef, format: Option<&Format>) -> Vec<FieldInfo> {
-    schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let fmt = format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text);
-            FieldInfo::new(f.name().clone(), None, None, pg_type(f.data_type()), fmt)
-        })
-        .collect()
-}
-
 pub fn to_pgwire(e: Error) -> PgWireError {
     PgWireError::UserError(Box::new(error_info(e)))
 }
@@ -315,92 +302,6 @@ impl Queries {
             }
         }
     }
-}
-
-fn to_response(output: Output, format: Option<&Format>) -> Result<Response> {
-    Ok(match output {
-        Output::Rows { schema, batches } => {
-            let fields = Arc::new(field_infos(&schema, format));
-            let binary: Vec<bool> = fields
-                .iter()
-                .map(|f| f.format() == FieldFormat::Binary)
-                .collect();
-            let rows = data_rows(&batches, &binary)?;
-            Response::Query(QueryResponse::new(
-                fields,
-                stream::iter(rows.into_iter().map(Ok)),
-            ))
-        }
-        Output::Stream { schema, rows } => {
-            let fields = Arc::new(field_infos(&schema, format));
-            let binary: Vec<bool> = fields
-                .iter()
-                .map(|f| f.format() == FieldFormat::Binary)
-                .collect();
-            // One batch is encoded at a time, when the client is ready for it.
-            let rows = rows.flat_map(move |batch| {
-                let encoded = batch.and_then(|b| data_rows(&[b], &binary));
-                match encoded {
-                    Ok(rows) => stream::iter(rows.into_iter().map(Ok)).left_stream(),
-                    Err(e) => stream::once(async { Err(to_pgwire(e)) }).right_stream(),
-                }
-            });
-            Response::Query(QueryResponse::new(fields, rows))
-        }
-        Output::Command { tag, rows } => {
-            let mut t = Tag::new(&tag);
-            if let Some(n) = rows {
-                t = t.with_rows(n);
-            }
-            Response::Execution(t)
-        }
-        Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
-        Output::TransactionEnd { tag } => Response::TransactionEnd(Tag::new(&tag)),
-        Output::CopyOut {
-            columns,
-            rows,
-            format,
-        } => super::copy::response(columns, rows, format),
-    })
-}
-
-/// How far `send_rows` got.
-enum Sent {
-    /// Every row, this many in this call.
-    All(usize),
-    /// As many as the limit: more may follow.
-    Part,
-    /// A row could not be computed or encoded (the rows before it were sent).
-    Failed(Box<ErrorInfo>),
-}
-
-/// Sends a query's rows as they come, up to `max_rows` (0: all). Each row is fed to the
-/// connection, which writes once its buffer fills: a client that stops reading holds the
-/// query back instead of letting rows pile up in memory.
-async fn send_rows<C>(
-    client: &mut C,
-    results: &mut QueryResponse,
-    max_rows: usize,
-) -> PgWireResult<Sent>
-where
-    C: Sink<PgWireBackendMessage> + Unpin,
-    C::Error: Debug,
-    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-{
-    let rows = results.data_rows();
-    let mut sent = 0;
-    while max_rows == 0 || sent < max_rows {
-        match rows.next().await {
-            None => return Ok(Sent::All(sent)),
-            Some(Ok(row)) => {
-                client.feed(PgWireBackendMessage::DataRow(row)).await?;
-                sent += 1;
-            }
-            Some(Err(PgWireError::UserError(info))) => return Ok(Sent::Failed(info)),
-            Some(Err(e)) => return Err(e),
-        }
-    }
-    Ok(Sent::Part)
 }
 
 #[async_trait]
@@ -539,6 +440,30 @@ impl ExtendedQueryHandler for Queries {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Describes a statement or portal as pgwire does, and also a cursor DECLAREd in SQL as
+    /// the portal it is in PostgreSQL (psycopg describes its server-side cursors so).
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL
+            && client.portal_store().get_portal(name).is_none()
+        {
+            let guard = self.session.lock().await;
+            let cursor = guard.as_ref().and_then(|s| s.cursor_schema(name));
+            drop(guard);
+            if let Some(schema) = cursor {
+                let response = DescribePortalResponse::new(field_infos(&schema, None));
+                return send_describe_response(client, &response).await;
+            }
+        }
+        self._on_describe(client, message).await
     }
 
     /// Executes a portal as pgwire does, except that rows go to the client as they are

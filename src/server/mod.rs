@@ -9,6 +9,7 @@ mod copy;
 mod encode;
 mod framing;
 mod handler;
+mod respond;
 mod sqlstate;
 mod startup;
 
@@ -29,6 +30,9 @@ use tokio_util::codec::Framed;
 use crate::db::Database;
 
 pub use cancel::Cancels;
+/// COPY's CSV (or text) lines of a batch's rows, and its header line, which a file sink
+/// writes as ENCODE CSV.
+pub use copy::{header as copy_header, lines as copy_lines};
 /// PostgreSQL's text format of a value, which a `postgres` sink COPYs into its target.
 pub use encode::text_value;
 pub use handler::Connection;

@@ -10,6 +10,7 @@ use datafusion::common::ParamValues;
 use super::Session;
 use crate::db::{CopyFormat, Output, RowStream};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sql::Subscribe;
 
 impl Session {
     /// `COPY source TO STDOUT`: the query's rows, as the server sends them in `format`.
@@ -30,6 +31,37 @@ impl Session {
                 Box::pin(futures::stream::iter(batches.into_iter().map(Ok))),
             ),
             _ => return Err(Error::internal("COPY's query gave no rows")),
+        };
+        Ok(Output::CopyOut {
+            columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            rows,
+            format,
+        })
+    }
+}
+
+impl Session {
+    /// `COPY (SUBSCRIBE ...) TO STDOUT`: the subscription's rows as COPY data, as they come.
+    pub(super) async fn copy_subscribe(&self, sub: &Subscribe, copy: &Ast) -> Result<Output> {
+        let Ast::Copy {
+            to: true,
+            target: ast::CopyTarget::Stdout,
+            options,
+            legacy_options,
+            ..
+        } = copy
+        else {
+            return match copy {
+                Ast::Copy { to, target, .. } => Err(refused(*to, target)),
+                _ => Err(Error::internal(
+                    "COPY (SUBSCRIBE ...) read as another statement",
+                )),
+            };
+        };
+        let format = format(options, legacy_options)?;
+        let output = self.bounded(self.db.subscribe(sub, self.scope())).await?;
+        let Output::Stream { schema, rows } = output else {
+            return Err(Error::internal("a subscription gave no rows"));
         };
         Ok(Output::CopyOut {
             columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
@@ -175,14 +207,16 @@ pub fn refused(to: bool, target: &ast::CopyTarget) -> Error {
 /// How many header lines `stmt` sends if it is a `COPY ... TO STDOUT` (for its `COPY n`).
 pub fn header_lines(stmt: &crate::sql::Statement) -> usize {
     match stmt {
-        crate::sql::Statement::Sql(s) => match s.as_ref() {
-            Ast::Copy {
-                options,
-                legacy_options,
-                ..
-            } => format(options, legacy_options).map_or(0, |f| usize::from(f.header)),
-            _ => 0,
-        },
+        crate::sql::Statement::Sql(s) | crate::sql::Statement::CopySubscribe { copy: s, .. } => {
+            match s.as_ref() {
+                Ast::Copy {
+                    options,
+                    legacy_options,
+                    ..
+                } => format(options, legacy_options).map_or(0, |f| usize::from(f.header)),
+                _ => 0,
+            }
+        }
         _ => 0,
     }
 }

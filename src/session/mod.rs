@@ -20,10 +20,11 @@ use datafusion::sql::sqlparser::ast::{self, Statement as Ast};
 use crate::catalog::Kind;
 use crate::db::{Database, Output, RowStream};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::{relation_name, Parsed, Statement};
+use crate::sql::{relation_name, CursorQuery, Parsed, Statement};
 use crate::table::Block;
 
 mod copy;
+mod cursors;
 mod settings;
 
 pub use self::copy::header_lines as copy_header_lines;
@@ -79,6 +80,8 @@ pub struct Session {
     /// While a block is open (or failed): the settings as they were at its BEGIN, which
     /// ROLLBACK restores, and the values SET LOCAL replaced, which its end restores either way.
     begun: Option<Begun>,
+    /// The block's cursors, by name.
+    cursors: HashMap<String, cursors::Cursor>,
 }
 
 struct Begun {
@@ -129,6 +132,7 @@ impl Session {
             interrupts,
             transaction: Transaction::Idle,
             begun: None,
+            cursors: HashMap::new(),
         }
     }
 
@@ -261,6 +265,7 @@ impl Session {
     /// modes.
     fn end(&mut self, committed: bool) {
         self.transaction = Transaction::Idle;
+        self.cursors.clear();
         let Some(begun) = self.begun.take() else {
             return;
         };
@@ -364,6 +369,13 @@ impl Session {
                     .drop_objects(*kind, (names, *if_exists, *cascade), block)
                     .await
             }
+            Statement::Subscribe(sub) => self.bounded(self.db.subscribe(sub, scope)).await,
+            Statement::CopySubscribe { subscribe, copy } => {
+                self.copy_subscribe(subscribe, copy).await
+            }
+            Statement::Declare { name, query } => self.declare(name, query, params).await,
+            Statement::Fetch { name, count, moves } => self.fetch(name, *count, *moves).await,
+            Statement::Close(name) => self.close_cursor(name.as_deref()),
             Statement::Sql(stmt) => {
                 crate::sql::check_supported(stmt)?;
                 self.execute_sql(stmt, params).await
@@ -520,11 +532,8 @@ impl Session {
             Ast::ShowVariable { variable } => self.show(variable),
             Ast::Discard { .. } => Ok(Output::command("DISCARD ALL")),
             Ast::Reset(reset) => Ok(self.reset(&reset.reset)),
-            // Weir has no SQL cursors and no LISTEN: what a pool sends to clean a connection
-            // it takes back (asyncpg's reset) has nothing to do.
-            Ast::Close {
-                cursor: ast::CloseCursor::All,
-            } => Ok(Output::command("CLOSE CURSOR ALL")),
+            // Weir has no LISTEN: what a pool sends to clean a connection it takes back
+            // (asyncpg's reset) has nothing to do.
             Ast::UNLISTEN { .. } => Ok(Output::command("UNLISTEN")),
             Ast::Deallocate { .. } => Ok(Output::command("DEALLOCATE")),
             other => Err(Error::not_supported(format!(
@@ -576,7 +585,34 @@ impl Session {
             | Statement::CreateSource { .. }
             | Statement::CreateView(_)
             | Statement::CreateSink(_)
-            | Statement::Drop { .. } => return Ok(none(None)),
+            | Statement::Drop { .. }
+            | Statement::Declare {
+                query: CursorQuery::Subscribe(_),
+                ..
+            }
+            | Statement::Close(_)
+            | Statement::CopySubscribe { .. }
+            | Statement::Fetch { moves: true, .. } => return Ok(none(None)),
+            Statement::Declare {
+                query: CursorQuery::Select(q),
+                ..
+            } => {
+                let stmt = Ast::Query(q.clone());
+                let (_, plan) = (self.db)
+                    .plan_query(&stmt, &self.settings, vec![], scope)
+                    .await?;
+                return Ok(Description {
+                    parameters: parameter_types(&plan)?,
+                    columns: None,
+                });
+            }
+            Statement::Fetch { name, .. } => {
+                let cursor = self.cursors.get(name);
+                return Ok(none(cursor.map(|c| c.schema.clone())));
+            }
+            Statement::Subscribe(sub) => {
+                return Ok(none(Some(self.db.subscribe_schema(sub, self.scope())?)))
+            }
         };
         crate::sql::check_supported(stmt)?;
         if let Ast::Explain { statement, .. } = stmt.as_ref() {
@@ -635,7 +671,9 @@ fn writes(parsed: &Parsed) -> Option<&'static str> {
 /// The columns of an answer, if it has rows.
 fn rows_schema(out: Output) -> Option<SchemaRef> {
     match out {
-        Output::Rows { schema, .. } | Output::Stream { schema, .. } => Some(schema),
+        Output::Rows { schema, .. }
+        | Output::Stream { schema, .. }
+        | Output::Fetched { schema, .. } => Some(schema),
         _ => None,
     }
 }

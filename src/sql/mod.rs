@@ -25,7 +25,9 @@ mod windows;
 
 /// Statements as Weir parses them, its extensions included.
 pub use self::extensions::{CreateSink, CreateView, Format, FromSource, Include, Watermark};
-pub use self::parser::{check_supported, parse, parse_message, Parsed, Statement};
+pub use self::parser::{
+    check_supported, parse, parse_message, Count, CursorQuery, Parsed, Statement, Subscribe,
+};
 
 /// Tables and sources from their DDL, and the names in it.
 pub use self::ddl::{create_source, create_table, ident_name, option_text, relation_name};

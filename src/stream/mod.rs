@@ -22,6 +22,7 @@ mod rows;
 mod sink;
 pub mod spec;
 mod stored;
+mod subscribe;
 
 // The face the rest of Weir sees. Three modules are open: `spec` (the operators as the planner
 // builds them), `graph` (a view's actors wired from its fragments) and `relation` (a
@@ -52,6 +53,9 @@ pub use self::rows::RowCodec;
 pub use self::sink::{
     deliver as deliver_sink, SinkDriver, SinkLog, SinkStart, SinkStatus, SinkWriter,
 };
+
+/// A subscription's changes, taken from a relation's actor an epoch at a time.
+pub use self::subscribe::{net_epoch, subscribe, Change, Subscription};
 
 /// A relation's rows as its actor's `Materialize` keeps them, for readers outside the
 /// dataflow: batch queries (`sql::provider`) and table writers (`table`).

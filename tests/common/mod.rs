@@ -203,6 +203,15 @@ impl ChildServer {
         self.child.id().expect("running")
     }
 
+    /// Waits for the process to end by itself (a failpoint's abort), for at most a minute.
+    pub async fn ended(mut self) -> std::process::ExitStatus {
+        let within = std::time::Duration::from_secs(60);
+        match tokio::time::timeout(within, self.child.wait()).await {
+            Ok(status) => status.expect("wait"),
+            Err(_) => panic!("weir did not end in a minute: see {}", self.log.display()),
+        }
+    }
+
     /// Sends `signal` (15 = SIGTERM, 9 = SIGKILL) and waits for the process to end.
     pub async fn stop(mut self, signal: i32) -> std::process::ExitStatus {
         let pid = self.child.id().expect("running") as i32;

@@ -77,6 +77,7 @@ def main(dsn):
             checks += 1
 
     checks += transactions(dsn)
+    checks += subscriptions(dsn)
     print(f"psycopg: {checks} passed, 0 failed")
 
 
@@ -150,6 +151,51 @@ def transactions(dsn):
             pass
         a.rollback()
         a.read_only = False
+        checks += 1
+    return checks
+
+
+def subscriptions(dsn):
+    """A view's changes followed with COPY (SUBSCRIBE ...) TO STDOUT, row by row as they come,
+    and read through psycopg's server-side cursors (DECLARE, FETCH FORWARD, CLOSE), over a
+    query with a parameter and over a subscription."""
+    checks = 0
+    with psycopg.connect(dsn, autocommit=True) as a, psycopg.connect(dsn) as b:
+        a.execute("CREATE TABLE py_sub (id int PRIMARY KEY, g text, v int)")
+        a.execute("INSERT INTO py_sub VALUES (1, 'x', 10)")
+        a.execute("CREATE MATERIALIZED VIEW py_sub_g AS"
+                  " SELECT g, sum(v) AS total FROM py_sub GROUP BY g")
+        with b.cursor() as cur:
+            try:
+                with cur.copy("COPY (SUBSCRIBE TO py_sub_g) TO STDOUT") as copy:
+                    rows = copy.rows()
+                    g, total, op, epoch = next(rows)
+                    assert (g, total, op) == ("x", "10", "insert"), (g, total, op)
+                    a.execute("UPDATE py_sub SET v = 15 WHERE id = 1")
+                    assert next(rows)[:3] == ("x", "10", "update_delete")
+                    assert next(rows)[:3] == ("x", "15", "update_insert")
+                    # A subscription ends when it is cancelled (57014).
+                    b.cancel_safe()
+                    for _ in rows:
+                        pass
+                raise AssertionError("a cancelled subscription went on")
+            except psycopg.errors.QueryCanceled:
+                pass
+        b.rollback()
+        checks += 1
+
+        with b.cursor(name="q") as cur:
+            cur.execute("SELECT id FROM py_sub WHERE id >= %s ORDER BY id", (1,))
+            assert cur.fetchmany(5) == [(1,)]
+            assert cur.fetchall() == []
+        with b.cursor(name="live") as cur:
+            cur.execute("SUBSCRIBE TO py_sub")
+            first = cur.fetchmany(10)
+            assert [r[:3] for r in first] == [(1, "x", 15)], first
+            a.execute("INSERT INTO py_sub VALUES (2, 'y', 1)")
+            change = cur.fetchmany(10)
+            assert [r[:4] for r in change] == [(2, "y", 1, "insert")], change
+        b.rollback()
         checks += 1
     return checks
 

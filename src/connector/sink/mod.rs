@@ -6,6 +6,7 @@
 //! read here, as a `Spec`. The rest of Weir sees sinks' connectors through this module alone.
 
 mod blackhole;
+mod files;
 mod kafka;
 mod postgres;
 
@@ -20,7 +21,13 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::stream::{Op, SinkWriter, StreamChunk};
 
 /// Every sink connector, by the name `WITH (connector = '...')` gives.
-const CONNECTORS: &[&dyn Connector] = &[&blackhole::Blackhole, &kafka::Kafka, &postgres::Postgres];
+const CONNECTORS: &[&dyn Connector] = &[
+    &blackhole::Blackhole,
+    &files::FILES,
+    &files::S3,
+    &kafka::Kafka,
+    &postgres::Postgres,
+];
 
 /// The log's bound by default (`sink.log.bytes.max`).
 const LOG_BYTES_MAX_DEFAULT: u64 = 1 << 30;

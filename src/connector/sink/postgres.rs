@@ -19,9 +19,10 @@ use futures::SinkExt;
 use tokio_postgres::Client;
 
 use super::{Format, Net, Options, Spec};
-use crate::connector::postgres::{self, wait, Endpoint};
+use crate::connector::postgres::{self, Endpoint};
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::{Op, SinkWriter, StreamChunk};
+use crate::wait;
 
 /// `connector = 'postgres'`.
 pub struct Postgres;

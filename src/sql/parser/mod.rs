@@ -17,7 +17,10 @@ use crate::error::{Error, Result};
 use crate::sql::dialect::WeirDialect;
 use crate::sql::extensions::{self, CreateSink, CreateView, Watermark};
 
+mod cursors;
 mod limits;
+
+pub use self::cursors::{Count, CursorQuery, Subscribe};
 
 use self::limits::{
     balance_logic, check_depth, check_expansion, too_complex, PARSER_RECURSION_MAX, SPLIT_HINT,
@@ -68,6 +71,26 @@ pub enum Statement {
         if_exists: bool,
         cascade: bool,
     },
+    /// `SUBSCRIBE TO relation`: its rows, then its changes as they are sealed.
+    Subscribe(Subscribe),
+    /// `COPY (SUBSCRIBE ...) TO STDOUT`, with the COPY's options in `copy` (over `SELECT 1`).
+    CopySubscribe {
+        subscribe: Subscribe,
+        copy: Box<ast::Statement>,
+    },
+    /// `DECLARE name CURSOR FOR ...`.
+    Declare {
+        name: String,
+        query: CursorQuery,
+    },
+    /// `FETCH` (or, `moves`, `MOVE`) from a cursor.
+    Fetch {
+        name: String,
+        count: Count,
+        moves: bool,
+    },
+    /// `CLOSE name`, or `CLOSE ALL` (`None`).
+    Close(Option<String>),
     Sql(Box<ast::Statement>),
 }
 
@@ -151,9 +174,16 @@ fn each_statement(sql: &str, mut f: impl FnMut(Parsed, std::ops::Range<usize>)) 
         let (from, to) = (cursor.byte_at(start), cursor.byte_at(end));
         let range = from..to.max(from);
         let text = sql[range.clone()].to_string();
-        let statement = match weir_statement(&meaningful) {
-            Some(s) => s,
-            None => statement(sql, group)?,
+        let query = |tokens: &[TokenWithSpan]| match parse_sql(sql, tokens)? {
+            ast::Statement::Query(q) => Ok(*q),
+            _ => Err(Error::syntax("a cursor is declared for a query")),
+        };
+        let statement = match cursors::statement(sql, &meaningful, query) {
+            Some(s) => s?,
+            None => match weir_statement(&meaningful) {
+                Some(s) => s,
+                None => statement(sql, group)?,
+            },
         };
         f(Parsed { statement, text }, range);
     }

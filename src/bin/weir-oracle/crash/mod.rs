@@ -73,9 +73,12 @@ const FAILPOINTS: &[&str] = &[
     // Catalog saves: the round's DDL is refused (53100) and leaves nothing behind.
     "catalog.save:enospc",
     // Sinks: after a delivery's writes, before the target's commit (the checkpoint's manifest
-    // is durable by then); after the Kafka messages, before the marker (sent again).
+    // is durable by then); after the Kafka messages, before the marker (sent again); after a
+    // file delivery's commit record, and after its files' renames (finished at start).
     "sink.postgres.before_commit",
     "sink.kafka.before_marker",
+    "sink.file.before_publish",
+    "sink.file.before_marker",
 ];
 
 /// The `WEIR_FAILPOINTS` value that injects the I/O error named `fault` (an entry of
@@ -366,7 +369,7 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     let db_name = format!("crash_{}", args.seed);
     let pg_conn = format!("{conn} dbname={db_name}");
     let upstreams = Upstreams::start(args.seed).await?;
-    let sinks = Sinks::start(upstreams.broker()).await?;
+    let sinks = Sinks::start(upstreams.broker(), work).await?;
     // A logical slot holds its database: a slot an earlier run left goes first.
     drop_slot(&admin, upstreams.slot()).await?;
     exec(

@@ -1,11 +1,13 @@
 //! The crash test's sinks: `v_groups` upserted into a PostgreSQL table and into a Kafka topic
 //! (at least once: the test broker serves no transactions' ends), and the Kafka source's
-//! events appended to a PostgreSQL table. After every restart, once Weir has delivered the
-//! durable checkpoints, the table upserted into equals PostgreSQL's `v_groups`, the topic read
-//! as a compacted topic equals it too, and the table appended to holds each event exactly
-//! once: a change lost, applied twice or out of order fails the run.
+//! events appended to a PostgreSQL table and written as JSON files partitioned by `g`. After
+//! every restart, once Weir has delivered the durable checkpoints, the table upserted into
+//! equals PostgreSQL's `v_groups`, the topic read as a compacted topic equals it too, and the
+//! table appended to and the files hold each event exactly once: a change lost, applied twice
+//! or out of order fails the run.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -23,14 +25,17 @@ const CATCH_UP: Duration = Duration::from_secs(90);
 
 pub struct Sinks {
     broker: String,
+    /// The file sink's directory.
+    files: PathBuf,
 }
 
 impl Sinks {
-    /// The sinks' topic on `broker`.
-    pub async fn start(broker: &Broker) -> Result<Sinks, String> {
+    /// The sinks' topic on `broker`, and their files under `work`.
+    pub async fn start(broker: &Broker, work: &Path) -> Result<Sinks, String> {
         broker.create_topic(TOPIC, 1).await?;
         Ok(Sinks {
             broker: broker.address.clone(),
+            files: work.join("sink_events_files"),
         })
     }
 
@@ -59,10 +64,14 @@ impl Sinks {
              CREATE SINK s_groups_kafka FROM v_groups
                WITH (connector = 'kafka', properties.bootstrap.server = '{}', topic = '{TOPIC}',
                      sink.delivery = 'at_least_once')
-               FORMAT UPSERT ENCODE JSON",
+               FORMAT UPSERT ENCODE JSON;
+             CREATE SINK s_events_files AS SELECT id, g, v FROM k_events
+               WITH (connector = 'file', path = '{}', partition_by = 'g')
+               FORMAT PLAIN ENCODE JSON",
             target("public.sink_groups"),
             target("public.sink_events"),
             self.broker,
+            self.files.display(),
         );
         exec(weir, &ddl).await.map_err(|e| format!("weir: {e}"))
     }
@@ -101,8 +110,71 @@ impl Sinks {
             }
         })
         .await?;
-        Ok(3)
+        let expected: Vec<String> = rows(
+            pg,
+            "SELECT id, g, v FROM k_events ORDER BY id, g NULLS FIRST, v NULLS FIRST",
+        )
+        .await?
+        .iter()
+        .map(text)
+        .collect();
+        let files = self.files.clone();
+        wait(weir, started, "s_events_files", &expected, || {
+            let files = files.clone();
+            async move {
+                tokio::task::spawn_blocking(move || json_files(&files))
+                    .await
+                    .map_err(|e| e.to_string())?
+            }
+        })
+        .await?;
+        Ok(4)
     }
+}
+
+/// The rows of the JSON files under `dir`'s `g=<g>/` directories (Weir's own `_weir/` left
+/// out), as `id g v` (NULL as `NULL`), in order.
+fn json_files(dir: &Path) -> Result<Vec<String>, String> {
+    let mut rows: Vec<(i64, Option<i64>, Option<i64>)> = Vec::new();
+    let Ok(groups) = std::fs::read_dir(dir) else {
+        return Ok(Vec::new());
+    };
+    for group in groups {
+        let group = group.map_err(|e| e.to_string())?.path();
+        let name = group
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let Some(g) = name.strip_prefix("g=") else {
+            if name != "_weir" {
+                return Err(format!("{} in the file sink's directory", group.display()));
+            }
+            continue;
+        };
+        for file in std::fs::read_dir(&group).map_err(|e| e.to_string())? {
+            let file = file.map_err(|e| e.to_string())?.path();
+            let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+            for line in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(line)
+                    .map_err(|e| format!("{}: {e}: {line}", file.display()))?;
+                let id = v["id"].as_i64().ok_or(format!("no id: {line}"))?;
+                let g = match g {
+                    "__HIVE_DEFAULT_PARTITION__" => None,
+                    g => Some(g.parse::<i64>().map_err(|e| format!("g={g}: {e}"))?),
+                };
+                rows.push((id, g, v["v"].as_i64()));
+            }
+        }
+    }
+    rows.sort();
+    Ok(rows
+        .into_iter()
+        .map(|(id, g, v)| {
+            let text = |x: Option<i64>| x.map_or("NULL".to_string(), |x| x.to_string());
+            format!("{id} {} {}", text(g), text(v))
+        })
+        .collect())
 }
 
 /// A row as text, its values separated by spaces.

@@ -27,6 +27,7 @@ use super::decode::Encode;
 use super::{Keep, Options, Start};
 use crate::catalog::{ColumnDef, ObjectId, SourceDef};
 use crate::error::{Error, ErrorKind, Result};
+use crate::wait;
 
 /// `connector = 'file'`.
 pub struct Files;
@@ -135,11 +136,6 @@ fn extensions(encode: Encode) -> &'static [&'static str] {
         Encode::Json => &[".json", ".jsonl", ".ndjson"],
         Encode::Parquet => &[".parquet"],
     }
-}
-
-/// Runs `f` to its end from a thread that may block (a statement's, or an actor's backfill).
-fn wait<T>(f: impl std::future::Future<Output = T>) -> T {
-    crate::blocking(|| tokio::runtime::Handle::current().block_on(f))
 }
 
 fn create(

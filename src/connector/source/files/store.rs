@@ -9,7 +9,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
@@ -68,30 +67,12 @@ impl Store {
         Store::Local(PathBuf::from(path))
     }
 
-    /// An `s3://bucket/prefix` URL with S3 options (object_store's names: `endpoint`,
-    /// `region`, `access_key_id`, `secret_access_key`, `allow_http` ...).
+    /// An `s3://bucket/prefix` URL with S3 options (`connector::objects::s3`).
     pub fn s3(url: &str, options: &[(String, String)]) -> Result<Store> {
-        let invalid = |m: String| Error::new(ErrorKind::InvalidParameter, m);
-        let rest = url
-            .strip_prefix("s3://")
-            .ok_or_else(|| invalid(format!("path must be an s3:// URL, not \"{url}\"")))?;
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Err(invalid(format!("path \"{url}\" names no bucket")));
-        }
-        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-        for (key, value) in options {
-            let key: AmazonS3ConfigKey = key
-                .parse()
-                .map_err(|_| invalid(format!("unknown S3 option \"s3.{key}\"")))?;
-            builder = builder.with_config(key, value);
-        }
-        let store = builder
-            .build()
-            .map_err(|e| invalid(format!("cannot configure S3: {e}")))?;
+        let (store, prefix) = crate::connector::objects::s3(url, options)?;
         Ok(Store::Remote {
-            store: Arc::new(store),
-            prefix: prefix.trim_end_matches('/').to_string(),
+            store,
+            prefix,
             url: url.to_string(),
         })
     }
@@ -246,11 +227,7 @@ impl Input {
 }
 
 fn unreachable(url: &str, e: object_store::Error) -> Error {
-    let kind = match e {
-        object_store::Error::NotFound { .. } => ErrorKind::UndefinedFile,
-        _ => ErrorKind::ConnectionFailure,
-    };
-    Error::new(kind, format!("could not read {url}: {e}"))
+    crate::connector::objects::error(url, "read", e)
 }
 
 fn list_local(path: &Path, extensions: &[String]) -> Result<Vec<Listed>> {

@@ -33,8 +33,8 @@ use futures::future::BoxFuture;
 use self::config::Config;
 use super::{Keep, Options, Shared, SharedContext, Start};
 use crate::catalog::{ColumnDef, ObjectId, SourceDef};
-use crate::connector::postgres::wait;
 use crate::error::{Error, ErrorKind, Result};
+use crate::wait;
 
 /// Reads PostgreSQL's changes.
 pub struct PostgresCdc;

@@ -1,0 +1,138 @@
+//! How a statement's answer goes on the wire: its `Output` as pgwire's response, and a
+//! query's rows sent as they come, flushed whenever the next are not ready yet (a
+//! subscription's next epoch), so that a client sees each row Weir has.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use futures::{stream, Sink, SinkExt, StreamExt};
+use pgwire::api::portal::Format;
+use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::Type;
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+
+use super::encode::data_rows;
+use super::handler::to_pgwire;
+use crate::db::Output;
+use crate::error::{Error, Result};
+use crate::types::pg_type_of;
+
+pub fn pg_type(t: &DataType) -> Type {
+    Type::from_oid(pg_type_of(t).oid).unwrap_or(Type::TEXT)
+}
+
+pub fn field_infos(schema: &SchemaRef, format: Option<&Format>) -> Vec<FieldInfo> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let fmt = format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text);
+            FieldInfo::new(f.name().clone(), None, None, pg_type(f.data_type()), fmt)
+        })
+        .collect()
+}
+
+pub fn to_response(output: Output, format: Option<&Format>) -> Result<Response> {
+    Ok(match output {
+        Output::Rows { schema, batches } => {
+            let fields = Arc::new(field_infos(&schema, format));
+            let binary: Vec<bool> = fields
+                .iter()
+                .map(|f| f.format() == FieldFormat::Binary)
+                .collect();
+            let rows = data_rows(&batches, &binary)?;
+            Response::Query(QueryResponse::new(
+                fields,
+                stream::iter(rows.into_iter().map(Ok)),
+            ))
+        }
+        Output::Fetched { schema, batches } => {
+            let rows = Output::Rows { schema, batches };
+            let Response::Query(mut response) = to_response(rows, format)? else {
+                return Err(Error::internal("rows answered as something else"));
+            };
+            response.set_command_tag("FETCH");
+            Response::Query(response)
+        }
+        Output::Stream { schema, rows } => {
+            let fields = Arc::new(field_infos(&schema, format));
+            let binary: Vec<bool> = fields
+                .iter()
+                .map(|f| f.format() == FieldFormat::Binary)
+                .collect();
+            // One batch is encoded at a time, when the client is ready for it.
+            let rows = rows.flat_map(move |batch| {
+                let encoded = batch.and_then(|b| data_rows(&[b], &binary));
+                match encoded {
+                    Ok(rows) => stream::iter(rows.into_iter().map(Ok)).left_stream(),
+                    Err(e) => stream::once(async { Err(to_pgwire(e)) }).right_stream(),
+                }
+            });
+            Response::Query(QueryResponse::new(fields, rows))
+        }
+        Output::Command { tag, rows } => {
+            let mut t = Tag::new(&tag);
+            if let Some(n) = rows {
+                t = t.with_rows(n);
+            }
+            Response::Execution(t)
+        }
+        Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
+        Output::TransactionEnd { tag } => Response::TransactionEnd(Tag::new(&tag)),
+        Output::CopyOut {
+            columns,
+            rows,
+            format,
+        } => super::copy::response(columns, rows, format),
+    })
+}
+
+/// How far `send_rows` got.
+pub enum Sent {
+    /// Every row, this many in this call.
+    All(usize),
+    /// As many as the limit: more may follow.
+    Part,
+    /// A row could not be computed or encoded (the rows before it were sent).
+    Failed(Box<ErrorInfo>),
+}
+
+/// Sends a query's rows as they come, up to `max_rows` (0: all). Each row is fed to the
+/// connection, which writes once its buffer fills: a client that stops reading holds the
+/// query back instead of letting rows pile up in memory.
+pub async fn send_rows<C>(
+    client: &mut C,
+    results: &mut QueryResponse,
+    max_rows: usize,
+) -> PgWireResult<Sent>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let rows = results.data_rows();
+    let mut sent = 0;
+    while max_rows == 0 || sent < max_rows {
+        // What is ready goes out before Weir waits for more (a subscription's next epoch).
+        let next = match futures::poll!(rows.next()) {
+            std::task::Poll::Ready(next) => next,
+            std::task::Poll::Pending => {
+                client.flush().await?;
+                rows.next().await
+            }
+        };
+        match next {
+            None => return Ok(Sent::All(sent)),
+            Some(Ok(row)) => {
+                client.feed(PgWireBackendMessage::DataRow(row)).await?;
+                sent += 1;
+            }
+            Some(Err(PgWireError::UserError(info))) => return Ok(Sent::Failed(info)),
+            Some(Err(e)) => return Err(e),
+        }
+    }
+    Ok(Sent::Part)
+}

@@ -1,0 +1,330 @@
+//! SUBSCRIBE and cursors from tokio-postgres: `COPY (SUBSCRIBE TO v) TO STDOUT` streams a
+//! view's rows and then each sealed epoch's changes (updates paired by key), which applied in
+//! order always give the view's rows; `snapshot = false` and `progress = true`; cursors over a
+//! query and over a subscription, FETCH and MOVE, with PostgreSQL's errors; and a client that
+//! stops reading is cut off with 54000 while the server goes on.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{text_rows, TestServer};
+use futures::{Stream, StreamExt};
+use tokio_postgres::SimpleQueryMessage;
+
+/// The next line of a COPY stream, within 30 s.
+async fn line<S>(lines: &mut S) -> String
+where
+    S: Stream<Item = Result<Bytes, tokio_postgres::Error>> + Unpin,
+{
+    let next = tokio::time::timeout(Duration::from_secs(30), lines.next())
+        .await
+        .expect("a line within 30 s")
+        .expect("the stream goes on")
+        .expect("no error");
+    String::from_utf8(next.to_vec())
+        .unwrap()
+        .trim_end()
+        .to_string()
+}
+
+/// Applies a subscription's line (`g n s op epoch`) to `rows`; returns its op and epoch.
+fn apply(rows: &mut BTreeMap<String, i64>, line: &str) -> (String, i64) {
+    let f: Vec<&str> = line.split('\t').collect();
+    assert_eq!(f.len(), 5, "{line}");
+    let row = format!("{} {} {}", f[0], f[1], f[2]);
+    let count = rows.entry(row.clone()).or_default();
+    match f[3] {
+        "insert" | "update_insert" => *count += 1,
+        "delete" | "update_delete" => *count -= 1,
+        other => panic!("op {other} in {line}"),
+    }
+    assert!(
+        *count >= 0,
+        "{line} deletes a row the subscriber does not have"
+    );
+    if *count == 0 {
+        rows.remove(&row);
+    }
+    (f[3].to_string(), f[4].parse().unwrap())
+}
+
+fn model(rows: &BTreeMap<String, i64>) -> Vec<String> {
+    rows.keys().cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_streams_a_views_rows_then_its_changes_epoch_by_epoch() {
+    let server = TestServer::start().await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g text, v int);
+             CREATE MATERIALIZED VIEW agg AS SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g;
+             INSERT INTO t VALUES (1, 'a', 10), (2, 'a', 5), (3, 'b', 1)",
+        )
+        .await
+        .unwrap();
+    let view = "SELECT g || ' ' || n || ' ' || s FROM agg ORDER BY 1";
+    let watcher = server.connect().await;
+    let copy = watcher
+        .copy_out("COPY (SUBSCRIBE TO agg) TO STDOUT")
+        .await
+        .unwrap();
+    let mut lines = Box::pin(copy);
+    let mut rows = BTreeMap::new();
+    // The view's rows first, all of one epoch.
+    let first = line(&mut lines).await;
+    let (op, snapshot_epoch) = apply(&mut rows, &first);
+    assert_eq!(op, "insert");
+    let (op, epoch) = apply(&mut rows, &line(&mut lines).await);
+    assert_eq!((op.as_str(), epoch), ("insert", snapshot_epoch));
+    assert_eq!(model(&rows), text_rows(&client, view).await);
+    // An update of a group is a pair, the old row first; a new group an insert; a group
+    // gone a delete.
+    client
+        .batch_execute("INSERT INTO t VALUES (4, 'a', 1), (5, 'c', 7); DELETE FROM t WHERE g = 'b'")
+        .await
+        .unwrap();
+    let mut ops = Vec::new();
+    let mut last_epoch = snapshot_epoch;
+    while model(&rows) != text_rows(&client, view).await {
+        let l = line(&mut lines).await;
+        let (op, epoch) = apply(&mut rows, &l);
+        assert!(epoch > snapshot_epoch && epoch >= last_epoch, "{l}");
+        last_epoch = epoch;
+        ops.push(format!("{op} {}", l.split('\t').next().unwrap()));
+    }
+    ops.sort();
+    assert_eq!(
+        ops,
+        ["delete b", "insert c", "update_delete a", "update_insert a"]
+    );
+    // Many changes over many epochs: the subscriber's rows follow the view.
+    for i in 0..20 {
+        client
+            .batch_execute(&format!(
+                "INSERT INTO t SELECT i, 'g' || (i % 7), i + 0 FROM generate_series({}, {}) AS s(i);
+                 UPDATE t SET v = v + 1 WHERE id % 5 = {}",
+                100 + i * 50,
+                149 + i * 50,
+                i % 5
+            ))
+            .await
+            .unwrap();
+    }
+    client.batch_execute("FLUSH").await.unwrap();
+    let want = text_rows(&client, view).await;
+    while model(&rows) != want {
+        apply(&mut rows, &line(&mut lines).await);
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_snapshot_only_changes_come_and_progress_rows_mark_quiet_epochs() {
+    let server = TestServer::start().await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'old')",
+        )
+        .await
+        .unwrap();
+    let watcher = server.connect().await;
+    let copy = watcher
+        .copy_out(
+            "COPY (SUBSCRIBE t WITH (snapshot = false, progress = true)) TO STDOUT WITH (FORMAT csv)",
+        )
+        .await
+        .unwrap();
+    let mut lines = Box::pin(copy);
+    // Nothing changes: progress rows, NULL columns, one per epoch, epochs rising.
+    let mut epochs = Vec::new();
+    for _ in 0..3 {
+        let l = line(&mut lines).await;
+        let f: Vec<&str> = l.split(',').collect();
+        assert_eq!(&f[..3], ["", "", "progress"], "{l}");
+        epochs.push(f[3].parse::<i64>().unwrap());
+    }
+    assert!(epochs.windows(2).all(|w| w[0] < w[1]), "{epochs:?}");
+    client
+        .batch_execute("UPDATE t SET v = 'new' WHERE id = 1")
+        .await
+        .unwrap();
+    let mut changes = Vec::new();
+    while changes.len() < 2 {
+        let l = line(&mut lines).await;
+        if !l.contains(",progress,") {
+            changes.push(l.rsplit_once(',').unwrap().0.to_string());
+        }
+    }
+    assert_eq!(changes, ["1,old,update_delete", "1,new,update_insert"]);
+    server.stop().await;
+}
+
+/// The rows of a simple query's answer, and its command's row count.
+async fn simple(client: &tokio_postgres::Client, sql: &str) -> (Vec<String>, u64) {
+    let mut rows = Vec::new();
+    let mut count = 0;
+    for m in client.simple_query(sql).await.unwrap() {
+        match m {
+            SimpleQueryMessage::Row(r) => rows.push(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            SimpleQueryMessage::CommandComplete(n) => count = n,
+            _ => {}
+        }
+    }
+    (rows, count)
+}
+
+async fn sqlstate(client: &tokio_postgres::Client, sql: &str) -> String {
+    let e = client.batch_execute(sql).await.unwrap_err();
+    e.code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| format!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cursors_fetch_and_move_through_a_query_and_a_subscription() {
+    let server = TestServer::start().await;
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'x')")
+        .await
+        .unwrap();
+    assert_eq!(
+        sqlstate(&client, "DECLARE c CURSOR FOR SELECT 1").await,
+        "25P01"
+    );
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .batch_execute(
+            "DECLARE q CURSOR FOR SELECT i FROM generate_series(1, 10) AS s(i) ORDER BY i",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        simple(&client, "FETCH 3 FROM q").await,
+        (vec!["1".into(), "2".into(), "3".into()], 3)
+    );
+    assert_eq!(simple(&client, "MOVE 2 IN q").await.1, 2);
+    // Through the extended protocol, described by the cursor's columns.
+    let rows = client.query("FETCH NEXT FROM q", &[]).await.unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+        [6]
+    );
+    assert_eq!(simple(&client, "FETCH ALL q").await.1, 4);
+    assert_eq!(simple(&client, "FETCH q").await, (vec![], 0));
+    client
+        .batch_execute("DECLARE s CURSOR FOR SUBSCRIBE TO t")
+        .await
+        .unwrap();
+    let (rows, _) = simple(&client, "FETCH 100 FROM s").await;
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].starts_with("1 x insert "), "{rows:?}");
+    // A change from another session: FETCH waits for it.
+    let other = server.connect().await;
+    let writer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        other
+            .batch_execute("INSERT INTO t VALUES (2, 'y')")
+            .await
+            .unwrap();
+    });
+    let (rows, n) = simple(&client, "FETCH 100 FROM s").await;
+    writer.await.unwrap();
+    assert_eq!(n, 1, "{rows:?}");
+    assert!(rows[0].starts_with("2 y insert "), "{rows:?}");
+    assert_eq!(
+        sqlstate(&client, "DECLARE s CURSOR FOR SELECT 1").await,
+        "42P03"
+    );
+    client.batch_execute("ROLLBACK; BEGIN").await.unwrap();
+    // The cursors ended with their block.
+    assert_eq!(sqlstate(&client, "FETCH 1 FROM s").await, "34000");
+    client.batch_execute("ROLLBACK; BEGIN").await.unwrap();
+    client
+        .batch_execute("DECLARE q CURSOR FOR SELECT 1")
+        .await
+        .unwrap();
+    assert_eq!(sqlstate(&client, "FETCH BACKWARD 1 FROM q").await, "55000");
+    client.batch_execute("ROLLBACK; BEGIN").await.unwrap();
+    assert_eq!(
+        sqlstate(&client, "DECLARE q SCROLL CURSOR FOR SELECT 1").await,
+        "0A000"
+    );
+    client.batch_execute("ROLLBACK; BEGIN").await.unwrap();
+    assert_eq!(
+        sqlstate(&client, "DECLARE q CURSOR WITH HOLD FOR SELECT 1").await,
+        "0A000"
+    );
+    client.batch_execute("ROLLBACK; BEGIN").await.unwrap();
+    client
+        .batch_execute("DECLARE a CURSOR FOR SELECT 1; DECLARE b CURSOR FOR SELECT 2; CLOSE a")
+        .await
+        .unwrap();
+    assert_eq!(sqlstate(&client, "CLOSE a").await, "34000");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    for (sql, code) in [
+        ("SUBSCRIBE TO nope", "42P01"),
+        ("SUBSCRIBE TO t WITH (since = 5)", "0A000"),
+        ("SUBSCRIBE TO t WITH (color = 'red')", "22023"),
+        ("SUBSCRIBE TO t WITH (snapshot = 'maybe')", "22023"),
+    ] {
+        assert_eq!(sqlstate(&client, sql).await, code, "{sql}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_cut_off_and_the_server_goes_on() {
+    let server = TestServer::start_with(|c| c.subscription_bytes_max = 1 << 20).await;
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        .await
+        .unwrap();
+    let watcher = server.connect().await;
+    let copy = watcher
+        .copy_out("COPY (SUBSCRIBE TO t) TO STDOUT")
+        .await
+        .unwrap();
+    let mut lines = Box::pin(copy);
+    // The watcher reads nothing while 8 MB of changes go by.
+    for i in 0..8 {
+        client
+            .batch_execute(&format!(
+                "INSERT INTO t SELECT i, repeat('x', 100) FROM generate_series({}, {}) AS s(i)",
+                i * 10_000,
+                i * 10_000 + 9_999
+            ))
+            .await
+            .unwrap();
+    }
+    client.batch_execute("FLUSH").await.unwrap();
+    let mut error = None;
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(30), lines.next())
+        .await
+        .expect("the stream ends within 30 s")
+    {
+        if let Err(e) = item {
+            error = Some(e);
+            break;
+        }
+    }
+    let e = error.expect("the subscription ends with an error");
+    assert_eq!(e.code().map(|c| c.code()), Some("54000"), "{e:?}");
+    assert_eq!(
+        text_rows(&client, "SELECT count(*) FROM t").await,
+        ["80000"]
+    );
+    server.stop().await;
+}
