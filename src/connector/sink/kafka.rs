@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::json::writer::{JsonArray, LineDelimited, WriterBuilder};
+use datafusion::arrow::json::writer::{LineDelimited, WriterBuilder};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -255,36 +255,43 @@ struct Writer {
     sending: Vec<DeliveryFuture>,
 }
 
-/// The rows of `batch` as JSON objects, one per row.
-fn json_rows(batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
-    let mut out = Vec::new();
+/// The rows of `batch` as JSON objects, one per row, in one buffer.
+struct JsonRows {
+    bytes: Vec<u8>,
+    /// Where each row's object ends in `bytes` (the next begins after its newline).
+    ends: Vec<usize>,
+}
+
+impl std::ops::Index<usize> for JsonRows {
+    type Output = [u8];
+
+    fn index(&self, row: usize) -> &[u8] {
+        let start = match row {
+            0 => 0,
+            r => self.ends[r - 1] + 1,
+        };
+        &self.bytes[start..self.ends[row]]
+    }
+}
+
+fn json_rows(batch: &RecordBatch) -> Result<JsonRows> {
+    let mut bytes = Vec::new();
     let mut w = WriterBuilder::new()
         .with_explicit_nulls(true)
-        .build::<_, LineDelimited>(&mut out);
+        .build::<_, LineDelimited>(&mut bytes);
     w.write(batch)?;
     w.finish()?;
     drop(w);
-    Ok(out
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect())
-}
-
-/// The JSON object of a batch's first row, or of an empty batch: `null`.
-fn json_object(batch: &RecordBatch) -> Result<Vec<u8>> {
-    if batch.num_rows() == 0 {
-        return Ok(b"null".to_vec());
+    let ends: Vec<usize> = (bytes.iter().enumerate())
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i)
+        .collect();
+    if ends.len() != batch.num_rows() {
+        return Err(Error::internal(
+            "JSON rows and the batch's rows differ in number",
+        ));
     }
-    let mut out = Vec::new();
-    let mut w = WriterBuilder::new()
-        .with_explicit_nulls(true)
-        .build::<_, JsonArray>(&mut out);
-    w.write(&batch.slice(0, 1))?;
-    w.finish()?;
-    drop(w);
-    // `[{...}]`
-    Ok(out[1..out.len() - 1].to_vec())
+    Ok(JsonRows { bytes, ends })
 }
 
 impl Writer {
@@ -348,9 +355,9 @@ impl Writer {
         Ok(())
     }
 
-    fn key_of(&self, chunk: &StreamChunk, row: usize) -> Result<Vec<u8>> {
-        let key = chunk.data.project(&self.spec.key)?;
-        json_object(&key.slice(row, 1))
+    /// Each row's key as a JSON object (`{"customer":"c1"}`).
+    fn keys(&self, chunk: &StreamChunk) -> Result<JsonRows> {
+        json_rows(&chunk.data.project(&self.spec.key)?)
     }
 }
 
@@ -390,31 +397,30 @@ impl SinkWriter for Writer {
         match self.spec.format {
             Format::Plain => {
                 let rows = json_rows(&chunk.data)?;
-                for (row, op) in rows.iter().zip(&chunk.ops) {
+                for (row, op) in chunk.ops.iter().enumerate() {
                     if *op == Op::Insert {
-                        self.send(None, Some(row)).await?;
+                        self.send(None, Some(&rows[row])).await?;
                     }
                 }
             }
             Format::Upsert => {
                 let rows = json_rows(&chunk.data)?;
+                let keys = self.keys(&chunk)?;
                 for net in super::net_changes(&chunk, &self.spec.key)? {
                     match net {
                         Net::Holds(row) => {
-                            let key = self.key_of(&chunk, row)?;
-                            self.send(Some(&key), Some(&rows[row])).await?;
+                            self.send(Some(&keys[row]), Some(&rows[row])).await?;
                         }
                         Net::Gone(row) => {
-                            let key = self.key_of(&chunk, row)?;
-                            self.send(Some(&key), None).await?;
+                            self.send(Some(&keys[row]), None).await?;
                         }
                     }
                 }
             }
             Format::Debezium => {
                 let rows = json_rows(&chunk.data)?;
+                let keys = self.keys(&chunk)?;
                 for (row, op) in chunk.ops.iter().enumerate() {
-                    let key = self.key_of(&chunk, row)?;
                     let (before, after, code): (&[u8], &[u8], &str) = match op {
                         Op::Insert => (b"null", &rows[row], "c"),
                         Op::Delete => (&rows[row], b"null", "d"),
@@ -424,7 +430,7 @@ impl SinkWriter for Writer {
                     event.extend_from_slice(b",\"after\":");
                     event.extend_from_slice(after);
                     event.extend_from_slice(format!(",\"op\":\"{code}\"}}").as_bytes());
-                    self.send(Some(&key), Some(&event)).await?;
+                    self.send(Some(&keys[row]), Some(&event)).await?;
                 }
             }
         }
