@@ -292,6 +292,7 @@ pub async fn deliver(
         SinkStart::Rebuilt(_) => None,
         _ => Some(false),
     };
+    let mut first_answer: Option<u64> = None;
     let mut backoff = Duration::from_millis(100);
     let mut target: Option<u64> = None;
     while !status.stopped() {
@@ -309,7 +310,15 @@ pub async fn deliver(
                             ),
                         ));
                     }
-                    // A rebuilt sink whose target holds output of its earlier life.
+                    // A rebuilt sink whose target holds output of its earlier life. A marker
+                    // past the first answer means a delivery of this life is in the target
+                    // (one whose commit reported a failure but landed, or that the writer
+                    // finished, as a file sink does): the first of them replaced that output.
+                    match first_answer {
+                        None => first_answer = Some(d),
+                        Some(first) if d > first => replace = Some(false),
+                        Some(_) => {}
+                    }
                     replace.get_or_insert(d > 0);
                     target = Some(d);
                     status.delivered.store(d, Ordering::Release);

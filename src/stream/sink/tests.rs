@@ -12,6 +12,9 @@ struct Target {
     asked: Arc<StdMutex<Vec<String>>>,
     held: Arc<StdMutex<Option<u64>>>,
     fail_commits: Arc<AtomicU64>,
+    /// Commits that land in the target and still report a failure (a commit cut short after
+    /// its decision, which the target's next `delivered` finishes).
+    land_then_fail: Arc<AtomicU64>,
 }
 
 #[async_trait::async_trait]
@@ -49,6 +52,14 @@ impl SinkWriter for Target {
             ));
         }
         *self.held.lock().unwrap() = Some(epoch);
+        if self.land_then_fail.load(Ordering::SeqCst) > 0 {
+            self.land_then_fail.fetch_sub(1, Ordering::SeqCst);
+            self.asked
+                .lock()
+                .unwrap()
+                .push(format!("commit {epoch} landed, failed"));
+            return Err(Error::new(ErrorKind::ConnectionFailure, "cut short"));
+        }
         self.asked.lock().unwrap().push(format!("commit {epoch}"));
         Ok(())
     }
@@ -307,6 +318,42 @@ async fn a_rebuilt_sink_replaces_its_earlier_output_once() {
             "begin 7",
             "write +",
             "commit 7"
+        ]
+    );
+    f.status.stop();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_replacing_delivery_that_landed_before_its_failure_is_not_repeated() {
+    let mut f = fixture(u64::MAX);
+    f.store.seal(5);
+    f.epoch(6, &["+ 1"]).await;
+    let target = Target::default();
+    *target.held.lock().unwrap() = Some(4);
+    target.land_then_fail.store(1, Ordering::SeqCst);
+    let task = tokio::spawn(deliver(
+        f.store.clone(),
+        LOG,
+        Box::new(target.clone()),
+        f.status.clone(),
+        f.durable.subscribe(),
+        SinkStart::Rebuilt(5),
+    ));
+    until("epoch 5", || *target.held.lock().unwrap() == Some(5)).await;
+    f.durable.send_replace(6);
+    until("epoch 6", || *target.held.lock().unwrap() == Some(6)).await;
+    // The replacement is in the target: the next delivery adds to it, never replaces it.
+    assert_eq!(
+        *target.asked.lock().unwrap(),
+        [
+            "delivered Some(4)",
+            "replace 5",
+            "commit 5 landed, failed",
+            "delivered Some(5)",
+            "begin 6",
+            "write +",
+            "commit 6"
         ]
     );
     f.status.stop();
