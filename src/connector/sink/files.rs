@@ -458,12 +458,27 @@ impl Target {
             .await
             .map_err(self.failed("list"))?;
         for name in names {
-            match self.store.delete(&name).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(self.failed("delete in")(e)),
-            }
+            self.delete(&name).await?;
         }
         Ok(())
+    }
+
+    /// Deletes object `name`; one already gone is no error.
+    async fn delete(&self, name: &ObjectPath) -> Result<()> {
+        match self.store.delete(name).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.failed(&format!("delete {name} in"))(e)),
+        }
+    }
+
+    /// Object `name`'s bytes (`what` it is, for errors); `None` when there is none.
+    async fn read(&self, name: &str, what: &str) -> Result<Option<Bytes>> {
+        let failed = self.failed(&format!("read {what} in"));
+        match self.store.get(&parse_path(name)?).await {
+            Ok(got) => Ok(Some(got.bytes().await.map_err(failed)?)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(failed(e)),
+        }
     }
 
     /// The sink's data files in its directory: every `part-<epoch>-<n>.<ext>` outside
@@ -489,13 +504,8 @@ impl Target {
     /// The epoch the marker holds.
     async fn marker(&self) -> Result<Option<u64>> {
         let name = self.own("delivered");
-        let bytes = match self.store.get(&parse_path(&name)?).await {
-            Ok(got) => got
-                .bytes()
-                .await
-                .map_err(self.failed("read the marker in"))?,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(self.failed("read the marker in")(e)),
+        let Some(bytes) = self.read(&name, "the marker").await? else {
+            return Ok(None);
         };
         let text = String::from_utf8_lossy(&bytes);
         text.trim().parse::<u64>().map(Some).map_err(|_| {
@@ -533,10 +543,7 @@ impl Target {
     async fn publish(&self, record: &CommitRecord, record_name: &str) -> Result<()> {
         crate::failpoint::reach("sink.file.before_publish").await;
         for name in &record.replaces {
-            match self.store.delete(&parse_path(name)?).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(self.failed(&format!("delete {name} in"))(e)),
-            }
+            self.delete(&parse_path(name)?).await?;
         }
         let mut finals = Vec::with_capacity(record.files.len());
         for (temp, last) in &record.files {
@@ -567,10 +574,7 @@ impl Target {
             record.epoch.to_string().into_bytes(),
         )
         .await?;
-        match self.store.delete(&parse_path(record_name)?).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.failed("delete the commit record in")(e)),
-        }
+        self.delete(&parse_path(record_name)?).await
     }
 }
 
@@ -721,16 +725,15 @@ impl SinkWriter for Writer {
         for (epoch, name) in self.target.commit_records().await? {
             if delivered.is_some_and(|d| epoch <= d) {
                 // Published; only the record's deletion was cut short.
-                match self.target.store.delete(&parse_path(&name)?).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => continue,
-                    Err(e) => return Err(self.target.failed("delete the commit record in")(e)),
-                }
+                self.target.delete(&parse_path(&name)?).await?;
+                continue;
             }
-            let bytes = (self.target.store.get(&parse_path(&name)?).await)
-                .map_err(self.target.failed("read the commit record in"))?
-                .bytes()
-                .await
-                .map_err(self.target.failed("read the commit record in"))?;
+            let bytes = (self.target.read(&name, "the commit record").await?).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::UndefinedFile,
+                    format!("the file sink's commit record {name} is gone"),
+                )
+            })?;
             let record: CommitRecord = serde_json::from_slice(&bytes).map_err(|e| {
                 Error::new(
                     ErrorKind::DataCorruption,

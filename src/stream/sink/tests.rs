@@ -92,6 +92,18 @@ fn fixture(bytes_max: u64) -> Fixture {
 }
 
 impl Fixture {
+    /// Starts delivering the sink's log to `target`.
+    fn deliver(&self, target: &Target, start: SinkStart) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(deliver(
+            self.store.clone(),
+            LOG,
+            Box::new(target.clone()),
+            self.status.clone(),
+            self.durable.subscribe(),
+            start,
+        ))
+    }
+
     /// The sink's view emits `changes` ("+1 +2 -1": one chunk per group) in epoch `epoch`.
     async fn epoch(&mut self, epoch: u64, changes: &[&str]) {
         let s = schema(&[("a", DataType::Int64)]);
@@ -132,14 +144,7 @@ async fn each_durable_checkpoint_is_delivered_once_from_the_log_and_then_deleted
     f.epoch(1, &["+ 1\n+ 2"]).await;
     f.epoch(2, &["- 1\n+ 3", "+ 4"]).await;
     let target = Target::default();
-    let task = tokio::spawn(deliver(
-        f.store.clone(),
-        LOG,
-        Box::new(target.clone()),
-        f.status.clone(),
-        f.durable.subscribe(),
-        SinkStart::Created,
-    ));
+    let task = f.deliver(&target, SinkStart::Created);
     // Nothing is durable yet: the target is asked what it holds, and nothing is sent.
     until("the target asked", || {
         target.asked.lock().unwrap().len() == 1
@@ -183,14 +188,7 @@ async fn a_restart_sends_only_the_checkpoints_the_target_lacks_and_a_failure_is_
     let target = Target::default();
     *target.held.lock().unwrap() = Some(1);
     target.fail_commits.store(1, Ordering::SeqCst);
-    let task = tokio::spawn(deliver(
-        f.store.clone(),
-        LOG,
-        Box::new(target.clone()),
-        f.status.clone(),
-        f.durable.subscribe(),
-        SinkStart::Restored(3),
-    ));
+    let task = f.deliver(&target, SinkStart::Restored(3));
     until("epoch 3", || *target.held.lock().unwrap() == Some(3)).await;
     assert_eq!(
         *target.asked.lock().unwrap(),
@@ -219,14 +217,7 @@ async fn a_target_ahead_of_the_restored_checkpoint_is_an_error_not_a_skip() {
     f.epoch(1, &["+ 1"]).await;
     let target = Target::default();
     *target.held.lock().unwrap() = Some(7);
-    let task = tokio::spawn(deliver(
-        f.store.clone(),
-        LOG,
-        Box::new(target.clone()),
-        f.status.clone(),
-        f.durable.subscribe(),
-        SinkStart::Restored(1),
-    ));
+    let task = f.deliver(&target, SinkStart::Restored(1));
     until("the error", || f.status.error().is_some()).await;
     assert!(f.status.error().unwrap().contains("epoch 7"));
     assert_eq!(target.asked.lock().unwrap()[0], "delivered Some(7)");
@@ -286,14 +277,7 @@ async fn a_rebuilt_sink_replaces_its_earlier_output_once() {
     f.epoch(7, &["+ 2"]).await;
     let target = Target::default();
     *target.held.lock().unwrap() = Some(4);
-    let task = tokio::spawn(deliver(
-        f.store.clone(),
-        LOG,
-        Box::new(target.clone()),
-        f.status.clone(),
-        f.durable.subscribe(),
-        SinkStart::Rebuilt(5),
-    ));
+    let task = f.deliver(&target, SinkStart::Rebuilt(5));
     // The restored checkpoint replaces the earlier output (its share of the log is empty).
     until("epoch 5", || *target.held.lock().unwrap() == Some(5)).await;
     // A failure after that does not replace again.
@@ -332,14 +316,7 @@ async fn a_replacing_delivery_that_landed_before_its_failure_is_not_repeated() {
     let target = Target::default();
     *target.held.lock().unwrap() = Some(4);
     target.land_then_fail.store(1, Ordering::SeqCst);
-    let task = tokio::spawn(deliver(
-        f.store.clone(),
-        LOG,
-        Box::new(target.clone()),
-        f.status.clone(),
-        f.durable.subscribe(),
-        SinkStart::Rebuilt(5),
-    ));
+    let task = f.deliver(&target, SinkStart::Rebuilt(5));
     until("epoch 5", || *target.held.lock().unwrap() == Some(5)).await;
     f.durable.send_replace(6);
     until("epoch 6", || *target.held.lock().unwrap() == Some(6)).await;

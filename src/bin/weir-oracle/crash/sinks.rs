@@ -41,23 +41,9 @@ impl Sinks {
 
     /// The sinks, into `database` of the oracle's PostgreSQL at `pg_conn`.
     pub async fn create(&self, weir: &Client, pg_conn: &str, database: &str) -> Result<(), String> {
-        let field = |key: &str| {
-            pg_conn
-                .split_whitespace()
-                .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-                .unwrap_or_default()
-                .to_string()
-        };
-        let target = |table: &str| {
-            format!(
-                "connector = 'postgres', hostname = '{}', port = '{}', username = '{}', \
-                 password = '{}', database.name = '{database}', table.name = '{table}'",
-                field("host"),
-                field("port"),
-                field("user"),
-                field("password"),
-            )
-        };
+        let endpoint = super::upstreams::endpoint(pg_conn, database);
+        let target =
+            |table: &str| format!("connector = 'postgres', {endpoint}, table.name = '{table}'");
         let ddl = format!(
             "CREATE SINK s_groups FROM v_groups WITH ({});
              CREATE SINK s_events AS SELECT id, g, v FROM k_events WITH ({});

@@ -93,26 +93,15 @@ impl Upstreams {
              CREATE TABLE k_events (id bigint, g int, v bigint)",
         )
         .await?;
-        let field = |key: &str| {
-            pg_conn
-                .split_whitespace()
-                .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-                .unwrap_or_default()
-                .to_string()
-        };
         let ddl = format!(
-            "CREATE SOURCE cdc WITH (connector = 'postgres-cdc', hostname = '{}', port = '{}', \
-               username = '{}', password = '{}', database.name = '{database}', \
+            "CREATE SOURCE cdc WITH (connector = 'postgres-cdc', {}, \
                slot.name = '{}', snapshot.batch_rows = '50');
              CREATE TABLE cdc_orders (id bigint PRIMARY KEY, g int, v bigint) \
                FROM cdc TABLE 'public.cdc_orders';
              CREATE SOURCE k_events (id bigint, g int, v bigint) \
                WITH (connector = 'kafka', topic = '{TOPIC}', \
                      properties.bootstrap.server = '{}') FORMAT PLAIN ENCODE JSON",
-            field("host"),
-            field("port"),
-            field("user"),
-            field("password"),
+            endpoint(pg_conn, database),
             self.slot,
             self.broker.address,
         );
@@ -256,4 +245,24 @@ impl Writer {
         }
         Ok(())
     }
+}
+
+/// The options that reach `database` of the PostgreSQL at `pg_conn` (`host=... port=...`), as
+/// a postgres-cdc source and a postgres sink take them.
+pub fn endpoint(pg_conn: &str, database: &str) -> String {
+    let field = |key: &str| {
+        pg_conn
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    format!(
+        "hostname = '{}', port = '{}', username = '{}', password = '{}', \
+         database.name = '{database}'",
+        field("host"),
+        field("port"),
+        field("user"),
+        field("password")
+    )
 }
