@@ -1,8 +1,9 @@
 //! SUBSCRIBE and cursors from tokio-postgres: `COPY (SUBSCRIBE TO v) TO STDOUT` streams a
 //! view's rows and then each sealed epoch's changes (updates paired by key), which applied in
 //! order always give the view's rows; `snapshot = false` and `progress = true`; cursors over a
-//! query and over a subscription, FETCH and MOVE, with PostgreSQL's errors; and a client that
-//! stops reading is cut off with 54000 while the server goes on.
+//! query and over a subscription, FETCH and MOVE, with PostgreSQL's errors; a subscription
+//! `since` a retained checkpoint (base or delta) starts with what changed after it; and a
+//! client that stops reading is cut off with 54000 while the server goes on.
 
 mod common;
 
@@ -275,7 +276,7 @@ async fn cursors_fetch_and_move_through_a_query_and_a_subscription() {
     client.batch_execute("ROLLBACK").await.unwrap();
     for (sql, code) in [
         ("SUBSCRIBE TO nope", "42P01"),
-        ("SUBSCRIBE TO t WITH (since = 5)", "0A000"),
+        ("SUBSCRIBE TO t WITH (since = 5)", "22023"),
         ("SUBSCRIBE TO t WITH (color = 'red')", "22023"),
         ("SUBSCRIBE TO t WITH (snapshot = 'maybe')", "22023"),
     ] {
@@ -326,5 +327,185 @@ async fn a_client_that_stops_reading_is_cut_off_and_the_server_goes_on() {
         text_rows(&client, "SELECT count(*) FROM t").await,
         ["80000"]
     );
+    server.stop().await;
+}
+
+/// CHECKPOINT (a base one with `base`): its epoch.
+async fn checkpoint(client: &tokio_postgres::Client, base: bool) -> i64 {
+    let sql = if base {
+        "CHECKPOINT BASE"
+    } else {
+        "CHECKPOINT"
+    };
+    client.query_one(sql, &[]).await.unwrap().get("epoch")
+}
+
+/// Subscribes to `relation` since `epoch` (with progress rows), applies the start's lines to
+/// `rows`, which hold the relation's rows at `epoch`, and returns the subscription after them,
+/// with the start's epoch. The start's deletes come before its inserts, all in one epoch.
+async fn resume(
+    watcher: &tokio_postgres::Client,
+    relation: &str,
+    epoch: i64,
+    rows: &mut BTreeMap<String, i64>,
+) -> (std::pin::Pin<Box<tokio_postgres::CopyOutStream>>, i64) {
+    let copy = watcher
+        .copy_out(&format!(
+            "COPY (SUBSCRIBE TO {relation} WITH (since = {epoch}, progress = true)) TO STDOUT"
+        ))
+        .await
+        .unwrap();
+    let mut lines = Box::pin(copy);
+    let (mut start, mut ops) = (None, Vec::new());
+    loop {
+        let l = line(&mut lines).await;
+        let epoch: i64 = l.rsplit_once('\t').unwrap().1.parse().unwrap();
+        if *start.get_or_insert(epoch) != epoch {
+            break;
+        }
+        let (op, _) = apply(rows, &l);
+        ops.push(op);
+    }
+    let inserts = ops
+        .iter()
+        .skip_while(|o| *o == "delete")
+        .collect::<Vec<_>>();
+    assert!(inserts.iter().all(|o| *o == "insert"), "{ops:?}");
+    (lines, start.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_since_a_retained_checkpoint_starts_with_what_changed_after_it() {
+    let server = TestServer::start_with(|c| {
+        c.checkpoint.interval_ms = 0;
+        c.checkpoint.retained = 2;
+    })
+    .await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g text, v int);
+             CREATE MATERIALIZED VIEW agg AS SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g;
+             INSERT INTO t SELECT i, 'g' || (i % 9), i + 0 FROM generate_series(1, 5000) AS s(i)",
+        )
+        .await
+        .unwrap();
+    let view = "SELECT g || ' ' || n || ' ' || s FROM agg";
+    let table = "SELECT id || ' ' || g || ' ' || v FROM t";
+    let counted =
+        |rows: Vec<String>| -> BTreeMap<String, i64> { rows.into_iter().map(|r| (r, 1)).collect() };
+    // A base checkpoint, changes, and a delta checkpoint over it.
+    let base = checkpoint(&client, true).await;
+    let (view_at_base, table_at_base) = (
+        counted(text_rows(&client, view).await),
+        counted(text_rows(&client, table).await),
+    );
+    client
+        .batch_execute(
+            "UPDATE t SET v = v + 1 WHERE id % 3 = 0; DELETE FROM t WHERE id % 9 = 4;
+             INSERT INTO t VALUES (9001, 'new', 1)",
+        )
+        .await
+        .unwrap();
+    let delta = checkpoint(&client, false).await;
+    let mode: String = client
+        .query_one(
+            "SELECT mode FROM weir_catalog.checkpoints ORDER BY id DESC LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(mode, "delta");
+    let table_at_delta = counted(text_rows(&client, table).await);
+    client
+        .batch_execute(
+            "UPDATE t SET g = 'moved' WHERE id % 11 = 0; DELETE FROM t WHERE id = 9001;
+             CREATE TABLE later (id int PRIMARY KEY)",
+        )
+        .await
+        .unwrap();
+
+    // From either checkpoint, the start turns the checkpoint's rows into the current ones,
+    // and the changes after it follow. A subscription holds its connection.
+    for (i, (relation, epoch, mut rows, query)) in [
+        ("agg", base, view_at_base, view),
+        ("t", base, table_at_base, table),
+        ("t", delta, table_at_delta, table),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let watcher = server.connect().await;
+        let (mut lines, start) = resume(&watcher, relation, epoch, &mut rows).await;
+        assert!(start > delta, "{start}");
+        let mut now = text_rows(&client, query).await;
+        now.sort();
+        assert_eq!(model(&rows), now, "{relation} since {epoch}");
+        assert!(rows.values().all(|n| *n == 1), "{relation} since {epoch}");
+        let id = 9100 + i;
+        client
+            .batch_execute(&format!("INSERT INTO t VALUES ({id}, 'live{id}', 2)"))
+            .await
+            .unwrap();
+        let live = loop {
+            let l = line(&mut lines).await;
+            if !l.contains("\tprogress\t") {
+                break l.rsplit_once('\t').unwrap().0.to_string();
+            }
+        };
+        let want = match relation {
+            "t" => format!("{id}\tlive{id}\t2\tinsert"),
+            _ => format!("live{id}\t1\t2\tinsert"),
+        };
+        assert_eq!(live, want);
+    }
+
+    // An epoch no retained checkpoint has, a relation the checkpoint lacks, bad values.
+    let watcher = server.connect().await;
+    let state = |sql: String| {
+        let watcher = &watcher;
+        async move { sqlstate(watcher, &sql).await }
+    };
+    assert_eq!(
+        state(format!("SUBSCRIBE t WITH (since = {})", delta + 1)).await,
+        "22023"
+    );
+    assert_eq!(
+        state(format!("SUBSCRIBE later WITH (since = {delta})")).await,
+        "22023"
+    );
+    assert_eq!(
+        state("SUBSCRIBE t WITH (since = 'soon')".into()).await,
+        "22023"
+    );
+    let both = format!("SUBSCRIBE t WITH (since = {delta}, snapshot = false)");
+    assert_eq!(state(both).await, "22023");
+    // A newer checkpoint expires the oldest: its epoch is refused, naming the oldest left.
+    checkpoint(&client, false).await;
+    let e = watcher
+        .batch_execute(&format!("SUBSCRIBE t WITH (since = {base})"))
+        .await
+        .unwrap_err();
+    let e = e.as_db_error().unwrap();
+    assert_eq!(e.code().code(), "22023");
+    assert!(
+        e.message()
+            .contains(&format!("oldest retained checkpoint, at epoch {delta}")),
+        "{}",
+        e.message()
+    );
+    // The subscriptions' rebuilt directories go with them.
+    drop(watcher);
+    let reads = server.dir.path().join("checkpoints/reads");
+    let mut left = 0;
+    for _ in 0..100 {
+        left = std::fs::read_dir(&reads).map_or(0, |d| d.count());
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "rebuilt checkpoints left in {}", reads.display());
     server.stop().await;
 }

@@ -186,9 +186,10 @@ impl Ledger {
     }
 
     /// Records a checkpoint whose manifest is written: it becomes the newest, the oldest ones
-    /// beyond the retention limit expire, and the objects nobody names any more are returned
-    /// for deletion (with those of failed checkpoints that this one does not name).
-    pub fn complete(&mut self, checkpoint: Completed) -> Retired {
+    /// beyond the retention limit expire unless `pinned` (being read: they expire at a later
+    /// completion), and the objects nobody names any more are returned for deletion (with
+    /// those of failed checkpoints that this one does not name).
+    pub fn complete(&mut self, checkpoint: Completed, pinned: &BTreeSet<u64>) -> Retired {
         for f in checkpoint.objects() {
             *self.refs.entry(f.object.clone()).or_default() += 1;
         }
@@ -196,10 +197,13 @@ impl Ledger {
         self.retained.push_back(checkpoint);
         let mut retired = Retired::default();
         let mut released = BTreeSet::new();
-        while self.retained.len() > self.retained_max {
-            let Some(old) = self.retained.pop_front() else {
-                break;
-            };
+        let excess = self.retained.len().saturating_sub(self.retained_max);
+        let mut kept = VecDeque::with_capacity(self.retained.len());
+        for (i, old) in std::mem::take(&mut self.retained).into_iter().enumerate() {
+            if i >= excess || pinned.contains(&old.id) {
+                kept.push_back(old);
+                continue;
+            }
             for f in old.objects() {
                 if let Some(n) = self.refs.get_mut(&f.object) {
                     *n -= 1;
@@ -211,6 +215,7 @@ impl Ledger {
             }
             retired.expired.push(old.id);
         }
+        self.retained = kept;
         let orphans = std::mem::take(&mut self.orphans);
         released.extend(orphans.into_iter().filter(|o| !self.refs.contains_key(o)));
         retired.delete = released.into_iter().collect();
@@ -240,6 +245,16 @@ mod tests {
     /// Runs one checkpoint: plans it, "uploads" (checksum = size), completes it. Returns the
     /// local names uploaded and what completing it deleted, as local names.
     fn checkpoint(ledger: &mut Ledger, id: u64, files: &[&str]) -> (Vec<String>, Vec<String>) {
+        checkpoint_pinned(ledger, id, files, &BTreeSet::new())
+    }
+
+    /// Like `checkpoint`, with the checkpoints in `pinned` being read.
+    fn checkpoint_pinned(
+        ledger: &mut Ledger,
+        id: u64,
+        files: &[&str],
+        pinned: &BTreeSet<u64>,
+    ) -> (Vec<String>, Vec<String>) {
         let files: Vec<LocalFile> = files.iter().map(|n| sst(n)).collect();
         let plan = ledger.plan(id, &files, true);
         let uploaded: Vec<String> = plan.upload.iter().map(|(f, _)| local(&f.name)).collect();
@@ -250,11 +265,14 @@ mod tests {
             size: f.size,
             crc32: f.size as u32,
         }));
-        let retired = ledger.complete(Completed {
-            id,
-            files: refs,
-            deltas: vec![],
-        });
+        let retired = ledger.complete(
+            Completed {
+                id,
+                files: refs,
+                deltas: vec![],
+            },
+            pinned,
+        );
         let deleted = retired
             .delete
             .iter()
@@ -321,6 +339,19 @@ mod tests {
     }
 
     #[test]
+    fn a_pinned_checkpoint_outlives_its_retention_until_a_completion_after_it_is_unpinned() {
+        let mut ledger = Ledger::new("run", 1);
+        checkpoint(&mut ledger, 1, &["1", "2"]);
+        let (_, del) = checkpoint_pinned(&mut ledger, 2, &["2", "3"], &BTreeSet::from([1]));
+        assert!(del.is_empty());
+        assert_eq!(ledger.retained().map(|c| c.id).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(counts(&ledger), pairs(&[("1", 1), ("2", 2), ("3", 1)]));
+        let (_, del) = checkpoint(&mut ledger, 3, &["3", "4"]);
+        assert_eq!(del, ["1", "2"]);
+        assert_eq!(ledger.retained().map(|c| c.id).collect::<Vec<_>>(), [3]);
+    }
+
+    #[test]
     fn a_file_is_reused_only_from_the_last_completed_checkpoint_with_its_size() {
         let mut ledger = Ledger::new("run", 2);
         checkpoint(&mut ledger, 1, &["1", "2"]);
@@ -353,11 +384,14 @@ mod tests {
         // Both runs' objects are counted until the old checkpoint expires.
         assert_eq!(ledger.ref_counts().len(), 4);
         let plan = ledger.plan(4, &[sst("1")], true);
-        let retired = ledger.complete(Completed {
-            id: 4,
-            files: plan.reuse.clone(),
-            deltas: vec![],
-        });
+        let retired = ledger.complete(
+            Completed {
+                id: 4,
+                files: plan.reuse.clone(),
+                deltas: vec![],
+            },
+            &BTreeSet::new(),
+        );
         assert_eq!(retired.expired, [1]);
         assert_eq!(retired.delete, ["shared/old-1.sst", "shared/old-2.sst"]);
     }
@@ -411,11 +445,14 @@ mod tests {
             crc32: 0,
         });
         ledger
-            .complete(Completed {
-                id,
-                files: last.files,
-                deltas,
-            })
+            .complete(
+                Completed {
+                    id,
+                    files: last.files,
+                    deltas,
+                },
+                &BTreeSet::new(),
+            )
             .delete
     }
 
@@ -508,11 +545,14 @@ mod tests {
                     crc32: 0,
                 })
                 .collect();
-            let retired = ledger.complete(Completed {
-                id,
-                files: refs,
-                deltas: vec![],
-            });
+            let retired = ledger.complete(
+                Completed {
+                    id,
+                    files: refs,
+                    deltas: vec![],
+                },
+                &BTreeSet::new(),
+            );
             if id == 2 {
                 // The first checkpoint expired with all its files.
                 assert_eq!(retired.expired, [1]);
@@ -540,11 +580,14 @@ mod tests {
             size: 16,
             crc32: 0,
         }];
-        ledger.complete(Completed {
-            id: 1,
-            files: refs,
-            deltas: vec![],
-        });
+        ledger.complete(
+            Completed {
+                id: 1,
+                files: refs,
+                deltas: vec![],
+            },
+            &BTreeSet::new(),
+        );
         let plan = ledger.plan(2, &files, true);
         assert!(plan.reuse.is_empty());
         assert_eq!(plan.upload[0].1, format!("{}/CURRENT", checkpoint_dir(2)));

@@ -18,6 +18,7 @@ pub mod logs;
 mod manifest;
 pub mod plan;
 pub mod restore;
+mod retained;
 mod storage;
 #[cfg(test)]
 mod tests;
@@ -35,6 +36,8 @@ pub use self::ledger::manifest_object;
 use self::ledger::{Completed, FileRef, Ledger, LocalFile};
 use self::manifest::FORMAT;
 pub use self::manifest::{Kind, Manifest, Mode, Timings, FORMAT_FAILED_TABLES_RESUME};
+pub use self::retained::Retained;
+use self::retained::{reads_dir, Pins};
 pub use self::storage::{Holder, Storage};
 use crate::catalog::Catalog;
 use crate::config::CheckpointConfig;
@@ -116,6 +119,10 @@ pub struct CheckpointClient {
     triggers: mpsc::Sender<Trigger>,
     records: Arc<Mutex<Vec<Record>>>,
     ledger: Arc<Mutex<RetainedFiles>>,
+    /// Checkpoints being read (`retained`), which do not expire until they are not.
+    pins: Pins,
+    storage: Storage,
+    data_dir: PathBuf,
 }
 
 /// For each table, the first change-log record some retained checkpoint may still need
@@ -186,6 +193,7 @@ pub struct Checkpointer {
     triggers: mpsc::Receiver<Trigger>,
     records: Arc<Mutex<Vec<Record>>>,
     files: Arc<Mutex<RetainedFiles>>,
+    pins: Pins,
     /// The tables' offsets in each retained checkpoint, by checkpoint id.
     offsets: BTreeMap<u64, BTreeMap<u32, u64>>,
     /// Where each completed checkpoint's log truncation is asked for.
@@ -246,6 +254,10 @@ impl Checkpointer {
         if staging.exists() {
             std::fs::remove_dir_all(&staging)?;
         }
+        let reads = reads_dir(&data_dir);
+        if reads.exists() {
+            std::fs::remove_dir_all(&reads)?;
+        }
         let deltas = deltas_dir(&data_dir);
         sweep_deltas(&deltas, &existing)?;
         let (triggers, rx) = mpsc::channel(16);
@@ -257,10 +269,14 @@ impl Checkpointer {
         found.sort_by_key(|r| r.id);
         let records = Arc::new(Mutex::new(found));
         let files = Arc::new(Mutex::new(BTreeMap::new()));
+        let pins = Pins::default();
         let client = CheckpointClient {
             triggers,
             records: records.clone(),
             ledger: files.clone(),
+            pins: pins.clone(),
+            storage: storage.clone(),
+            data_dir,
         };
         let offsets = existing.iter().map(|m| (m.id, m.offsets.clone())).collect();
         let checkpointer = Checkpointer {
@@ -276,6 +292,7 @@ impl Checkpointer {
             triggers: rx,
             records,
             files,
+            pins,
             offsets,
             truncate,
             ddl,
@@ -520,15 +537,26 @@ impl Checkpointer {
     /// Records `completed` in the ledger, now that its manifest exists, and deletes what
     /// expired: manifests first, so that a crash between these deletions leaves only objects
     /// no manifest names.
+    /// A checkpoint being read does not expire (`retained`): the pins are held until the
+    /// expired ones are marked, so that a reader never pins one that is going.
     async fn retire(&mut self, completed: Completed) {
-        let retired = self.ledger.complete(completed);
+        let retired = {
+            let pins = self.pins.held();
+            let retired = self
+                .ledger
+                .complete(completed, &pins.keys().copied().collect());
+            let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+            for r in records
+                .iter_mut()
+                .filter(|r| retired.expired.contains(&r.id))
+            {
+                r.status = Status::Expired;
+            }
+            retired
+        };
         for expired in &retired.expired {
             if let Err(e) = self.storage.delete(&manifest_object(*expired)).await {
                 tracing::warn!("cannot delete expired checkpoint {expired}: {e}");
-            }
-            let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(r) = records.iter_mut().find(|r| r.id == *expired) {
-                r.status = Status::Expired;
             }
         }
         for object in &retired.delete {

@@ -102,11 +102,18 @@ async fn place(
     let local = local_dir.join(&file.local);
     let path = target.join(&file.local);
     if local_matches(&local, file).await? {
-        if std::fs::hard_link(&local, &path).is_err() {
-            std::fs::copy(&local, &path)?;
+        // The local file can go in between (a running store's compaction): then it is
+        // downloaded.
+        let (from, to) = (local.clone(), path.clone());
+        let linked = tokio::task::spawn_blocking(move || {
+            std::fs::hard_link(&from, &to).is_ok() || std::fs::copy(&from, &to).is_ok()
+        })
+        .await
+        .map_err(|e| Error::internal(format!("linking a local file: {e}")))?;
+        if linked {
+            done.files_reused += 1;
+            return Ok(path);
         }
-        done.files_reused += 1;
-        return Ok(path);
     }
     done.bytes_downloaded += download(storage, manifest, file, &path).await?;
     done.files_downloaded += 1;

@@ -4,7 +4,9 @@
 //! changes, where asked) and `weir_epoch`. The subscription is added to the relation's actor
 //! at a barrier (`stream::subscribe`); the rows it starts with are read from the first sealed
 //! snapshot at or after that barrier, and the changes of epochs that snapshot holds are
-//! passed over.
+//! passed over. With `since = e` (the epoch of a retained checkpoint), it starts instead with
+//! how that snapshot differs from the checkpoint's rows: the rows gone since as deletes, then
+//! the rows come since as inserts.
 
 use std::sync::Arc;
 
@@ -12,11 +14,12 @@ use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::{Database, Output, RowStream};
-use crate::catalog::{Object, Scope};
+use crate::catalog::{Catalog, Object, Scope};
+use crate::checkpoint::Retained;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::Subscribe;
 use crate::state::Snapshot;
-use crate::stream::relation::read_snapshot_part;
+use crate::stream::relation::{read_excess_part, read_snapshot_part};
 use crate::stream::{Change, RowCodec, Subscription};
 
 /// Rows of the starting snapshot read at a time.
@@ -29,6 +32,8 @@ struct Options {
     snapshot: bool,
     /// A row for each epoch without changes.
     progress: bool,
+    /// Start from the rows of the retained checkpoint of this epoch.
+    since: Option<u64>,
 }
 
 fn flag(key: &str, value: &str) -> Result<bool> {
@@ -46,25 +51,30 @@ fn options(pairs: &[(String, String)]) -> Result<Options> {
     let mut options = Options {
         snapshot: true,
         progress: false,
+        since: None,
     };
+    let invalid = |message: String| Error::new(ErrorKind::InvalidParameter, message);
     for (key, value) in pairs {
         match key.as_str() {
             "snapshot" => options.snapshot = flag(key, value)?,
             "progress" => options.progress = flag(key, value)?,
             "since" => {
-                return Err(Error::not_supported(
-                    "SUBSCRIBE ... WITH (since = ...) is not supported yet: a subscription \
-                     starts at the relation's current rows",
-                )
-                .with_hint("Subscribe with snapshot = true and compare with what you hold."))
+                let epoch = value.trim().parse::<u64>().map_err(|_| {
+                    invalid(format!(
+                        "since must be an epoch (an integer), not \"{value}\""
+                    ))
+                })?;
+                options.since = Some(epoch);
             }
-            other => {
-                return Err(Error::new(
-                    ErrorKind::InvalidParameter,
-                    format!("unknown SUBSCRIBE option \"{other}\""),
-                ))
-            }
+            other => return Err(invalid(format!("unknown SUBSCRIBE option \"{other}\""))),
         }
+    }
+    if options.since.is_some() && !options.snapshot {
+        return Err(invalid(
+            "since and snapshot = false cannot be combined: since starts with the changes \
+             from the checkpoint's rows to the current ones"
+                .into(),
+        ));
     }
     Ok(options)
 }
@@ -98,6 +108,8 @@ struct Reader {
     key: Option<Vec<usize>>,
     options: Options,
     subscription: Subscription,
+    /// The checkpoint's rows to start from (`since`), until the start.
+    since: Option<Retained>,
     phase: Phase,
 }
 
@@ -106,8 +118,71 @@ enum Phase {
     Start(u64),
     /// The starting snapshot, read after this key.
     Snapshot(Arc<Snapshot>, Option<Vec<u8>>),
+    /// How the starting snapshot differs from a checkpoint's rows.
+    Since(Box<Since>),
     /// Changes after the snapshot's epoch.
     Changes(u64),
+}
+
+/// A start `since` a checkpoint: the checkpoint's rows the starting snapshot lacks (deletes),
+/// then the snapshot's rows the checkpoint lacks (inserts), read after the key `after`.
+struct Since {
+    past: Retained,
+    now: Arc<Snapshot>,
+    change: Change,
+    after: Option<Vec<u8>>,
+}
+
+/// What the next read of a start `since` a checkpoint gave.
+enum Part {
+    Rows(RecordBatch, Change),
+    /// Rows read, none of them changed.
+    Unchanged,
+    /// Past the last row of both reads.
+    Done,
+}
+
+impl Since {
+    /// Reads the next rows that differ.
+    async fn next(
+        &mut self,
+        relation: crate::catalog::ObjectId,
+        schema: &SchemaRef,
+        codec: Arc<RowCodec>,
+    ) -> Result<Part> {
+        let (past, now) = (self.past.snapshot()?.clone(), self.now.clone());
+        let (from, against) = match self.change {
+            Change::Delete => (past, now),
+            _ => (now, past),
+        };
+        let (schema, after) = (schema.clone(), self.after.take());
+        let part = tokio::task::spawn_blocking(move || {
+            read_excess_part(
+                (&from, &against),
+                relation,
+                &schema,
+                &codec,
+                after.as_deref(),
+                SNAPSHOT_ROWS,
+            )
+        })
+        .await
+        .map_err(|e| Error::internal(format!("reading a checkpoint: {e}")))??;
+        Ok(match part {
+            Some((batch, last)) => {
+                self.after = Some(last);
+                match batch.num_rows() {
+                    0 => Part::Unchanged,
+                    _ => Part::Rows(batch, self.change),
+                }
+            }
+            None if self.change == Change::Delete => {
+                self.change = Change::Insert;
+                Part::Unchanged
+            }
+            None => Part::Done,
+        })
+    }
 }
 
 impl Database {
@@ -123,6 +198,10 @@ impl Database {
         {
             return Err(e.clone());
         }
+        let since = match options.since {
+            Some(epoch) => Some(self.retained_rows(relation, &sub.name, epoch).await?),
+            None => None,
+        };
         let (mutation, subscription) = crate::stream::subscribe(
             relation,
             &sub.name,
@@ -140,12 +219,43 @@ impl Database {
             key,
             options,
             subscription,
+            since,
             phase: Phase::Start(added),
         };
         let rows: RowStream = Box::pin(futures::stream::try_unfold(reader, |mut r| async move {
             Ok(r.next().await?.map(|b| (b, r)))
         }));
         Ok(Output::Stream { schema: out, rows })
+    }
+
+    /// The retained checkpoint of `epoch`, open to read `relation`'s rows (`since`).
+    async fn retained_rows(
+        &self,
+        relation: crate::catalog::ObjectId,
+        name: &str,
+        epoch: u64,
+    ) -> Result<Retained> {
+        let past = self.checkpoints()?.retained(epoch).await?;
+        let m = &past.manifest;
+        if !Catalog::objects_in(&m.catalog)?
+            .iter()
+            .any(|o| o.id() == relation)
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidParameter,
+                format!("relation \"{name}\" did not exist yet at epoch {epoch}"),
+            ));
+        }
+        if m.failed_actors.contains(&relation) {
+            return Err(Error::new(
+                ErrorKind::ObjectNotInPrerequisiteState,
+                format!(
+                    "relation \"{name}\" had failed at epoch {epoch}: the checkpoint does not \
+                     hold its rows"
+                ),
+            ));
+        }
+        Ok(past)
     }
 
     /// The columns of `SUBSCRIBE TO sub.name`'s rows.
@@ -197,7 +307,14 @@ impl Reader {
                 Phase::Start(added) => {
                     self.barriers.wait_sealed(*added).await?;
                     let snapshot = self.barriers.snapshot();
-                    self.phase = if self.options.snapshot {
+                    self.phase = if let Some(past) = self.since.take() {
+                        Phase::Since(Box::new(Since {
+                            past,
+                            now: snapshot,
+                            change: Change::Delete,
+                            after: None,
+                        }))
+                    } else if self.options.snapshot {
                         Phase::Snapshot(snapshot, None)
                     } else {
                         Phase::Changes(snapshot.epoch)
@@ -228,6 +345,18 @@ impl Reader {
                             return self.rows(&batch, &inserts, epoch).map(Some);
                         }
                         None => self.phase = Phase::Changes(epoch),
+                    }
+                }
+                Phase::Since(since) => {
+                    let epoch = since.now.epoch;
+                    let codec = self.codec.clone();
+                    match since.next(self.relation, &self.schema, codec).await? {
+                        Part::Rows(batch, change) => {
+                            let changes = vec![change; batch.num_rows()];
+                            return self.rows(&batch, &changes, epoch).map(Some);
+                        }
+                        Part::Unchanged => {}
+                        Part::Done => self.phase = Phase::Changes(epoch),
                     }
                 }
                 Phase::Changes(seen) => {

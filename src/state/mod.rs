@@ -95,6 +95,9 @@ pub const FORMAT: u32 = 1;
 /// The block cache's size, unless the memory limit is small (RocksDB's default).
 const BLOCK_CACHE_BYTES: usize = 32 << 20;
 
+/// The block cache of a checkpoint's state opened for reading (`Snapshot::open_restored`).
+const RESTORED_BLOCK_CACHE_BYTES: usize = 8 << 20;
+
 /// Most bytes of writes kept between two checkpoints for a delta: beyond, the next checkpoint
 /// is a base one (a delta that large would cost what a base one costs).
 const DELTA_BYTES_MAX: usize = 256 << 20;
@@ -207,27 +210,8 @@ impl StateStore {
     }
 
     fn open(dir: &Path, epoch: u64, create: bool, deltas: &[PathBuf]) -> Result<Arc<StateStore>> {
-        let mut opts = db_options();
         let block_cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
-        let mut table = block_table_options();
-        table.set_block_cache(&block_cache);
-        opts.set_block_based_table_factory(&table);
-        opts.create_if_missing(create);
-        let db = DB::open(&opts, dir).map_err(storage_error)?;
-        // One file per call: each gets a newer sequence number than everything before it,
-        // so a delta's writes win over the state they change. Moved (linked into the
-        // directory, then unlinked from where it was): RocksDB records the sequence number in
-        // its MANIFEST and leaves the file's bytes as they are.
-        let mut ingest = IngestExternalFileOptions::default();
-        ingest.set_move_files(true);
-        for delta in deltas {
-            db.ingest_external_file_opts(&ingest, vec![delta])
-                .map_err(storage_error)?;
-        }
-        let db = Arc::new(Db {
-            inner: db,
-            closed: crate::DropFlag::default(),
-        });
+        let db = open_db(dir, create, deltas, &block_cache)?;
         let snapshot = Arc::new(Snapshot::new(db.clone(), epoch));
         let (sealed, _) = watch::channel(snapshot);
         Ok(Arc::new(StateStore {
@@ -473,6 +457,35 @@ impl StateStore {
     }
 }
 
+/// Opens RocksDB in `dir` with `block_cache`, and ingests `deltas` (oldest first) on top.
+fn open_db(
+    dir: &Path,
+    create: bool,
+    deltas: &[PathBuf],
+    block_cache: &rocksdb::Cache,
+) -> Result<Arc<Db>> {
+    let mut opts = db_options();
+    let mut table = block_table_options();
+    table.set_block_cache(block_cache);
+    opts.set_block_based_table_factory(&table);
+    opts.create_if_missing(create);
+    let db = DB::open(&opts, dir).map_err(storage_error)?;
+    // One file per call: each gets a newer sequence number than everything before it, so a
+    // delta's writes win over the state they change. Moved (linked into the directory, then
+    // unlinked from where it was): RocksDB records the sequence number in its MANIFEST and
+    // leaves the file's bytes as they are.
+    let mut ingest = IngestExternalFileOptions::default();
+    ingest.set_move_files(true);
+    for delta in deltas {
+        db.ingest_external_file_opts(&ingest, vec![delta])
+            .map_err(storage_error)?;
+    }
+    Ok(Arc::new(Db {
+        inner: db,
+        closed: crate::DropFlag::default(),
+    }))
+}
+
 /// A consistent view of all state at one sealed epoch.
 pub struct Snapshot {
     // Field order matters: the snapshot must be released before the database handle it
@@ -483,6 +496,17 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The state of a checkpoint of `epoch` restored in `dir` (which it then owns, as
+    /// `StateStore::open_restored` does), with its `deltas` ingested, for reading only,
+    /// apart from the running store and with a block cache of its own.
+    pub fn open_restored(dir: &Path, epoch: u64, deltas: &[PathBuf]) -> Result<Arc<Snapshot>> {
+        let block_cache = rocksdb::Cache::new_lru_cache(RESTORED_BLOCK_CACHE_BYTES);
+        Ok(Arc::new(Snapshot::new(
+            open_db(dir, false, deltas, &block_cache)?,
+            epoch,
+        )))
+    }
+
     fn new(db: Arc<Db>, epoch: u64) -> Snapshot {
         let inner = db.snapshot();
         // SAFETY: the snapshot borrows the DB, which `db` keeps alive for as long as this struct

@@ -200,6 +200,45 @@ pub fn read_snapshot_part(
     Ok(Some((decode_counted(codec, schema, &part)?, last)))
 }
 
+/// The rows a materialized relation holds more often at `from` than at `against` (two sealed
+/// epochs, or a checkpoint's and a later one), each as many times as the difference: the next
+/// at most `rows_max` distinct rows of `from` after the key `after` (from the first without
+/// it), with the last key read to continue from (the batch can be empty when none of those
+/// differ); `None` past the last row.
+pub fn read_excess_part(
+    (from, against): (&Snapshot, &Snapshot),
+    table: TableId,
+    schema: &SchemaRef,
+    codec: &RowCodec,
+    after: Option<&[u8]>,
+    rows_max: usize,
+) -> Result<Option<(RecordBatch, Vec<u8>)>> {
+    let start = after.map(|k| [k, &[0]].concat());
+    let mut read: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut bytes = 0;
+    from.scan_table_from(table, start.as_deref(), &mut |k, v| {
+        read.push((k.to_vec(), v.to_vec()));
+        bytes += k.len();
+        read.len() < rows_max.max(1) && bytes < PART_BYTES_MAX
+    })?;
+    let Some((last, _)) = read.last() else {
+        return Ok(None);
+    };
+    let last = last.clone();
+    let mut excess = Vec::new();
+    for (key, count) in read {
+        let other = match against.get(table, &key)? {
+            Some(v) => decode_count(&v)?,
+            None => 0,
+        };
+        let more = decode_count(&count)? - other;
+        if more > 0 {
+            excess.push((key, more));
+        }
+    }
+    Ok(Some((decode_counted(codec, schema, &excess)?, last)))
+}
+
 /// The rows that `changes` adds to a relation whose snapshot does not hold them, among those
 /// whose keys start with `prefix`: the rest of a read with changes, after `read_snapshot_part`.
 pub fn read_added(
