@@ -32,6 +32,8 @@ pub enum ErrorKind {
     DivisionByZero,
     NumericOutOfRange,
     StringTooLong,
+    /// A subquery used as an expression returned more than one row (21000).
+    CardinalityViolation,
     /// A value's text cannot be read as its type.
     InvalidText,
     /// A value is outside what the operation accepts (other than numeric range).
@@ -297,7 +299,12 @@ fn from_datafusion(e: datafusion::error::DataFusionError) -> Error {
         },
         D::Plan(m) => classify_plan_message(m),
         D::Execution(m) => {
-            if m.contains("Divide by zero") || m.contains("division by zero") {
+            if m.contains("Scalar subquery returned more than one row") {
+                Error::new(
+                    ErrorKind::CardinalityViolation,
+                    "more than one row returned by a subquery used as an expression",
+                )
+            } else if m.contains("Divide by zero") || m.contains("division by zero") {
                 Error::new(ErrorKind::DivisionByZero, "division by zero")
             } else if m.contains("overflow") || m.contains("Overflow") {
                 Error::new(ErrorKind::NumericOutOfRange, m)

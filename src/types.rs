@@ -182,6 +182,28 @@ pub struct PgType {
     pub name: &'static str,
 }
 
+/// The array type of a built-in element type, by OID.
+fn array_of(element: u32) -> Option<(u32, &'static str)> {
+    Some(match element {
+        16 => (1000, "boolean[]"),
+        17 => (1001, "bytea[]"),
+        20 => (1016, "bigint[]"),
+        21 => (1005, "smallint[]"),
+        23 => (1007, "integer[]"),
+        25 => (1009, "text[]"),
+        26 => (1028, "oid[]"),
+        700 => (1021, "real[]"),
+        701 => (1022, "double precision[]"),
+        1082 => (1182, "date[]"),
+        1083 => (1183, "time without time zone[]"),
+        1114 => (1115, "timestamp without time zone[]"),
+        1184 => (1185, "timestamp with time zone[]"),
+        1186 => (1187, "interval[]"),
+        1700 => (1231, "numeric[]"),
+        _ => return None,
+    })
+}
+
 /// The built-in PostgreSQL type a value of this Arrow type is sent as. Only built-in OIDs go
 /// on the wire: types without a faithful PostgreSQL twin are sent as text.
 pub fn pg_type_of(t: &DataType) -> PgType {
@@ -189,7 +211,9 @@ pub fn pg_type_of(t: &DataType) -> PgType {
         DataType::Boolean => (16, "boolean"),
         DataType::Int8 | DataType::Int16 | DataType::UInt8 => (21, "smallint"),
         DataType::Int32 | DataType::UInt16 => (23, "integer"),
-        DataType::Int64 | DataType::UInt32 => (20, "bigint"),
+        DataType::Int64 => (20, "bigint"),
+        // PostgreSQL's oid: an unsigned 32-bit integer (the catalogs' OID columns).
+        DataType::UInt32 => (26, "oid"),
         DataType::UInt64 => (1700, "numeric"),
         DataType::Float16 | DataType::Float32 => (700, "real"),
         DataType::Float64 => (701, "double precision"),
@@ -207,6 +231,9 @@ pub fn pg_type_of(t: &DataType) -> PgType {
         | DataType::BinaryView
         | DataType::FixedSizeBinary(_) => (17, "bytea"),
         DataType::Dictionary(_, v) => return pg_type_of(v),
+        DataType::List(element) | DataType::LargeList(element) => {
+            array_of(pg_type_of(element.data_type()).oid).unwrap_or((25, "text"))
+        }
         _ => (25, "text"),
     };
     PgType { oid, name }
@@ -214,6 +241,16 @@ pub fn pg_type_of(t: &DataType) -> PgType {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn dates_drop_a_time_or_zone_after_them() {
+        use super::normalize_date_text as d;
+        assert_eq!(d("2024-03-01 +00").as_deref(), Some("2024-03-01"));
+        assert_eq!(d("2024-03-01 12:30:00.5-07").as_deref(), Some("2024-03-01"));
+        assert_eq!(d("2024-03-01 UTC").as_deref(), Some("2024-03-01"));
+        assert_eq!(d("2024-03-01"), None);
+        assert_eq!(d("2024-03-01 garbage"), None);
+    }
+
     use super::*;
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
     use datafusion::sql::sqlparser::parser::Parser;
@@ -266,6 +303,23 @@ mod tests {
             ErrorKind::NotSupported
         );
     }
+}
+
+/// Date text as PostgreSQL reads it where the date is followed by a time or a time zone,
+/// which a date ignores (`2024-03-01 +00`, as pgJDBC's `setDate` sends it;
+/// `2024-03-01 12:00:00`): the date alone. `None` when there is nothing to drop, or the rest
+/// is not a time or zone (the cast then reports the text).
+pub fn normalize_date_text(text: &str) -> Option<String> {
+    let text = text.trim();
+    let (date, rest) = text.split_once(char::is_whitespace)?;
+    let time_or_zone = rest.split_whitespace().all(|part| {
+        part.eq_ignore_ascii_case("utc")
+            || part.eq_ignore_ascii_case("z")
+            || part
+                .chars()
+                .all(|c| c.is_ascii_digit() || matches!(c, ':' | '.' | '+' | '-'))
+    });
+    time_or_zone.then(|| date.to_string())
 }
 
 /// Rewrites PostgreSQL interval text into the form Arrow reads: clock notation

@@ -253,3 +253,39 @@ async fn binary_starts_serves_and_stops_on_sigterm() {
     assert!(log.contains("connect with psql -h 127.0.0.1 -p"), "{log}");
     assert!(log.contains("weir shut down"), "{log}");
 }
+
+/// A result column read unchanged from a table is described with the table's OID, its
+/// column number, and its declared type and modifier (`varchar(8)`, `numeric(10,2)`), as
+/// PostgreSQL describes it; a computed column names no table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_columns_name_their_table_and_declared_type() {
+    let server = TestServer::start().await;
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE d (id int PRIMARY KEY, code varchar(8), amount numeric(10,2))")
+        .await
+        .unwrap();
+    let oid: u32 = client
+        .query_one("SELECT oid FROM pg_class WHERE relname = 'd'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let stmt = client
+        .prepare("SELECT amount, code, id + 1 AS next FROM d WHERE id > $1::int")
+        .await
+        .unwrap();
+    assert_eq!(stmt.params(), &[Type::INT4]);
+    let c = stmt.columns();
+    assert_eq!((c[0].table_oid(), c[0].column_id()), (Some(oid), Some(3)));
+    assert_eq!(
+        (c[0].type_(), c[0].type_modifier()),
+        (&Type::NUMERIC, (10 << 16 | 2) + 4)
+    );
+    assert_eq!(
+        (c[1].type_(), c[1].type_modifier()),
+        (&Type::VARCHAR, 8 + 4)
+    );
+    assert_eq!((c[2].table_oid(), c[2].column_id()), (None, None));
+    let none: Vec<tokio_postgres::Row> = client.query(&stmt, &[&0i32]).await.unwrap();
+    assert!(none.is_empty());
+}

@@ -253,9 +253,14 @@ impl Database {
         scope: Scope,
     ) -> Result<(SessionContext, LogicalPlan)> {
         let ctx = self.context(settings, overrides, scope)?;
+        let mut statement = statement.clone();
+        let aggregates = ctx.state().aggregate_functions().clone();
+        crate::sql::rewrite_catalog_spellings(&mut statement, &|name| {
+            aggregates.contains_key(name)
+        });
         let plan = ctx
             .state()
-            .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
+            .statement_to_plan(DFStatement::Statement(Box::new(statement)))
             .await?;
         let plan = crate::sql::type_integer_constants(plan)?;
         Ok((ctx, plan))
@@ -332,6 +337,7 @@ pub(super) fn latest_rows(
 ) -> Result<Arc<dyn TableProvider>> {
     let latest = writer.latest(block)?;
     Ok(Arc::new(RelationTable {
+        origin: None,
         schema: writer.schema().clone(),
         rows: RelationRows::Latest {
             table: writer.def.id,

@@ -18,6 +18,7 @@ use datafusion::common::ScalarValue;
 use pgwire::messages::data::DataRow;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::types::pg_type_of;
 
 /// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (PostgreSQL's).
 const PG_EPOCH_DAYS: i64 = 10_957;
@@ -83,9 +84,80 @@ pub fn text_value(array: &ArrayRef, row: usize, out: &mut Vec<u8>) -> Result<boo
             let v = interval_value(array, row)?;
             out.extend_from_slice(interval_text(v).as_bytes());
         }
+        DataType::List(_) => array_text(&array.as_list::<i32>().value(row), out)?,
+        DataType::LargeList(_) => array_text(&array.as_list::<i64>().value(row), out)?,
         _ => out.extend_from_slice(array_value_to_string(array, row)?.as_bytes()),
     }
     Ok(true)
+}
+
+/// An array value as PostgreSQL's text: `{1,2,NULL}`, `{a,"b c",""}`. An element is quoted
+/// when it is empty, reads as NULL, or holds a space, a comma, a brace, a quote or a
+/// backslash (the last two escaped).
+fn array_text(elements: &ArrayRef, out: &mut Vec<u8>) -> Result<()> {
+    out.push(b'{');
+    let mut element = Vec::new();
+    for i in 0..elements.len() {
+        if i > 0 {
+            out.push(b',');
+        }
+        element.clear();
+        if !text_value(elements, i, &mut element)? {
+            out.extend_from_slice(b"NULL");
+            continue;
+        }
+        let nested = matches!(
+            elements.data_type(),
+            DataType::List(_) | DataType::LargeList(_)
+        );
+        let special = |b: &u8| b" ,{}\"\\\t\n\r".contains(b);
+        let quoted = !nested
+            && (element.is_empty()
+                || element.eq_ignore_ascii_case(b"null")
+                || element.iter().any(special));
+        if !quoted {
+            out.extend_from_slice(&element);
+            continue;
+        }
+        out.push(b'"');
+        for &b in &element {
+            if b == b'"' || b == b'\\' {
+                out.push(b'\\');
+            }
+            out.push(b);
+        }
+        out.push(b'"');
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// An array value in PostgreSQL's binary format: dimensions (0 for an empty array, else 1),
+/// whether any element is NULL, the element type's OID, the length and lower bound (1), then
+/// each element's length (-1 for NULL) and binary form.
+fn array_binary(elements: &ArrayRef, out: &mut Vec<u8>) -> Result<()> {
+    let too_long = || Error::new(ErrorKind::ProgramLimitExceeded, "array value too long");
+    let length = i32::try_from(elements.len()).map_err(|_| too_long())?;
+    let dimensions: i32 = if length == 0 { 0 } else { 1 };
+    out.extend_from_slice(&dimensions.to_be_bytes());
+    out.extend_from_slice(&i32::from(elements.null_count() > 0).to_be_bytes());
+    out.extend_from_slice(&pg_type_of(elements.data_type()).oid.to_be_bytes());
+    if length > 0 {
+        out.extend_from_slice(&length.to_be_bytes());
+        out.extend_from_slice(&1i32.to_be_bytes());
+    }
+    let mut element = Vec::new();
+    for i in 0..elements.len() {
+        element.clear();
+        if !binary_value(elements, i, &mut element)? {
+            out.extend_from_slice(&(-1i32).to_be_bytes());
+            continue;
+        }
+        let size = i32::try_from(element.len()).map_err(|_| too_long())?;
+        out.extend_from_slice(&size.to_be_bytes());
+        out.extend_from_slice(&element);
+    }
+    Ok(())
 }
 
 /// Appends one value in PostgreSQL's binary format for the type `pg_type_of` gives it;
@@ -99,7 +171,8 @@ pub fn binary_value(array: &ArrayRef, row: usize, out: &mut Vec<u8>) -> Result<b
             let a = array.as_any().downcast_ref::<BooleanArray>().expect("bool");
             out.push(a.value(row) as u8);
         }
-        // Unsigned integers travel as the next wider signed type (u64 as numeric).
+        // Unsigned integers travel as the next wider signed type (u64 as numeric), except u32,
+        // which is PostgreSQL's oid.
         DataType::Int8 => out.extend_from_slice(
             &i16::from(array.as_primitive::<Int8Type>().value(row)).to_be_bytes(),
         ),
@@ -115,9 +188,9 @@ pub fn binary_value(array: &ArrayRef, row: usize, out: &mut Vec<u8>) -> Result<b
         DataType::Int32 => {
             out.extend_from_slice(&array.as_primitive::<Int32Type>().value(row).to_be_bytes())
         }
-        DataType::UInt32 => out.extend_from_slice(
-            &i64::from(array.as_primitive::<UInt32Type>().value(row)).to_be_bytes(),
-        ),
+        DataType::UInt32 => {
+            out.extend_from_slice(&array.as_primitive::<UInt32Type>().value(row).to_be_bytes())
+        }
         DataType::Int64 => {
             out.extend_from_slice(&array.as_primitive::<Int64Type>().value(row).to_be_bytes())
         }
@@ -156,6 +229,13 @@ pub fn binary_value(array: &ArrayRef, row: usize, out: &mut Vec<u8>) -> Result<b
             out.extend_from_slice(&(v.nanoseconds / 1000).to_be_bytes());
             out.extend_from_slice(&v.days.to_be_bytes());
             out.extend_from_slice(&v.months.to_be_bytes());
+        }
+        // An array of a built-in type (others travel as text).
+        DataType::List(_) if pg_type_of(array.data_type()).oid != 25 => {
+            array_binary(&array.as_list::<i32>().value(row), out)?
+        }
+        DataType::LargeList(_) if pg_type_of(array.data_type()).oid != 25 => {
+            array_binary(&array.as_list::<i64>().value(row), out)?
         }
         // Everything else travels as text (its OID is text), whose binary form is the text.
         _ => {
@@ -497,6 +577,29 @@ mod tests {
         }
         assert_eq!(float_text(1234567.0, FloatWidth::Single), "1.234567e+06");
         assert_eq!(float_text(0.1f32 as f64, FloatWidth::Single), "0.1");
+    }
+
+    #[test]
+    fn arrays_print_like_postgres() {
+        use datafusion::arrow::array::{ListArray, StringArray};
+        use datafusion::arrow::datatypes::Field;
+        let list = |values: ArrayRef| -> ArrayRef {
+            let field = Arc::new(Field::new("item", values.data_type().clone(), true));
+            let offsets = datafusion::arrow::buffer::OffsetBuffer::from_lengths([values.len()]);
+            Arc::new(ListArray::new(field, offsets, values, None))
+        };
+        let ints: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), None, Some(-3)]));
+        assert_eq!(text(list(ints)), "{1,NULL,-3}");
+        let words: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("a"),
+            Some("b c"),
+            Some(""),
+            Some("NULL"),
+            Some("q\"x\\"),
+        ]));
+        assert_eq!(text(list(words)), r#"{a,"b c","","NULL","q\"x\\"}"#);
+        let empty: ArrayRef = Arc::new(Int32Array::from(Vec::<i32>::new()));
+        assert_eq!(text(list(empty)), "{}");
     }
 
     #[test]

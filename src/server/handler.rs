@@ -24,9 +24,9 @@ use pgwire::api::{
     ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type, DEFAULT_NAME,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::data::RowDescription;
+use pgwire::messages::data::{ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
-    Describe, Execute, PortalSuspended, TARGET_TYPE_BYTE_PORTAL,
+    Describe, Execute, PortalSuspended, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
 use pgwire::messages::simplequery::Query;
@@ -463,6 +463,25 @@ impl ExtendedQueryHandler for Queries {
                 return send_describe_response(client, &response).await;
             }
         }
+        // A statement without result columns is described with NoData after its parameters,
+        // as PostgreSQL does (pgwire sends an empty RowDescription when there are parameters,
+        // which pgJDBC reads as a result: `executeBatch` then counts 0 rows).
+        if message.target_type == TARGET_TYPE_BYTE_STATEMENT {
+            if let Some(Entry::Value(stmt)) = client.portal_store().get_statement(name) {
+                let response = self.do_describe_statement(client, &stmt).await?;
+                if response.fields.is_empty() {
+                    let oids = response.parameters.iter().map(|t| t.oid()).collect();
+                    client
+                        .send(PgWireBackendMessage::ParameterDescription(
+                            ParameterDescription::new(oids),
+                        ))
+                        .await?;
+                    let no_data = DescribePortalResponse::new(vec![]);
+                    return send_describe_response(client, &no_data).await;
+                }
+                return send_describe_response(client, &response).await;
+            }
+        }
         self._on_describe(client, message).await
     }
 
@@ -691,10 +710,13 @@ fn bind_parameters(portal: &Portal<Prepared>) -> Result<Option<ParamValues>> {
                 let text = std::str::from_utf8(b).map_err(|_| {
                     Error::new(ErrorKind::InvalidText, "invalid UTF-8 in parameter")
                 })?;
-                // PostgreSQL's interval text (`'04:05:06'`) in the form Arrow reads.
-                let normalized = matches!(target, DataType::Interval(_))
-                    .then(|| crate::types::normalize_interval_text(text))
-                    .flatten();
+                // PostgreSQL's interval text (`'04:05:06'`) and a date followed by a zone
+                // (`'2024-03-01 +00'`) in the forms Arrow reads.
+                let normalized = match target {
+                    DataType::Interval(_) => crate::types::normalize_interval_text(text),
+                    DataType::Date32 => crate::types::normalize_date_text(text),
+                    _ => None,
+                };
                 ScalarValue::Utf8(Some(normalized.unwrap_or_else(|| text.to_string())))
             }
         };

@@ -23,14 +23,31 @@ pub fn pg_type(t: &DataType) -> Type {
     Type::from_oid(pg_type_of(t).oid).unwrap_or(Type::TEXT)
 }
 
+/// Each column's description: name, type, and for a relation's column read unchanged, the
+/// relation's OID, the column's number and its declared type and modifier
+/// (`sql::result_schema`'s metadata), as PostgreSQL describes it.
 pub fn field_infos(schema: &SchemaRef, format: Option<&Format>) -> Vec<FieldInfo> {
+    use crate::sql::{ATTNUM, TABLE_OID, TYPE_OID, TYPMOD};
     schema
         .fields()
         .iter()
         .enumerate()
         .map(|(i, f)| {
             let fmt = format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text);
-            FieldInfo::new(f.name().clone(), None, None, pg_type(f.data_type()), fmt)
+            let meta = |key: &str| f.metadata().get(key).and_then(|v| v.parse::<i64>().ok());
+            // An OID is unsigned; the message carries its 32 bits.
+            let table = (meta(TABLE_OID).and_then(|v| u32::try_from(v).ok())).map(|v| v as i32);
+            let column = meta(ATTNUM).and_then(|v| i16::try_from(v).ok());
+            // The declared type where it is one the values travel as (`varchar` is text).
+            let declared = meta(TYPE_OID)
+                .and_then(|oid| Type::from_oid(u32::try_from(oid).ok()?))
+                .filter(|t| *t == Type::VARCHAR || *t == pg_type(f.data_type()));
+            let datatype = declared.unwrap_or_else(|| pg_type(f.data_type()));
+            let mut info = FieldInfo::new(f.name().clone(), table, column, datatype, fmt);
+            if let Some(typmod) = meta(TYPMOD).and_then(|v| i32::try_from(v).ok()) {
+                info = info.with_type_modifier(typmod);
+            }
+            info
         })
         .collect()
 }

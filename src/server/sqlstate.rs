@@ -30,6 +30,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::UndefinedParameter => "42P02",
         ErrorKind::ProgramLimitExceeded => "54000",
         ErrorKind::StatementTooComplex => "54001",
+        ErrorKind::CardinalityViolation => "21000",
         ErrorKind::TooManyConnections => "53300",
         ErrorKind::InvalidAuthorization => "28000",
         ErrorKind::UndefinedDatabase => "3D000",

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::ParamValues;
-use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::{self, Statement as Ast};
 
 use crate::catalog::Kind;
@@ -25,9 +24,11 @@ use crate::table::Block;
 
 mod copy;
 mod cursors;
+mod parameters;
 mod settings;
 
 pub use self::copy::header_lines as copy_header_lines;
+use self::parameters::parameter_types;
 pub use self::settings::parse_timeout;
 use self::settings::{default_settings, on_off};
 
@@ -124,6 +125,9 @@ impl Session {
         );
         if let Some(app) = startup.get("application_name") {
             settings.insert("application_name".into(), app.clone());
+        }
+        if let Some(user) = startup.get("user") {
+            settings.insert("session_authorization".into(), user.clone());
         }
         Session {
             db,
@@ -745,44 +749,6 @@ impl futures::Stream for Interruptible {
         }
         next
     }
-}
-
-/// The most parameters a statement can have: a Bind message counts its values in 16 bits.
-pub const PARAMETERS_MAX: usize = 65_535;
-
-/// The types of `$1, $2, ...` as DataFusion inferred them (text where it could not).
-fn parameter_types(plan: &LogicalPlan) -> Result<Vec<DataType>> {
-    let types = plan.get_parameter_types()?;
-    let mut numbered: Vec<(usize, DataType)> = Vec::new();
-    for (name, t) in types {
-        let n = match name.strip_prefix('$').map(str::parse::<u64>) {
-            Some(Ok(0)) => {
-                return Err(Error::new(
-                    ErrorKind::UndefinedParameter,
-                    "there is no parameter $0",
-                ))
-            }
-            Some(Ok(n)) if n <= PARAMETERS_MAX as u64 => n as usize,
-            Some(Ok(n)) => {
-                return Err(Error::new(
-                    ErrorKind::ProgramLimitExceeded,
-                    format!(
-                        "parameter ${n} is past the most a statement can have \
-                         ({PARAMETERS_MAX})"
-                    ),
-                ))
-            }
-            _ => return Err(Error::syntax(format!("bad parameter name {name}"))),
-        };
-        numbered.push((n, t.unwrap_or(DataType::Utf8)));
-    }
-    numbered.sort_by_key(|(n, _)| *n);
-    let count = numbered.last().map(|(n, _)| *n).unwrap_or(0);
-    let mut out = vec![DataType::Utf8; count];
-    for (n, t) in numbered {
-        out[n - 1] = t;
-    }
-    Ok(out)
 }
 
 fn target_table(rel: &ast::TableFactor) -> Result<String> {

@@ -19,6 +19,7 @@ pub(super) fn default_settings() -> HashMap<String, String> {
         ("application_name", ""),
         ("client_encoding", "UTF8"),
         ("datestyle", "ISO, MDY"),
+        ("default_table_access_method", "heap"),
         ("default_transaction_isolation", "read committed"),
         ("default_transaction_read_only", "off"),
         ("extra_float_digits", "1"),
@@ -33,6 +34,7 @@ pub(super) fn default_settings() -> HashMap<String, String> {
         ("server_encoding", "UTF8"),
         ("server_version", crate::PG_VERSION),
         ("server_version_num", crate::PG_VERSION_NUM),
+        ("session_authorization", crate::sql::ROLE_NAME),
         ("standard_conforming_strings", "on"),
         ("statement_timeout", "0"),
         ("timezone", "UTC"),
@@ -213,6 +215,7 @@ impl Session {
                 | "max_identifier_length"
                 | "is_superuser"
                 | "in_hot_standby"
+                | "session_authorization"
         ) {
             return Err(Error::new(
                 ErrorKind::InvalidParameter,

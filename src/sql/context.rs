@@ -28,7 +28,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::state::Snapshot;
 use crate::stream::{ActorId, FailedActors};
 
-use super::provider::{RelationRows, RelationTable};
+use super::provider::{Origin, RelationRows, RelationTable};
 
 /// What `version()` answers; its shape is what drivers parse (`PostgreSQL <major>.<minor>`).
 pub fn version_string() -> String {
@@ -146,20 +146,27 @@ pub fn query_context(
 ) -> Result<SessionContext> {
     let ctx = new_context(runtime);
     let failed = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let relations = Arc::new(super::pg_catalog::Relations::of(catalog, scope, settings));
     for object in catalog.visible_objects(scope) {
         let id = object.id();
+        let origin = relations.by_id(id).map(|r| Origin {
+            oid: r.oid,
+            columns: r.columns.iter().map(|c| (c.type_oid, c.typmod)).collect(),
+        });
         let Some(schema) = catalog.schema(id) else {
             continue;
         };
         let provider: Arc<dyn TableProvider> = match overrides.iter().find(|(oid, _)| *oid == id) {
             Some((_, p)) => p.clone(),
             None if matches!(object, Object::Source(_)) => Arc::new(RelationTable {
+                origin,
                 schema,
                 rows: RelationRows::Stream {
                     name: object.name().to_string(),
                 },
             }),
             None => Arc::new(RelationTable {
+                origin,
                 schema,
                 rows: RelationRows::Snapshot {
                     name: object.name().to_string(),
@@ -176,6 +183,22 @@ pub fn query_context(
         ctx.register_table(object.name(), provider)?;
     }
     register_functions(&ctx, settings);
+    let Some(weir) = ctx.catalog("weir") else {
+        return Err(Error::internal("the default catalog is missing"));
+    };
+    weir.register_schema(
+        "pg_catalog",
+        Arc::new(super::pg_catalog::CatalogSchema::pg_catalog(
+            relations.clone(),
+        )),
+    )?;
+    weir.register_schema(
+        "information_schema",
+        Arc::new(super::pg_catalog::CatalogSchema::information_schema(
+            relations.clone(),
+        )),
+    )?;
+    super::pg_compat::register_functions(&ctx, &relations);
     Ok(ctx)
 }
 
@@ -290,6 +313,14 @@ fn register_functions(ctx: &SessionContext, settings: &HashMap<String, String>) 
     ctx.register_udf(constant("version", version_string()));
     ctx.register_udf(constant("current_schema", "public".into()));
     ctx.register_udf(constant("current_database", crate::DATABASE_NAME.into()));
+    ctx.register_udf(constant("current_catalog", crate::DATABASE_NAME.into()));
+    // The session's user (`current_user`, `user` and `current_role` too, until roles can be
+    // switched).
+    let user = (settings.get("session_authorization").cloned())
+        .unwrap_or_else(|| super::pg_catalog::ROLE_NAME.to_string());
+    for name in ["current_user", "session_user", "user", "current_role"] {
+        ctx.register_udf(constant(name, user.clone()));
+    }
     // Weir has no advisory locks, so a session holds none to release (a pool's reset of a
     // connection calls it). PostgreSQL returns void: an empty value.
     ctx.register_udf(create_udf(

@@ -13,6 +13,8 @@ pub mod dml;
 mod extensions;
 mod names;
 mod parser;
+mod pg_catalog;
+mod pg_compat;
 mod provider;
 pub mod rows;
 mod rules;
@@ -35,9 +37,16 @@ pub use self::ddl::{create_source, create_table, ident_name, option_text, relati
 /// Batch queries: DataFusion over Weir's relations, and their results named as PostgreSQL
 /// names them.
 pub use self::context::{query_context, query_runtime, register_system_tables, PlanFunctions};
-pub use self::names::{pg_column_name, pg_names, result_schema};
+pub use self::names::{
+    pg_column_name, pg_names, result_schema, ATTNUM, TABLE_OID, TYPE_OID, TYPMOD, UNNAMED,
+};
 pub use self::provider::{RelationRows, RelationTable};
 pub use self::rules::type_integer_constants;
+
+/// PostgreSQL's catalog spellings rewritten before planning (`pg_catalog` and
+/// `information_schema` are in every query's context).
+pub use self::pg_catalog::ROLE_NAME;
+pub use self::pg_compat::rewrite as rewrite_catalog_spellings;
 
 /// Views compiled into stream plans.
 pub use self::stream_plan::{check_deterministic, mark_view_now, Planner};

@@ -4,25 +4,91 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{Expr, LogicalPlan};
+
+use super::provider::RelationTable;
 
 /// A query's result columns as a client sees them: the plan's types under PostgreSQL's
 /// column names (`count`, not DataFusion's `count(*)`).
+/// A column read straight from a relation carries, in its field's metadata, the relation's
+/// OID, its attribute number, and its declared type and modifier (`TABLE_OID` ...), for the
+/// client's description of the result (pgJDBC's `ResultSetMetaData`, a `varchar(20)`).
 pub fn result_schema(plan: &LogicalPlan) -> SchemaRef {
     let schema = plan.schema().as_arrow();
     let names = pg_names(plan).filter(|n| n.len() == schema.fields().len());
-    match names {
-        Some(names) => Arc::new(Schema::new(
-            schema
-                .fields()
-                .iter()
-                .zip(names)
-                .map(|(f, n)| f.as_ref().clone().with_name(n))
-                .collect::<Vec<_>>(),
-        )),
-        None => Arc::new(schema.clone()),
+    let fields = (schema.fields().iter().enumerate()).map(|(i, f)| {
+        let mut f = f.as_ref().clone();
+        if let Some(name) = names.as_ref().and_then(|n| n.get(i)) {
+            f = f.with_name(name.clone());
+        }
+        if let Some((oid, column, (type_oid, typmod))) = origin(plan, i) {
+            let metadata = [
+                (TABLE_OID, oid.to_string()),
+                (ATTNUM, (column + 1).to_string()),
+                (TYPE_OID, type_oid.to_string()),
+                (TYPMOD, typmod.to_string()),
+            ];
+            f = f.with_metadata(
+                metadata
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            );
+        }
+        f
+    });
+    Arc::new(Schema::new(fields.collect::<Vec<_>>()))
+}
+
+/// The metadata keys of a result column read straight from a relation.
+pub const TABLE_OID: &str = "weir.table_oid";
+pub const ATTNUM: &str = "weir.attnum";
+pub const TYPE_OID: &str = "weir.type_oid";
+pub const TYPMOD: &str = "weir.typmod";
+
+/// The relation, column position and declared type of `plan`'s column `i`, when it is a
+/// relation's column passed through unchanged.
+fn origin(plan: &LogicalPlan, i: usize) -> Option<(u32, usize, (u32, i32))> {
+    let (mut node, mut i) = (plan, i);
+    loop {
+        (node, i) = match node {
+            LogicalPlan::Projection(p) => {
+                let column = match p.expr.get(i)? {
+                    Expr::Column(c) => c,
+                    Expr::Alias(a) => match a.expr.as_ref() {
+                        Expr::Column(c) => c,
+                        _ => return None,
+                    },
+                    _ => return None,
+                };
+                (
+                    p.input.as_ref(),
+                    p.input.schema().index_of_column(column).ok()?,
+                )
+            }
+            LogicalPlan::Filter(f) => (f.input.as_ref(), i),
+            LogicalPlan::Sort(s) => (s.input.as_ref(), i),
+            LogicalPlan::Limit(l) => (l.input.as_ref(), i),
+            LogicalPlan::SubqueryAlias(a) => (a.input.as_ref(), i),
+            LogicalPlan::TableScan(scan) => {
+                let column = match &scan.projection {
+                    Some(projection) => *projection.get(i)?,
+                    None => i,
+                };
+                let provider = source_as_provider(&scan.source).ok()?;
+                let origin = provider.downcast_ref::<RelationTable>()?.origin.as_ref()?;
+                return Some((origin.oid, column, *origin.columns.get(column)?));
+            }
+            _ => return None,
+        };
     }
 }
+
+/// The prefix of the alias the catalog rewrite gives an unnamed expression whose DataFusion
+/// name another column of its SELECT already has (`SELECT NULL, NULL`): the column is named
+/// as if it had none.
+pub const UNNAMED: &str = "?column?#";
 
 pub fn pg_names(plan: &LogicalPlan) -> Option<Vec<String>> {
     match plan {
@@ -50,6 +116,9 @@ pub fn pg_names(plan: &LogicalPlan) -> Option<Vec<String>> {
                 .collect(),
         ),
         LogicalPlan::Sort(s) => pg_names(&s.input),
+        // A set operation's columns are named by its first query.
+        LogicalPlan::Union(u) => pg_names(u.inputs.first()?),
+        LogicalPlan::Distinct(d) => pg_names(d.input()),
         LogicalPlan::Limit(l) => pg_names(&l.input),
         _ => None,
     }
@@ -68,10 +137,20 @@ fn produced_by<'a>(plan: &'a LogicalPlan, name: &str) -> Option<&'a Expr> {
     }
 }
 
+/// Whether an alias is DataFusion's name for the expression as planned, kept when integer
+/// constants were narrowed (`Int32(1) AS "Int64(1)"`), not a name the query gave.
+fn is_datafusion_name(a: &datafusion::logical_expr::expr::Alias) -> bool {
+    let planned = a.expr.schema_name().to_string();
+    planned.contains("Int32(") && planned.replace("Int32(", "Int64(") == a.name
+}
+
 /// PostgreSQL's name for an output column: the alias, the column name, the function name, or
 /// `?column?`.
 pub fn pg_column_name(e: &Expr) -> String {
     match e {
+        Expr::Alias(a) if a.name.starts_with(UNNAMED) || is_datafusion_name(a) => {
+            pg_column_name(&a.expr)
+        }
         Expr::Alias(a) => a.name.clone(),
         Expr::Column(c) => c.name.clone(),
         Expr::ScalarFunction(f) => f.func.name().to_string(),

@@ -33,6 +33,16 @@ const SCAN_ROWS_MAX: usize = 8192;
 pub struct RelationTable {
     pub schema: SchemaRef,
     pub rows: RelationRows,
+    /// How a client sees the relation's columns described (`RowDescription`), when known.
+    pub origin: Option<Origin>,
+}
+
+/// A relation as a client's description of a result column names it: the relation's OID,
+/// and each column's type OID and type modifier (`varchar(20)` is 1043 with 24).
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub oid: u32,
+    pub columns: Vec<(u32, i32)>,
 }
 
 /// Where a relation's rows are read from.
@@ -597,6 +607,7 @@ mod tests {
         let (_dir, snapshot, s) = relation(1000).await;
         let ctx = datafusion::prelude::SessionContext::new();
         let table = RelationTable {
+            origin: None,
             schema: s,
             rows: RelationRows::Snapshot {
                 name: "t".into(),

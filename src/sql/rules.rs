@@ -8,7 +8,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::expr::Cast;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
+use datafusion::logical_expr::{Expr, ExprSchemable, JoinType, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
 
 /// Semantics PostgreSQL has and DataFusion's plans lack:
@@ -225,13 +225,151 @@ pub fn type_integer_constants(plan: LogicalPlan) -> datafusion::error::Result<Lo
 
 /// The rules every Weir context runs before DataFusion's own analyzer rules.
 pub fn early_analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
-    vec![Arc::new(TypedChains)]
+    vec![Arc::new(TypedChains), Arc::new(ArrayText)]
+}
+
+/// A text constant compared with an array is read as an array of the other side's element
+/// type, as PostgreSQL reads an untyped constant: `polroles = '{0}'` (a catalog query psql
+/// sends). Only one-dimensional arrays of unquoted elements are read; other text stays text
+/// (and the comparison is refused as before).
+#[derive(Debug)]
+pub struct ArrayText;
+
+impl AnalyzerRule for ArrayText {
+    fn analyze(
+        &self,
+        plan: LogicalPlan,
+        _config: &ConfigOptions,
+    ) -> datafusion::error::Result<LogicalPlan> {
+        rewrite_expressions(plan, |e, schema| {
+            let Expr::BinaryExpr(b) = &e else {
+                return Ok(Transformed::no(e));
+            };
+            let array = |side: &Expr, other: &Expr| match (side.get_type(schema), other) {
+                (Ok(DataType::List(element)), Expr::Literal(ScalarValue::Utf8(Some(t)), _)) => {
+                    array_from_text(t, element.data_type())
+                }
+                _ => None,
+            };
+            let mut b = b.clone();
+            if let Some(a) = array(&b.left, &b.right) {
+                b.right = Box::new(Expr::Literal(a, None));
+            } else if let Some(a) = array(&b.right, &b.left) {
+                b.left = Box::new(Expr::Literal(a, None));
+            } else {
+                return Ok(Transformed::no(e));
+            }
+            Ok(Transformed::yes(Expr::BinaryExpr(b)))
+        })
+    }
+
+    fn name(&self) -> &str {
+        "array_text"
+    }
+}
+
+/// `{1,2,NULL}` as a list of `element`s.
+fn array_from_text(text: &str, element: &DataType) -> Option<ScalarValue> {
+    let inner = text.trim().strip_prefix('{')?.strip_suffix('}')?;
+    if inner.contains(['{', '"', '\\']) {
+        return None;
+    }
+    let values = (inner
+        .split(',')
+        .filter(|v| !inner.trim().is_empty() || !v.is_empty()))
+    .map(|v| match v.trim() {
+        n if n.eq_ignore_ascii_case("null") => ScalarValue::try_from(element).ok(),
+        v => ScalarValue::try_from_string(v.to_string(), element).ok(),
+    })
+    .collect::<Option<Vec<_>>>()?;
+    Some(ScalarValue::List(ScalarValue::new_list_nullable(
+        &values, element,
+    )))
 }
 
 /// The rules every Weir context runs after DataFusion's own analyzer rules.
 pub fn analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
     vec![
+        Arc::new(EmptySubqueries),
         Arc::new(PgSemantics),
         Arc::new(super::checked::FoldIntegers),
     ]
+}
+
+/// A scalar subquery that reads a relation known to be empty (a catalog table of a feature
+/// Weir lacks, planned as an empty relation) is NULL, as it would evaluate to: so a
+/// correlated one that DataFusion could not run (SQLAlchemy's column reflection reads
+/// `pg_sequence` with the outer row in its SELECT list) is planned away.
+#[derive(Debug)]
+pub struct EmptySubqueries;
+
+impl AnalyzerRule for EmptySubqueries {
+    fn analyze(
+        &self,
+        plan: LogicalPlan,
+        _config: &ConfigOptions,
+    ) -> datafusion::error::Result<LogicalPlan> {
+        rewrite_expressions(plan, |e, _| match &e {
+            Expr::ScalarSubquery(s) if without_rows(&s.subquery) || single_of_none(&s.subquery) => {
+                let t = s.subquery.schema().field(0).data_type().clone();
+                Ok(Transformed::yes(Expr::Literal(
+                    ScalarValue::try_from(&t)?,
+                    None,
+                )))
+            }
+            _ => Ok(Transformed::no(e)),
+        })
+    }
+
+    fn name(&self) -> &str {
+        "empty_subqueries"
+    }
+}
+
+/// Whether `plan` is a column of `weir_single` (a correlated scalar subquery as the catalog
+/// rewrite plans it) over no rows: NULL.
+fn single_of_none(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Projection(p) => {
+            let column = |e: &Expr| match e {
+                Expr::Alias(a) => matches!(a.expr.as_ref(), Expr::Column(_)),
+                e => matches!(e, Expr::Column(_)),
+            };
+            p.expr.iter().all(column) && single_of_none(&p.input)
+        }
+        LogicalPlan::SubqueryAlias(a) => single_of_none(&a.input),
+        LogicalPlan::Aggregate(a) => {
+            let single = |e: &Expr| match e {
+                Expr::Alias(alias) => matches!(alias.expr.as_ref(),
+                    Expr::AggregateFunction(f) if f.func.name() == super::pg_compat::SINGLE),
+                Expr::AggregateFunction(f) => f.func.name() == super::pg_compat::SINGLE,
+                _ => false,
+            };
+            a.group_expr.is_empty() && a.aggr_expr.iter().all(single) && without_rows(&a.input)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `plan` has no rows whatever its input: an empty relation under operators that
+/// keep no row of an empty input (not an aggregate, which has one row without input).
+fn without_rows(plan: &LogicalPlan) -> bool {
+    let mut node = plan;
+    loop {
+        node = match node {
+            LogicalPlan::EmptyRelation(e) => return !e.produce_one_row,
+            LogicalPlan::Projection(p) => &p.input,
+            LogicalPlan::Filter(f) => &f.input,
+            LogicalPlan::SubqueryAlias(a) => &a.input,
+            LogicalPlan::Sort(s) => &s.input,
+            LogicalPlan::Limit(l) => &l.input,
+            LogicalPlan::Join(j) => match j.join_type {
+                JoinType::Inner => return without_rows(&j.left) || without_rows(&j.right),
+                JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti => &j.left,
+                JoinType::Right | JoinType::RightSemi | JoinType::RightAnti => &j.right,
+                _ => return false,
+            },
+            _ => return false,
+        };
+    }
 }

@@ -1,4 +1,5 @@
-// pgJDBC against a running Weir server, with autocommit off (pgJDBC then opens a transaction
+// pgJDBC against a running Weir server: types, batches and metadata (typesAndMetadata);
+// then, with autocommit off (pgJDBC then opens a transaction
 // block before the first statement, as every JDBC application and pool with autocommit off
 // does): a block's writes are its own until commit, rollback undoes them, an error fails the
 // block (25P02) until rollback, a committed write is read at once on another connection, and
@@ -6,6 +7,9 @@
 //
 // Usage: java -cp postgresql.jar:. JdbcTest jdbc:postgresql://127.0.0.1:4466/weir?user=weir
 import java.sql.Connection;
+import java.sql.DatabaseMetaData;
+import java.sql.PreparedStatement;
+import java.sql.Types;
 import java.sql.DriverManager;
 import java.sql.ResultSet;
 import java.sql.SQLException;
@@ -44,8 +48,93 @@ public class JdbcTest {
         }
     }
 
+    // Types, batches and metadata with autocommit on: setDate (sent untyped, as
+    // '2024-03-01 +00'), executeBatch's update counts (a prepared INSERT is described with
+    // NoData), a server-prepared SELECT run many times, and DatabaseMetaData's tables and
+    // columns, read from pg_catalog.
+    static int typesAndMetadata(Connection c) throws SQLException {
+        int checks = 0;
+        run(c, "CREATE TABLE jtypes (id int PRIMARY KEY, day date, at timestamp, name varchar(20),"
+            + " amount numeric(10,2), big bigint, ok boolean, score double precision)");
+        run(c, "CREATE MATERIALIZED VIEW jtypes_total AS SELECT count(*) AS n, sum(amount) AS total"
+            + " FROM jtypes");
+        try (PreparedStatement p = c.prepareStatement(
+                "INSERT INTO jtypes VALUES (?, ?, ?, ?, ?, ?, ?, ?)")) {
+            for (int i = 1; i <= 10; i++) {
+                p.setInt(1, i);
+                p.setDate(2, java.sql.Date.valueOf("2024-03-0" + (i % 9 + 1)));
+                p.setTimestamp(3, java.sql.Timestamp.valueOf("2024-03-01 12:00:0" + (i % 10)));
+                p.setString(4, "n" + i);
+                p.setBigDecimal(5, new java.math.BigDecimal(i + ".25"));
+                p.setLong(6, 10_000_000_000L + i);
+                p.setBoolean(7, i % 2 == 0);
+                p.setDouble(8, i / 4.0);
+                p.addBatch();
+            }
+            int[] counts = p.executeBatch();
+            check(counts.length == 10, "executeBatch gave " + counts.length + " counts");
+            for (int n : counts) {
+                check(n == 1, "executeBatch counted " + java.util.Arrays.toString(counts));
+            }
+            p.setInt(1, 11);
+            p.setDate(2, java.sql.Date.valueOf("2024-04-01"));
+            p.setNull(3, Types.TIMESTAMP);
+            p.setString(4, "eleven");
+            p.setNull(5, Types.NUMERIC);
+            p.setNull(6, Types.BIGINT);
+            p.setNull(7, Types.BOOLEAN);
+            p.setNull(8, Types.DOUBLE);
+            check(p.executeUpdate() == 1, "executeUpdate after a batch");
+        }
+        checks++;
+
+        try (PreparedStatement q = c.prepareStatement("SELECT day, name FROM jtypes WHERE id = ?")) {
+            for (int i = 1; i <= 100; i++) {
+                q.setInt(1, i % 10 + 1);
+                try (ResultSet r = q.executeQuery()) {
+                    check(r.next(), "no row for id " + (i % 10 + 1));
+                    check(r.getString(2).equals("n" + (i % 10 + 1)), "a wrong name");
+                }
+            }
+            q.setInt(1, 11);
+            try (ResultSet r = q.executeQuery()) {
+                check(r.next() && r.getDate(1).toString().equals("2024-04-01"), "setDate's day");
+                check(r.getMetaData().getColumnTypeName(2).equals("varchar"),
+                    "varchar described as " + r.getMetaData().getColumnTypeName(2));
+            }
+        }
+        run(c, "FLUSH");
+        check(one(c, "SELECT n FROM jtypes_total") == 11, "the view's count");
+        checks++;
+
+        DatabaseMetaData meta = c.getMetaData();
+        java.util.Set<String> tables = new java.util.TreeSet<>();
+        try (ResultSet r = meta.getTables(null, "public", "jtypes%",
+                new String[] {"TABLE", "MATERIALIZED VIEW"})) {
+            while (r.next()) {
+                tables.add(r.getString("TABLE_NAME") + ":" + r.getString("TABLE_TYPE"));
+            }
+        }
+        check(tables.toString().equals("[jtypes:TABLE, jtypes_total:MATERIALIZED VIEW]"),
+            "getTables gave " + tables);
+        java.util.List<String> columns = new java.util.ArrayList<>();
+        try (ResultSet r = meta.getColumns(null, "public", "jtypes", null)) {
+            while (r.next()) {
+                columns.add(r.getString("COLUMN_NAME") + " " + r.getString("TYPE_NAME")
+                    + "(" + r.getInt("COLUMN_SIZE") + ")");
+            }
+        }
+        check(columns.get(3).equals("name varchar(20)"), "getColumns gave " + columns);
+        check(columns.size() == 8, "getColumns gave " + columns);
+        checks++;
+        return checks;
+    }
+
     public static void main(String[] args) throws Exception {
         int checks = 0;
+        try (Connection c = DriverManager.getConnection(args[0])) {
+            checks += typesAndMetadata(c);
+        }
         try (Connection a = DriverManager.getConnection(args[0]);
              Connection b = DriverManager.getConnection(args[0])) {
             run(a, "CREATE TABLE jdbc (id int PRIMARY KEY, v int)");

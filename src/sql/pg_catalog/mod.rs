@@ -1,0 +1,325 @@
+//! `pg_catalog` and `information_schema` as views of Weir's catalog
+//! (`docs/design/0016-pg-catalog.md`): what a query's context holds of the catalog
+//! ([`Relations`]), and schemas whose tables are built from it when a query names them.
+//! `tables` has the tables' columns and rows.
+
+mod information_schema;
+mod tables;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::catalog::SchemaProvider;
+use datafusion::common::DFSchema;
+use datafusion::datasource::{MemTable, TableProvider, ViewTable};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+
+use crate::catalog::{Catalog, ColumnDef, Object, Scope};
+use crate::types::{pg_type_of, SqlType};
+
+pub use self::information_schema::INFORMATION_SCHEMA_TABLES;
+pub use self::tables::CATALOG_TABLES;
+
+/// PostgreSQL's first OID for user objects: a relation's OID is this plus its object id.
+pub const FIRST_USER_OID: u32 = 16384;
+/// `pg_catalog`'s OID, as in PostgreSQL.
+pub const PG_CATALOG_OID: u32 = 11;
+/// `public`'s OID, as in PostgreSQL.
+pub const PUBLIC_OID: u32 = 2200;
+/// `information_schema`'s OID (PostgreSQL assigns it at initdb; this is a fixed one).
+pub const INFORMATION_SCHEMA_OID: u32 = 13000;
+/// `weir_catalog`'s OID.
+pub const WEIR_CATALOG_OID: u32 = 13100;
+/// The database's OID (PostgreSQL's first database after the templates).
+pub const DATABASE_OID: u32 = 5;
+/// The one role's OID (PostgreSQL's bootstrap superuser's).
+pub const ROLE_OID: u32 = 10;
+/// The one role's name.
+pub const ROLE_NAME: &str = "weir";
+
+/// The schemas, by OID.
+pub const NAMESPACES: [(u32, &str); 4] = [
+    (PG_CATALOG_OID, "pg_catalog"),
+    (PUBLIC_OID, "public"),
+    (INFORMATION_SCHEMA_OID, "information_schema"),
+    (WEIR_CATALOG_OID, "weir_catalog"),
+];
+
+/// A relation as the PostgreSQL catalogs show it.
+#[derive(Debug, Clone)]
+pub struct Relation {
+    pub oid: u32,
+    pub name: String,
+    /// `pg_class.relkind`: `r` a table, `m` a materialized view, `f` a source.
+    pub kind: char,
+    pub columns: Vec<Column>,
+    /// Positions of the primary key's columns (a table's).
+    pub primary_key: Vec<usize>,
+    /// A view's query.
+    pub definition: Option<String>,
+}
+
+impl Relation {
+    /// The OID of the primary key's index (a table has at most one): derived from the
+    /// table's, above every relation's.
+    pub fn index_oid(&self) -> u32 {
+        self.oid.wrapping_add(1 << 30)
+    }
+
+    /// The OID of the primary key's constraint.
+    pub fn constraint_oid(&self) -> u32 {
+        self.oid.wrapping_add(1 << 31)
+    }
+
+    /// The primary key's index name, as PostgreSQL names it.
+    pub fn index_name(&self) -> String {
+        format!("{}_pkey", self.name)
+    }
+
+    /// `(a, b)`: the primary key's columns.
+    pub fn key_list(&self) -> String {
+        let names: Vec<String> = (self.primary_key.iter())
+            .filter_map(|i| self.columns.get(*i))
+            .map(|c| quote_ident(&c.name))
+            .collect();
+        format!("({})", names.join(", "))
+    }
+}
+
+/// A column: its name, type OID, type modifier and NOT NULL.
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub name: String,
+    pub type_oid: u32,
+    pub typmod: i32,
+    pub not_null: bool,
+}
+
+impl Column {
+    fn declared(c: &ColumnDef) -> Column {
+        let typmod = match c.ty {
+            SqlType::Varchar { max_chars: Some(n) } => n as i32 + 4,
+            SqlType::Numeric { precision, scale } => numeric_typmod(precision, scale),
+            _ => -1,
+        };
+        Column {
+            name: c.name.clone(),
+            type_oid: c.ty.pg_oid(),
+            typmod,
+            not_null: c.not_null,
+        }
+    }
+
+    fn computed(f: &datafusion::arrow::datatypes::Field) -> Column {
+        let typmod = match f.data_type() {
+            DataType::Decimal128(p, s) => numeric_typmod(*p, *s),
+            _ => -1,
+        };
+        Column {
+            name: f.name().clone(),
+            type_oid: pg_type_of(f.data_type()).oid,
+            typmod,
+            not_null: false,
+        }
+    }
+}
+
+fn numeric_typmod(precision: u8, scale: i8) -> i32 {
+    ((i32::from(precision) << 16) | i32::from(scale as u8)) + 4
+}
+
+/// `name`, double-quoted where PostgreSQL would quote it.
+pub fn quote_ident(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// What a query's context knows of the catalog: its relations as PostgreSQL shows them, and
+/// the session's settings.
+#[derive(Debug, Default)]
+pub struct Relations {
+    pub relations: Vec<Relation>,
+    pub settings: HashMap<String, String>,
+}
+
+impl Relations {
+    /// The relations `scope` sees in `catalog` (sinks are not relations).
+    pub fn of(catalog: &Catalog, scope: Scope, settings: &HashMap<String, String>) -> Relations {
+        let mut relations = Vec::new();
+        for object in catalog.visible_objects(scope) {
+            let oid = FIRST_USER_OID.wrapping_add(object.id());
+            let relation = match object {
+                Object::Table(t) => Relation {
+                    oid,
+                    name: t.name.clone(),
+                    kind: 'r',
+                    columns: t.columns.iter().map(Column::declared).collect(),
+                    primary_key: t.primary_key.clone(),
+                    definition: None,
+                },
+                Object::Source(s) => Relation {
+                    oid,
+                    name: s.name.clone(),
+                    kind: 'f',
+                    columns: s.columns.iter().map(Column::declared).collect(),
+                    primary_key: Vec::new(),
+                    definition: None,
+                },
+                Object::View(v) if v.sink => continue,
+                Object::View(v) => {
+                    let Some(schema) = catalog.schema(v.id) else {
+                        continue;
+                    };
+                    Relation {
+                        oid,
+                        name: v.name.clone(),
+                        kind: 'm',
+                        columns: schema
+                            .fields()
+                            .iter()
+                            .map(|f| Column::computed(f))
+                            .collect(),
+                        primary_key: Vec::new(),
+                        definition: Some(v.query.clone()),
+                    }
+                }
+            };
+            relations.push(relation);
+        }
+        Relations {
+            relations,
+            settings: settings.clone(),
+        }
+    }
+
+    /// The relation of the catalog object `id`.
+    pub fn by_id(&self, id: crate::catalog::ObjectId) -> Option<&Relation> {
+        self.by_oid(FIRST_USER_OID.wrapping_add(id))
+    }
+
+    pub fn by_oid(&self, oid: u32) -> Option<&Relation> {
+        self.relations.iter().find(|r| r.oid == oid)
+    }
+
+    /// The relation `name` names: `relation` or `public.relation`, quoted or not.
+    pub fn by_name(&self, name: &str) -> Option<&Relation> {
+        let name = name.trim();
+        let name = name.strip_prefix("public.").unwrap_or(name);
+        let name = match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+            Some(quoted) => quoted.replace("\"\"", "\""),
+            None => name.to_lowercase(),
+        };
+        self.relations.iter().find(|r| r.name == name)
+    }
+
+    /// The relation with the primary-key index or constraint `oid`.
+    pub fn by_key_oid(&self, oid: u32) -> Option<&Relation> {
+        (self.relations.iter()).find(|r| {
+            !r.primary_key.is_empty() && (r.index_oid() == oid || r.constraint_oid() == oid)
+        })
+    }
+}
+
+/// One of the two schemas: its tables built from `relations` when a query names them.
+#[derive(Debug)]
+pub struct CatalogSchema {
+    relations: Arc<Relations>,
+    tables: &'static [(&'static str, tables::Build)],
+}
+
+impl CatalogSchema {
+    pub fn pg_catalog(relations: Arc<Relations>) -> CatalogSchema {
+        CatalogSchema {
+            relations,
+            tables: CATALOG_TABLES,
+        }
+    }
+
+    pub fn information_schema(relations: Arc<Relations>) -> CatalogSchema {
+        CatalogSchema {
+            relations,
+            tables: INFORMATION_SCHEMA_TABLES,
+        }
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for CatalogSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.tables.iter().map(|(n, _)| n.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        let Some((_, build)) = self.tables.iter().find(|(n, _)| *n == name) else {
+            return Ok(None);
+        };
+        let batch: RecordBatch =
+            build(&self.relations).map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let schema: SchemaRef = batch.schema();
+        if batch.num_rows() == 0 {
+            // A table without rows (of a feature Weir lacks) is planned as an empty relation,
+            // so what reads it is planned away: psql's correlated subqueries over
+            // `pg_policy`, which DataFusion could not run, read nothing.
+            let empty = LogicalPlan::EmptyRelation(EmptyRelation {
+                produce_one_row: false,
+                schema: Arc::new(DFSchema::try_from(schema.as_ref().clone())?),
+            });
+            return Ok(Some(Arc::new(ViewTable::new(empty, None))));
+        }
+        Ok(Some(Arc::new(MemTable::try_new(
+            schema,
+            vec![vec![batch]],
+        )?)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.tables.iter().any(|(n, _)| *n == name)
+    }
+}
+
+/// `format_type(oid, typmod)`: a type's name as PostgreSQL shows it, with its modifier.
+pub fn format_type(oid: u32, typmod: i32) -> String {
+    let name = match oid {
+        16 => "boolean",
+        21 => "smallint",
+        23 => "integer",
+        20 => "bigint",
+        700 => "real",
+        701 => "double precision",
+        1043 if typmod > 4 => return format!("character varying({})", typmod - 4),
+        1043 => "character varying",
+        1700 if typmod > 4 => {
+            let m = typmod - 4;
+            return format!("numeric({},{})", m >> 16, m & 0xffff);
+        }
+        1114 => "timestamp without time zone",
+        1184 => "timestamp with time zone",
+        1083 => "time without time zone",
+        18 => "\"char\"",
+        other => match tables::type_name(other) {
+            Some(array) if array.starts_with('_') => {
+                let element = tables::type_oid(&array[1..]).unwrap_or(0);
+                return format!("{}[]", format_type(element, -1));
+            }
+            Some(name) => name,
+            None => "???",
+        },
+    };
+    name.to_string()
+}
+
+pub use self::tables::{index_definition, type_oid};

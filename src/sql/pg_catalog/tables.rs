@@ -1,0 +1,788 @@
+//! The tables of `pg_catalog`: PostgreSQL 15's columns, in its order, each table's rows
+//! built from [`Relations`]. Tables of features Weir lacks have no rows. `information_schema`'s
+//! tables are built the same way.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Float32Array, Int16Array, Int32Array, Int64Array, Int64Builder,
+    ListBuilder, RecordBatch, StringArray, StringBuilder, UInt32Array,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+use super::{
+    quote_ident, Relation, Relations, DATABASE_OID, NAMESPACES, PG_CATALOG_OID, PUBLIC_OID,
+    ROLE_NAME, ROLE_OID,
+};
+use crate::error::{Error, Result};
+
+/// Builds one table's rows.
+pub type Build = fn(&Relations) -> Result<RecordBatch>;
+
+/// One value of a row.
+pub(super) enum V {
+    O(u32),
+    /// An array of numbers (`i2[]`, `oid[]`).
+    L(Vec<i64>),
+    T(String),
+    B(bool),
+    I(i64),
+    N,
+}
+
+use V::{B, I, N, O};
+
+pub(super) fn t(s: impl Into<String>) -> V {
+    V::T(s.into())
+}
+
+/// A table from its columns (`name:type`, types `oid`, `text`, `bool`, `i2`, `i4`, `i8`, `f4`,
+/// `text[]`, `oid[]`, `i2[]`) and rows.
+pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
+    let columns: Vec<(&str, &str)> = (columns.split_whitespace())
+        .map(|c| c.split_once(':').unwrap_or((c, "text")))
+        .collect();
+    let mut fields = Vec::with_capacity(columns.len());
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len());
+    for (i, (name, ty)) in columns.iter().enumerate() {
+        let cells = rows.iter().map(|r| r.get(i).unwrap_or(&N));
+        let bad = || Error::internal(format!("catalog column {name}: a value of another type"));
+        let array: ArrayRef = match *ty {
+            "oid" => Arc::new(
+                (cells.map(|c| match c {
+                    O(v) => Ok(Some(*v)),
+                    N => Ok(None),
+                    _ => Err(bad()),
+                }))
+                .collect::<Result<UInt32Array>>()?,
+            ),
+            "text" => Arc::new(
+                (cells.map(|c| match c {
+                    V::T(v) => Ok(Some(v.as_str())),
+                    N => Ok(None),
+                    _ => Err(bad()),
+                }))
+                .collect::<Result<StringArray>>()?,
+            ),
+            "bool" => Arc::new(
+                (cells.map(|c| match c {
+                    B(v) => Ok(Some(*v)),
+                    N => Ok(None),
+                    _ => Err(bad()),
+                }))
+                .collect::<Result<BooleanArray>>()?,
+            ),
+            "i2" | "i4" | "i8" | "f4" => {
+                let ints: Vec<Option<i64>> = (cells.map(|c| match c {
+                    I(v) => Ok(Some(*v)),
+                    N => Ok(None),
+                    _ => Err(bad()),
+                }))
+                .collect::<Result<_>>()?;
+                match *ty {
+                    "i2" => Arc::new(Int16Array::from_iter(
+                        ints.iter().map(|v| v.map(|v| v as i16)),
+                    )),
+                    "i4" => Arc::new(Int32Array::from_iter(
+                        ints.iter().map(|v| v.map(|v| v as i32)),
+                    )),
+                    "f4" => Arc::new(Float32Array::from_iter(
+                        ints.iter().map(|v| v.map(|v| v as f32)),
+                    )),
+                    _ => Arc::new(Int64Array::from_iter(ints)),
+                }
+            }
+            "oid[]" | "i2[]" => {
+                let mut b = ListBuilder::new(Int64Builder::new());
+                for cell in cells {
+                    match cell {
+                        V::L(values) => {
+                            b.values().append_slice(values);
+                            b.append(true);
+                        }
+                        N => b.append_null(),
+                        _ => return Err(bad()),
+                    }
+                }
+                let element = match *ty {
+                    "oid[]" => DataType::UInt32,
+                    _ => DataType::Int16,
+                };
+                let to = DataType::List(Arc::new(Field::new("item", element, true)));
+                datafusion::arrow::compute::cast(&b.finish(), &to)?
+            }
+            "text[]" => {
+                // Text arrays the catalogs hold are NULL here (no ACLs, no options).
+                let mut b = ListBuilder::new(StringBuilder::new());
+                for _ in 0..rows.len() {
+                    b.append_null();
+                }
+                Arc::new(b.finish())
+            }
+            other => return Err(Error::internal(format!("catalog column type {other}"))),
+        };
+        fields.push(Field::new(*name, array.data_type().clone(), true));
+        arrays.push(array);
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+}
+
+/// `pg_catalog`'s tables.
+pub const CATALOG_TABLES: &[(&str, Build)] = &[
+    ("pg_namespace", pg_namespace),
+    ("pg_class", pg_class),
+    ("pg_attribute", pg_attribute),
+    ("pg_type", pg_type),
+    ("pg_database", pg_database),
+    ("pg_roles", pg_roles),
+    ("pg_user", pg_user),
+    ("pg_am", pg_am),
+    ("pg_index", pg_index),
+    ("pg_constraint", pg_constraint),
+    ("pg_collation", pg_collation),
+    ("pg_tablespace", pg_tablespace),
+    ("pg_settings", pg_settings),
+    ("pg_matviews", pg_matviews),
+    ("pg_tables", pg_tables),
+    ("pg_views", |_| table(PG_VIEWS, vec![])),
+    ("pg_description", |_| table(PG_DESCRIPTION, vec![])),
+    ("pg_attrdef", |_| table(PG_ATTRDEF, vec![])),
+    ("pg_auth_members", |_| table(PG_AUTH_MEMBERS, vec![])),
+    ("pg_inherits", |_| table(PG_INHERITS, vec![])),
+    ("pg_policy", |_| table(PG_POLICY, vec![])),
+    ("pg_statistic_ext", |_| table(PG_STATISTIC_EXT, vec![])),
+    ("pg_publication", |_| table(PG_PUBLICATION, vec![])),
+    ("pg_publication_namespace", |_| {
+        table(PG_PUBLICATION_NAMESPACE, vec![])
+    }),
+    ("pg_publication_rel", |_| table(PG_PUBLICATION_REL, vec![])),
+    ("pg_sequence", |_| table(PG_SEQUENCE, vec![])),
+    ("pg_opclass", |_| table(PG_OPCLASS, vec![])),
+    ("pg_proc", |_| table(PG_PROC, vec![])),
+    ("pg_extension", |_| table(PG_EXTENSION, vec![])),
+    ("pg_enum", |_| table(PG_ENUM, vec![])),
+    ("pg_trigger", |_| table(PG_TRIGGER, vec![])),
+    ("pg_rewrite", |_| table(PG_REWRITE, vec![])),
+];
+
+const PG_VIEWS: &str = "schemaname viewname viewowner definition";
+const PG_DESCRIPTION: &str = "objoid:oid classoid:oid objsubid:i4 description";
+const PG_ATTRDEF: &str = "oid:oid adrelid:oid adnum:i2 adbin";
+const PG_AUTH_MEMBERS: &str = "roleid:oid member:oid grantor:oid admin_option:bool";
+const PG_INHERITS: &str = "inhrelid:oid inhparent:oid inhseqno:i4 inhdetachpending:bool";
+const PG_POLICY: &str = "oid:oid polname polrelid:oid polcmd polpermissive:bool \
+    polroles:oid[] polqual polwithcheck";
+const PG_STATISTIC_EXT: &str = "oid:oid stxrelid:oid stxname stxnamespace:oid stxowner:oid \
+    stxstattarget:i4 stxkeys:i2[] stxkind:text[] stxexprs";
+const PG_PUBLICATION: &str = "oid:oid pubname pubowner:oid puballtables:bool pubinsert:bool \
+    pubupdate:bool pubdelete:bool pubtruncate:bool pubviaroot:bool";
+const PG_PUBLICATION_NAMESPACE: &str = "oid:oid pnpubid:oid pnnspid:oid";
+const PG_OPCLASS: &str = "oid:oid opcmethod:oid opcname opcnamespace:oid opcowner:oid \
+    opcfamily:oid opcintype:oid opcdefault:bool opckeytype:oid";
+const PG_SEQUENCE: &str = "seqrelid:oid seqtypid:oid seqstart:i8 seqincrement:i8 seqmax:i8 \
+    seqmin:i8 seqcache:i8 seqcycle:bool";
+const PG_PUBLICATION_REL: &str = "oid:oid prpubid:oid prrelid:oid prqual prattrs:i2[]";
+const PG_PROC: &str = "oid:oid proname pronamespace:oid proowner:oid prolang:oid procost:f4 \
+    prorows:f4 provariadic:oid prosupport prokind prosecdef:bool proleakproof:bool \
+    proisstrict:bool proretset:bool provolatile proparallel pronargs:i2 pronargdefaults:i2 \
+    prorettype:oid proargtypes:oid[] proallargtypes:oid[] proargmodes:text[] \
+    proargnames:text[] proargdefaults protrftypes:oid[] prosrc probin prosqlbody \
+    proconfig:text[] proacl:text[]";
+const PG_EXTENSION: &str = "oid:oid extname extowner:oid extnamespace:oid \
+    extrelocatable:bool extversion extconfig:oid[] extcondition:text[]";
+const PG_ENUM: &str = "oid:oid enumtypid:oid enumsortorder:f4 enumlabel";
+const PG_TRIGGER: &str = "oid:oid tgrelid:oid tgparentid:oid tgname tgfoid:oid tgtype:i2 \
+    tgenabled tgisinternal:bool tgconstrrelid:oid tgconstrindid:oid tgconstraint:oid \
+    tgdeferrable:bool tginitdeferred:bool tgnargs:i2 tgattr:i2[] tgargs tgqual \
+    tgoldtable tgnewtable";
+const PG_REWRITE: &str = "oid:oid rulename ev_class:oid ev_type ev_enabled is_instead:bool \
+    ev_qual ev_action";
+fn pg_namespace(_: &Relations) -> Result<RecordBatch> {
+    let rows = NAMESPACES
+        .iter()
+        .map(|(oid, name)| vec![O(*oid), t(*name), O(ROLE_OID), N])
+        .collect();
+    table("oid:oid nspname nspowner:oid nspacl:text[]", rows)
+}
+
+/// A built-in type: OID, name, length, category, array type OID, element type OID.
+type BuiltIn = (u32, &'static str, i64, char, u32, u32);
+
+/// The types Weir's values have, and the arrays of them.
+const TYPES: &[BuiltIn] = &[
+    (16, "bool", 1, 'B', 1000, 0),
+    (17, "bytea", -1, 'U', 1001, 0),
+    (18, "char", 1, 'Z', 1002, 0),
+    (19, "name", 64, 'S', 1003, 0),
+    (20, "int8", 8, 'N', 1016, 0),
+    (21, "int2", 2, 'N', 1005, 0),
+    (23, "int4", 4, 'N', 1007, 0),
+    (25, "text", -1, 'S', 1009, 0),
+    (26, "oid", 4, 'N', 1028, 0),
+    (114, "json", -1, 'U', 199, 0),
+    (700, "float4", 4, 'N', 1021, 0),
+    (701, "float8", 8, 'N', 1022, 0),
+    (1043, "varchar", -1, 'S', 1015, 0),
+    (1082, "date", 4, 'D', 1182, 0),
+    (1083, "time", 8, 'D', 1183, 0),
+    (1114, "timestamp", 8, 'D', 1115, 0),
+    (1184, "timestamptz", 8, 'D', 1185, 0),
+    (1186, "interval", 16, 'T', 1187, 0),
+    (1700, "numeric", -1, 'N', 1231, 0),
+    (2205, "regclass", 4, 'N', 2210, 0),
+    (2206, "regtype", 4, 'N', 2211, 0),
+    (3802, "jsonb", -1, 'U', 3807, 0),
+    (1000, "_bool", -1, 'A', 0, 16),
+    (1001, "_bytea", -1, 'A', 0, 17),
+    (1005, "_int2", -1, 'A', 0, 21),
+    (1007, "_int4", -1, 'A', 0, 23),
+    (1009, "_text", -1, 'A', 0, 25),
+    (1015, "_varchar", -1, 'A', 0, 1043),
+    (1016, "_int8", -1, 'A', 0, 20),
+    (1021, "_float4", -1, 'A', 0, 700),
+    (1022, "_float8", -1, 'A', 0, 701),
+    (1028, "_oid", -1, 'A', 0, 26),
+    (1115, "_timestamp", -1, 'A', 0, 1114),
+    (1182, "_date", -1, 'A', 0, 1082),
+    (1185, "_timestamptz", -1, 'A', 0, 1184),
+    (1231, "_numeric", -1, 'A', 0, 1700),
+];
+
+/// The name PostgreSQL's `pg_type.typname` has for `oid`.
+pub fn type_name(oid: u32) -> Option<&'static str> {
+    TYPES.iter().find(|t| t.0 == oid).map(|t| t.1)
+}
+
+/// The OID of the type named `name` (`int4`, `integer`, `pg_catalog.text` ...).
+pub fn type_oid(name: &str) -> Option<u32> {
+    let name = name.trim().to_lowercase();
+    let name = name.strip_prefix("pg_catalog.").unwrap_or(&name);
+    let alias = match name {
+        "integer" | "int" => "int4",
+        "smallint" => "int2",
+        "bigint" => "int8",
+        "boolean" => "bool",
+        "real" => "float4",
+        "double precision" => "float8",
+        "character varying" => "varchar",
+        "timestamp without time zone" => "timestamp",
+        "timestamp with time zone" => "timestamptz",
+        "decimal" => "numeric",
+        other => other,
+    };
+    TYPES.iter().find(|t| t.1 == alias).map(|t| t.0)
+}
+
+/// How PostgreSQL stores a type's values (`typstorage`): `numeric` in line but compressible
+/// ('m'), other variable-length types out of line ('x'), fixed-length ones plain ('p').
+fn storage(oid: u32, len: i64) -> &'static str {
+    match (oid, len) {
+        (1700, _) => "m",
+        (_, -1) => "x",
+        _ => "p",
+    }
+}
+
+fn pg_type(_: &Relations) -> Result<RecordBatch> {
+    let mut rows = Vec::new();
+    for &(oid, name, len, category, array, element) in TYPES {
+        let byval = (1..=8).contains(&len) && len != 3;
+        rows.push(vec![
+            O(oid),
+            t(name),
+            O(PG_CATALOG_OID),
+            O(ROLE_OID),
+            I(len),
+            B(byval),
+            t("b"),
+            t(category.to_string()),
+            B(matches!(oid, 16 | 25 | 701 | 1184)),
+            B(true),
+            t(","),
+            O(0),
+            t("-"),
+            O(element),
+            O(array),
+            t(format!("{name}in")),
+            t(format!("{name}out")),
+            t(format!("{name}recv")),
+            t(format!("{name}send")),
+            t("-"),
+            t("-"),
+            t("-"),
+            t(if len == 8 || len == -1 { "d" } else { "i" }),
+            t(storage(oid, len)),
+            B(false),
+            O(0),
+            I(-1),
+            I(0),
+            O(if matches!(oid, 25 | 1043 | 19) {
+                100
+            } else {
+                0
+            }),
+            N,
+            N,
+            N,
+        ]);
+    }
+    table(
+        "oid:oid typname typnamespace:oid typowner:oid typlen:i2 typbyval:bool typtype \
+         typcategory typispreferred:bool typisdefined:bool typdelim typrelid:oid typsubscript \
+         typelem:oid typarray:oid typinput typoutput typreceive typsend typmodin typmodout \
+         typanalyze typalign typstorage typnotnull:bool typbasetype:oid typtypmod:i4 \
+         typndims:i4 typcollation:oid typdefaultbin typdefault typacl:text[]",
+        rows,
+    )
+}
+
+fn pg_class(r: &Relations) -> Result<RecordBatch> {
+    let mut rows = Vec::new();
+    let mut push = |oid: u32, name: String, kind: char, am: u32, natts: usize, index: bool| {
+        rows.push(vec![
+            O(oid),
+            t(name),
+            O(PUBLIC_OID),
+            O(0),
+            O(0),
+            O(ROLE_OID),
+            O(am),
+            O(oid),
+            O(0),
+            I(0),
+            I(-1),
+            I(0),
+            O(0),
+            B(index),
+            B(false),
+            t("p"),
+            t(kind.to_string()),
+            I(natts as i64),
+            I(0),
+            B(false),
+            B(false),
+            B(false),
+            B(false),
+            B(false),
+            B(true),
+            t(if matches!(kind, 'r' | 'm') { "d" } else { "n" }),
+            B(false),
+            O(0),
+            I(0),
+            I(0),
+            N,
+            N,
+            N,
+        ]);
+    };
+    for rel in &r.relations {
+        let am = if matches!(rel.kind, 'r' | 'm') { 2 } else { 0 };
+        let indexed = !rel.primary_key.is_empty();
+        push(
+            rel.oid,
+            rel.name.clone(),
+            rel.kind,
+            am,
+            rel.columns.len(),
+            indexed,
+        );
+        if indexed {
+            push(
+                rel.index_oid(),
+                rel.index_name(),
+                'i',
+                403,
+                rel.primary_key.len(),
+                false,
+            );
+        }
+    }
+    table(
+        "oid:oid relname relnamespace:oid reltype:oid reloftype:oid relowner:oid relam:oid \
+         relfilenode:oid reltablespace:oid relpages:i4 reltuples:f4 relallvisible:i4 \
+         reltoastrelid:oid relhasindex:bool relisshared:bool relpersistence relkind \
+         relnatts:i2 relchecks:i2 relhasrules:bool relhastriggers:bool relhassubclass:bool \
+         relrowsecurity:bool relforcerowsecurity:bool relispopulated:bool relreplident \
+         relispartition:bool relrewrite:oid relfrozenxid:i8 relminmxid:i8 relacl:text[] \
+         reloptions:text[] relpartbound",
+        rows,
+    )
+}
+
+fn pg_attribute(r: &Relations) -> Result<RecordBatch> {
+    let mut rows = Vec::new();
+    for rel in &r.relations {
+        for (i, c) in rel.columns.iter().enumerate() {
+            let len = TYPES.iter().find(|t| t.0 == c.type_oid).map_or(-1, |t| t.2);
+            let varlena = len == -1;
+            rows.push(vec![
+                O(rel.oid),
+                t(c.name.clone()),
+                O(c.type_oid),
+                I(-1),
+                I(len),
+                I(i as i64 + 1),
+                I(0),
+                I(-1),
+                I(i64::from(c.typmod)),
+                B(!varlena && len <= 8),
+                t(if len == 8 || varlena { "d" } else { "i" }),
+                t(storage(c.type_oid, len)),
+                t(""),
+                B(c.not_null || rel.primary_key.contains(&i)),
+                B(false),
+                B(false),
+                t(""),
+                t(""),
+                B(false),
+                B(true),
+                I(0),
+                O(if matches!(c.type_oid, 25 | 1043) {
+                    100
+                } else {
+                    0
+                }),
+                N,
+                N,
+                N,
+                N,
+            ]);
+        }
+        if !rel.primary_key.is_empty() {
+            for (n, i) in rel.primary_key.iter().enumerate() {
+                let Some(c) = rel.columns.get(*i) else {
+                    continue;
+                };
+                rows.push(vec![
+                    O(rel.index_oid()),
+                    t(c.name.clone()),
+                    O(c.type_oid),
+                    I(-1),
+                    I(-1),
+                    I(n as i64 + 1),
+                    I(0),
+                    I(-1),
+                    I(i64::from(c.typmod)),
+                    B(false),
+                    t("i"),
+                    t("p"),
+                    t(""),
+                    B(false),
+                    B(false),
+                    B(false),
+                    t(""),
+                    t(""),
+                    B(false),
+                    B(true),
+                    I(0),
+                    O(0),
+                    N,
+                    N,
+                    N,
+                    N,
+                ]);
+            }
+        }
+    }
+    table(
+        "attrelid:oid attname atttypid:oid attstattarget:i4 attlen:i2 attnum:i2 attndims:i4 \
+         attcacheoff:i4 atttypmod:i4 attbyval:bool attalign attstorage attcompression \
+         attnotnull:bool atthasdef:bool atthasmissing:bool attidentity attgenerated \
+         attisdropped:bool attislocal:bool attinhcount:i4 attcollation:oid attacl:text[] \
+         attoptions:text[] attfdwoptions:text[] attmissingval",
+        rows,
+    )
+}
+
+fn pg_database(_: &Relations) -> Result<RecordBatch> {
+    let row = vec![
+        O(DATABASE_OID),
+        t(crate::DATABASE_NAME),
+        O(ROLE_OID),
+        I(6),
+        t("c"),
+        B(false),
+        B(true),
+        I(-1),
+        I(0),
+        I(1),
+        O(1663),
+        t("C.UTF-8"),
+        t("C.UTF-8"),
+        N,
+        N,
+        N,
+    ];
+    table(
+        "oid:oid datname datdba:oid encoding:i4 datlocprovider datistemplate:bool \
+         datallowconn:bool datconnlimit:i4 datfrozenxid:i8 datminmxid:i8 dattablespace:oid \
+         datcollate datctype daticulocale datcollversion datacl:text[]",
+        vec![row],
+    )
+}
+
+fn pg_roles(_: &Relations) -> Result<RecordBatch> {
+    let row = vec![
+        t(ROLE_NAME),
+        B(true),
+        B(true),
+        B(true),
+        B(true),
+        B(true),
+        B(true),
+        I(-1),
+        t("********"),
+        N,
+        B(true),
+        N,
+        O(ROLE_OID),
+    ];
+    table(
+        "rolname rolsuper:bool rolinherit:bool rolcreaterole:bool rolcreatedb:bool \
+         rolcanlogin:bool rolreplication:bool rolconnlimit:i4 rolpassword rolvaliduntil \
+         rolbypassrls:bool rolconfig:text[] oid:oid",
+        vec![row],
+    )
+}
+
+fn pg_user(_: &Relations) -> Result<RecordBatch> {
+    let row = vec![
+        t(ROLE_NAME),
+        O(ROLE_OID),
+        B(true),
+        B(true),
+        B(true),
+        B(true),
+        t("********"),
+        N,
+        N,
+    ];
+    table(
+        "usename usesysid:oid usecreatedb:bool usesuper:bool userepl:bool usebypassrls:bool \
+         passwd valuntil useconfig:text[]",
+        vec![row],
+    )
+}
+
+fn pg_am(_: &Relations) -> Result<RecordBatch> {
+    table(
+        "oid:oid amname amhandler amtype",
+        vec![
+            vec![O(2), t("heap"), t("heap_tableam_handler"), t("t")],
+            vec![O(403), t("btree"), t("bthandler"), t("i")],
+        ],
+    )
+}
+
+/// Relations with a primary key.
+pub(super) fn keyed(r: &Relations) -> impl Iterator<Item = &Relation> {
+    r.relations.iter().filter(|rel| !rel.primary_key.is_empty())
+}
+
+/// A relation's primary key as attribute numbers.
+fn attnums(rel: &Relation) -> Vec<i64> {
+    rel.primary_key.iter().map(|&i| i as i64 + 1).collect()
+}
+
+fn pg_index(r: &Relations) -> Result<RecordBatch> {
+    let rows = keyed(r)
+        .map(|rel| {
+            let n = rel.primary_key.len() as i64;
+            vec![
+                O(rel.index_oid()),
+                O(rel.oid),
+                I(n),
+                I(n),
+                B(true),
+                B(false),
+                B(true),
+                B(false),
+                B(true),
+                B(false),
+                B(true),
+                B(false),
+                B(true),
+                B(true),
+                B(false),
+                V::L(attnums(rel)),
+                V::L(vec![0; rel.primary_key.len()]),
+                V::L(vec![0; rel.primary_key.len()]),
+                V::L(vec![0; rel.primary_key.len()]),
+                N,
+                N,
+            ]
+        })
+        .collect();
+    table(
+        "indexrelid:oid indrelid:oid indnatts:i2 indnkeyatts:i2 indisunique:bool \
+         indnullsnotdistinct:bool indisprimary:bool indisexclusion:bool indimmediate:bool \
+         indisclustered:bool indisvalid:bool indcheckxmin:bool indisready:bool \
+         indislive:bool indisreplident:bool indkey:i2[] indcollation:oid[] indclass:oid[] \
+         indoption:i2[] indexprs indpred",
+        rows,
+    )
+}
+
+fn pg_constraint(r: &Relations) -> Result<RecordBatch> {
+    let rows = keyed(r)
+        .map(|rel| {
+            vec![
+                O(rel.constraint_oid()),
+                t(rel.index_name()),
+                O(PUBLIC_OID),
+                t("p"),
+                B(false),
+                B(false),
+                B(true),
+                O(rel.oid),
+                O(0),
+                O(rel.index_oid()),
+                O(0),
+                O(0),
+                t(" "),
+                t(" "),
+                t(" "),
+                B(true),
+                I(0),
+                B(true),
+                V::L(attnums(rel)),
+                N,
+                N,
+                N,
+                N,
+                N,
+                N,
+                N,
+            ]
+        })
+        .collect();
+    table(
+        "oid:oid conname connamespace:oid contype condeferrable:bool condeferred:bool \
+         convalidated:bool conrelid:oid contypid:oid conindid:oid conparentid:oid \
+         confrelid:oid confupdtype confdeltype confmatchtype conislocal:bool coninhcount:i4 \
+         connoinherit:bool conkey:i2[] confkey:i2[] conpfeqop:oid[] conppeqop:oid[] \
+         conffeqop:oid[] confdelsetcols:i2[] conexclop:oid[] conbin",
+        rows,
+    )
+}
+
+fn pg_collation(_: &Relations) -> Result<RecordBatch> {
+    table(
+        "oid:oid collname collnamespace:oid collowner:oid collprovider \
+         collisdeterministic:bool collencoding:i4 collcollate collctype colliculocale \
+         collversion",
+        vec![vec![
+            O(100),
+            t("default"),
+            O(PG_CATALOG_OID),
+            O(ROLE_OID),
+            t("d"),
+            B(true),
+            I(-1),
+            N,
+            N,
+            N,
+            N,
+        ]],
+    )
+}
+
+fn pg_tablespace(_: &Relations) -> Result<RecordBatch> {
+    table(
+        "oid:oid spcname spcowner:oid spcacl:text[] spcoptions:text[]",
+        vec![
+            vec![O(1663), t("pg_default"), O(ROLE_OID), N, N],
+            vec![O(1664), t("pg_global"), O(ROLE_OID), N, N],
+        ],
+    )
+}
+
+fn pg_settings(r: &Relations) -> Result<RecordBatch> {
+    let mut names: Vec<(&String, &String)> = r.settings.iter().collect();
+    names.sort();
+    let rows = names
+        .into_iter()
+        .map(|(name, value)| {
+            vec![
+                t(name.clone()),
+                t(value.clone()),
+                N,
+                t("Weir"),
+                t(""),
+                N,
+                t("user"),
+                t("string"),
+                t("session"),
+                N,
+                N,
+                N,
+                t(value.clone()),
+                t(value.clone()),
+                N,
+                N,
+                B(false),
+            ]
+        })
+        .collect();
+    table(
+        "name setting unit category short_desc extra_desc context vartype source min_val \
+         max_val enumvals:text[] boot_val reset_val sourcefile sourceline:i4 \
+         pending_restart:bool",
+        rows,
+    )
+}
+
+fn pg_matviews(r: &Relations) -> Result<RecordBatch> {
+    let rows = (r.relations.iter())
+        .filter(|rel| rel.kind == 'm')
+        .map(|rel| {
+            vec![
+                t("public"),
+                t(rel.name.clone()),
+                t(ROLE_NAME),
+                N,
+                B(false),
+                B(true),
+                t(rel.definition.clone().unwrap_or_default()),
+            ]
+        })
+        .collect();
+    table(
+        "schemaname matviewname matviewowner tablespace hasindexes:bool ispopulated:bool \
+         definition",
+        rows,
+    )
+}
+
+fn pg_tables(r: &Relations) -> Result<RecordBatch> {
+    let rows = (r.relations.iter())
+        .filter(|rel| rel.kind == 'r')
+        .map(|rel| {
+            vec![
+                t("public"),
+                t(rel.name.clone()),
+                t(ROLE_NAME),
+                N,
+                B(!rel.primary_key.is_empty()),
+                B(false),
+                B(false),
+                B(false),
+            ]
+        })
+        .collect();
+    table(
+        "schemaname tablename tableowner tablespace hasindexes:bool hasrules:bool \
+         hastriggers:bool rowsecurity:bool",
+        rows,
+    )
+}
+
+/// `CREATE UNIQUE INDEX ...` for a relation's primary key (`pg_get_indexdef`).
+pub fn index_definition(rel: &Relation) -> String {
+    format!(
+        "CREATE UNIQUE INDEX {} ON public.{} USING btree {}",
+        quote_ident(&rel.index_name()),
+        quote_ident(&rel.name),
+        rel.key_list()
+    )
+}
