@@ -12,6 +12,7 @@ use datafusion::logical_expr::{Expr, ExprSchemable, JoinType, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
 
 /// Semantics PostgreSQL has and DataFusion's plans lack:
+/// - a scalar subquery over a relation known to be empty is NULL (`empty_subquery`);
 /// - casting a numeric to an integer rounds (half away from zero) where Arrow's cast
 ///   truncates: `CAST(x AS int)` becomes `CAST(round(x) AS int)` when `x` is a decimal (so
 ///   inserting 2.5 into an integer column stores 3);
@@ -29,7 +30,11 @@ impl AnalyzerRule for PgSemantics {
         _config: &ConfigOptions,
     ) -> datafusion::error::Result<LogicalPlan> {
         rewrite_expressions(plan, |e, schema| {
-            let t = round_before_cast(e, schema)?;
+            let t = empty_subquery(e)?;
+            if t.transformed {
+                return Ok(t);
+            }
+            let t = round_before_cast(t.data, schema)?;
             if t.transformed {
                 return Ok(t);
             }
@@ -145,29 +150,36 @@ impl AnalyzerRule for TypedChains {
         plan: LogicalPlan,
         _config: &ConfigOptions,
     ) -> datafusion::error::Result<LogicalPlan> {
+        // Text compared with an array is read in the same pass (`array_text`).
         rewrite_expressions(plan, |e, schema| {
-            if !matches!(e, Expr::BinaryExpr(_) | Expr::Negative(_)) {
-                return Ok(Transformed::no(e));
-            }
-            e.map_children(|operand| {
-                if operator_levels(&operand, CHAIN_STRIDE) < CHAIN_STRIDE {
-                    return Ok(Transformed::no(operand));
-                }
-                // An operand whose type cannot be worked out here (a parameter) stays as it is.
-                match operand.get_type(schema) {
-                    Ok(t) => Ok(Transformed::yes(Expr::Cast(Cast::new(
-                        Box::new(operand),
-                        t,
-                    )))),
-                    Err(_) => Ok(Transformed::no(operand)),
-                }
-            })
+            array_text(e, schema)?.transform_data(|e| typed_chain(e, schema))
         })
     }
 
     fn name(&self) -> &str {
         "typed_chains"
     }
+}
+
+/// An operator's operands with `CHAIN_STRIDE` or more levels of operators below them, cast to
+/// their own types.
+fn typed_chain(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<Expr>> {
+    if !matches!(e, Expr::BinaryExpr(_) | Expr::Negative(_)) {
+        return Ok(Transformed::no(e));
+    }
+    e.map_children(|operand| {
+        if operator_levels(&operand, CHAIN_STRIDE) < CHAIN_STRIDE {
+            return Ok(Transformed::no(operand));
+        }
+        // An operand whose type cannot be worked out here (a parameter) stays as it is.
+        match operand.get_type(schema) {
+            Ok(t) => Ok(Transformed::yes(Expr::Cast(Cast::new(
+                Box::new(operand),
+                t,
+            )))),
+            Err(_) => Ok(Transformed::no(operand)),
+        }
+    })
 }
 
 /// The levels of binary and unary minus operators from `e` down to the nearest cast, column
@@ -225,47 +237,33 @@ pub fn type_integer_constants(plan: LogicalPlan) -> datafusion::error::Result<Lo
 
 /// The rules every Weir context runs before DataFusion's own analyzer rules.
 pub fn early_analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
-    vec![Arc::new(TypedChains), Arc::new(ArrayText)]
+    vec![Arc::new(TypedChains)]
 }
 
 /// A text constant compared with an array is read as an array of the other side's element
 /// type, as PostgreSQL reads an untyped constant: `polroles = '{0}'` (a catalog query psql
 /// sends). Only one-dimensional arrays of unquoted elements are read; other text stays text
-/// (and the comparison is refused as before).
-#[derive(Debug)]
-pub struct ArrayText;
-
-impl AnalyzerRule for ArrayText {
-    fn analyze(
-        &self,
-        plan: LogicalPlan,
-        _config: &ConfigOptions,
-    ) -> datafusion::error::Result<LogicalPlan> {
-        rewrite_expressions(plan, |e, schema| {
-            let Expr::BinaryExpr(b) = &e else {
-                return Ok(Transformed::no(e));
-            };
-            let array = |side: &Expr, other: &Expr| match (side.get_type(schema), other) {
-                (Ok(DataType::List(element)), Expr::Literal(ScalarValue::Utf8(Some(t)), _)) => {
-                    array_from_text(t, element.data_type())
-                }
-                _ => None,
-            };
-            let mut b = b.clone();
-            if let Some(a) = array(&b.left, &b.right) {
-                b.right = Box::new(Expr::Literal(a, None));
-            } else if let Some(a) = array(&b.right, &b.left) {
-                b.left = Box::new(Expr::Literal(a, None));
-            } else {
-                return Ok(Transformed::no(e));
-            }
-            Ok(Transformed::yes(Expr::BinaryExpr(b)))
-        })
+/// (and the comparison is refused as before). Part of `TypedChains`' pass, before DataFusion
+/// coerces types.
+fn array_text(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<Expr>> {
+    let Expr::BinaryExpr(b) = &e else {
+        return Ok(Transformed::no(e));
+    };
+    let array = |side: &Expr, other: &Expr| match (side.get_type(schema), other) {
+        (Ok(DataType::List(element)), Expr::Literal(ScalarValue::Utf8(Some(t)), _)) => {
+            array_from_text(t, element.data_type())
+        }
+        _ => None,
+    };
+    let mut b = b.clone();
+    if let Some(a) = array(&b.left, &b.right) {
+        b.right = Box::new(Expr::Literal(a, None));
+    } else if let Some(a) = array(&b.right, &b.left) {
+        b.left = Box::new(Expr::Literal(a, None));
+    } else {
+        return Ok(Transformed::no(e));
     }
-
-    fn name(&self) -> &str {
-        "array_text"
-    }
+    Ok(Transformed::yes(Expr::BinaryExpr(b)))
 }
 
 /// `{1,2,NULL}` as a list of `element`s.
@@ -290,7 +288,6 @@ fn array_from_text(text: &str, element: &DataType) -> Option<ScalarValue> {
 /// The rules every Weir context runs after DataFusion's own analyzer rules.
 pub fn analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
     vec![
-        Arc::new(EmptySubqueries),
         Arc::new(PgSemantics),
         Arc::new(super::checked::FoldIntegers),
     ]
@@ -299,30 +296,18 @@ pub fn analyzer_rules() -> Vec<Arc<dyn AnalyzerRule + Send + Sync>> {
 /// A scalar subquery that reads a relation known to be empty (a catalog table of a feature
 /// Weir lacks, planned as an empty relation) is NULL, as it would evaluate to: so a
 /// correlated one that DataFusion could not run (SQLAlchemy's column reflection reads
-/// `pg_sequence` with the outer row in its SELECT list) is planned away.
-#[derive(Debug)]
-pub struct EmptySubqueries;
-
-impl AnalyzerRule for EmptySubqueries {
-    fn analyze(
-        &self,
-        plan: LogicalPlan,
-        _config: &ConfigOptions,
-    ) -> datafusion::error::Result<LogicalPlan> {
-        rewrite_expressions(plan, |e, _| match &e {
-            Expr::ScalarSubquery(s) if without_rows(&s.subquery) || single_of_none(&s.subquery) => {
-                let t = s.subquery.schema().field(0).data_type().clone();
-                Ok(Transformed::yes(Expr::Literal(
-                    ScalarValue::try_from(&t)?,
-                    None,
-                )))
-            }
-            _ => Ok(Transformed::no(e)),
-        })
-    }
-
-    fn name(&self) -> &str {
-        "empty_subqueries"
+/// `pg_sequence` with the outer row in its SELECT list) is planned away. Part of
+/// `PgSemantics`' pass, after DataFusion has inlined such tables.
+fn empty_subquery(e: Expr) -> datafusion::error::Result<Transformed<Expr>> {
+    match &e {
+        Expr::ScalarSubquery(s) if without_rows(&s.subquery) || single_of_none(&s.subquery) => {
+            let t = s.subquery.schema().field(0).data_type().clone();
+            Ok(Transformed::yes(Expr::Literal(
+                ScalarValue::try_from(&t)?,
+                None,
+            )))
+        }
+        _ => Ok(Transformed::no(e)),
     }
 }
 

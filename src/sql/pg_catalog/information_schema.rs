@@ -130,22 +130,24 @@ fn is_columns(r: &Relations) -> Result<RecordBatch> {
     )
 }
 
+/// A primary key's constraint (catalog, schema, name) and table (catalog, schema, name).
+fn key_names(rel: &Relation) -> Vec<V> {
+    vec![
+        t(crate::DATABASE_NAME),
+        t("public"),
+        t(rel.index_name()),
+        t(crate::DATABASE_NAME),
+        t("public"),
+        t(rel.name.clone()),
+    ]
+}
+
 fn table_constraints(r: &Relations) -> Result<RecordBatch> {
     let rows = keyed(r)
         .map(|rel| {
-            vec![
-                t(crate::DATABASE_NAME),
-                t("public"),
-                t(rel.index_name()),
-                t(crate::DATABASE_NAME),
-                t("public"),
-                t(rel.name.clone()),
-                t("PRIMARY KEY"),
-                t("NO"),
-                t("NO"),
-                t("YES"),
-                N,
-            ]
+            let mut row = key_names(rel);
+            row.extend([t("PRIMARY KEY"), t("NO"), t("NO"), t("YES"), N]);
+            row
         })
         .collect();
     table(
@@ -162,17 +164,9 @@ fn key_column_usage(r: &Relations) -> Result<RecordBatch> {
             let Some(c) = rel.columns.get(*i) else {
                 continue;
             };
-            rows.push(vec![
-                t(crate::DATABASE_NAME),
-                t("public"),
-                t(rel.index_name()),
-                t(crate::DATABASE_NAME),
-                t("public"),
-                t(rel.name.clone()),
-                t(c.name.clone()),
-                I(n as i64 + 1),
-                N,
-            ]);
+            let mut row = key_names(rel);
+            row.extend([t(c.name.clone()), I(n as i64 + 1), N]);
+            rows.push(row);
         }
     }
     table(
