@@ -31,11 +31,22 @@ pub enum ErrorKind {
     NotNullViolation,
     DivisionByZero,
     NumericOutOfRange,
+    /// A date or time whose fields are numbers out of their range (22008): month 13.
+    DatetimeFieldOverflow,
+    /// Text that is not a date, time or interval (22007).
+    InvalidDatetimeFormat,
     StringTooLong,
     /// A subquery used as an expression returned more than one row (21000).
     CardinalityViolation,
     /// A value's text cannot be read as its type.
     InvalidText,
+    /// A value in binary form (a binary COPY's field) is not what its type's encoding is.
+    InvalidBinary,
+    /// Text that is not valid UTF-8 (22021).
+    InvalidEncoding,
+    /// COPY data that is not laid out as its format says (22P04): a line with too many or
+    /// too few fields, an unterminated CSV quote, a binary COPY's bad signature.
+    BadCopyFormat,
     /// A value is outside what the operation accepts (other than numeric range).
     InvalidParameter,
     /// A file named in a statement (a file source's path) does not exist or cannot be read.
@@ -121,6 +132,8 @@ pub struct Error {
     pub hint: Option<String>,
     /// 1-based character position in the statement text, for syntax errors.
     pub position: Option<usize>,
+    /// Where in the statement's input the error arose (PostgreSQL's CONTEXT): a COPY's line.
+    pub context: Option<String>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -133,6 +146,7 @@ impl Error {
             detail: None,
             hint: None,
             position: None,
+            context: None,
         }
     }
 
@@ -143,6 +157,11 @@ impl Error {
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(detail.into());
+        self
+    }
+
+    pub fn with_context(mut self, context: impl Into<String>) -> Self {
+        self.context = Some(context.into());
         self
     }
 

@@ -121,6 +121,30 @@ async fn psql_meta_commands_show_what_postgresql_shows() {
     .unwrap();
     assert!(expanded.contains("one|1\ntwo|a\n"), "{expanded}");
     assert!(expanded.contains("Time: "), "{expanded}");
+    // \copy from a file and to one (COPY FROM STDIN and TO STDOUT underneath), and a file
+    // with a bad line, which loads nothing: what PostgreSQL says and does.
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("orders.csv");
+    std::fs::write(
+        &good,
+        "id,customer,amount,placed,note\n1,ann,10.50,2024-01-01 10:00:00+00,\"a, b\"\n\
+         2,bob,,2024-01-02 11:00:00+00,\n3,ann,7,,\"two\nlines\"\n",
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "4,cy,1,,\n5,dee,lots,,\n").unwrap();
+    let (good, bad) = (good.display(), bad.display());
+    for command in [
+        format!("\\copy orders FROM '{good}' WITH (FORMAT csv, HEADER)"),
+        format!("\\copy orders FROM '{bad}' WITH (FORMAT csv)"),
+        "\\copy (SELECT * FROM orders ORDER BY id) TO STDOUT WITH (FORMAT csv)".into(),
+    ] {
+        assert_eq!(
+            run(&weir, &[&command]),
+            run(&pg_conn, &[&command]),
+            "{command}"
+        );
+    }
 }
 
 /// Queries psql's tab completion sends (psql 15's `tab-complete.c`), and the catalog spellings

@@ -11,7 +11,7 @@ use std::time::Duration;
 use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-use crate::catalog::{Catalog, Object, ObjectId};
+use crate::catalog::{Catalog, Object, ObjectId, TableDef};
 use crate::checkpoint::{
     restore, CheckpointClient, Checkpointer, Holder, Kind as CheckpointKind, Storage,
 };
@@ -71,19 +71,62 @@ pub enum Output {
         rows: RowStream,
         format: CopyFormat,
     },
+    /// `COPY ... FROM STDIN`: the client is to send its data, which becomes rows as `CopyFrom`
+    /// says and is written, as one statement, once it has all come.
+    CopyIn(CopyFrom),
 }
 
-/// How `COPY ... TO STDOUT` writes rows: PostgreSQL's text format (`\N` for NULL, special
-/// characters escaped with a backslash) or CSV (quoted where needed).
+/// How COPY writes or reads rows: PostgreSQL's text format (`\N` for NULL, special
+/// characters escaped with a backslash), CSV (quoted where needed) or its binary format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyFormat {
     pub csv: bool,
+    /// PostgreSQL's binary COPY format (`csv` is false then).
+    pub binary: bool,
     /// Between values: a tab in text, a comma in CSV by default.
     pub delimiter: u8,
     /// A NULL: `\N` in text, nothing in CSV by default.
     pub null: String,
     /// A first line of the columns' names.
     pub header: bool,
+    /// CSV's quote, and the character that makes a quote inside a quoted value literal
+    /// (both `"` by default: a quote is doubled).
+    pub quote: u8,
+    pub escape: u8,
+}
+
+impl CopyFormat {
+    /// CSV as PostgreSQL writes it by default: commas, `"` quotes, NULL as nothing.
+    pub fn csv() -> CopyFormat {
+        CopyFormat {
+            csv: true,
+            binary: false,
+            delimiter: b',',
+            null: String::new(),
+            header: false,
+            quote: b'"',
+            escape: b'"',
+        }
+    }
+
+    /// PostgreSQL's text format by default: tabs, `\N` for NULL.
+    pub fn text() -> CopyFormat {
+        CopyFormat {
+            csv: false,
+            delimiter: b'\t',
+            null: "\\N".into(),
+            ..CopyFormat::csv()
+        }
+    }
+}
+
+/// `COPY t [(columns)] FROM STDIN`: the table the client's data goes into, which of its
+/// columns the data gives (in the data's order; the others are NULL), and the data's format.
+#[derive(Debug, Clone)]
+pub struct CopyFrom {
+    pub table: TableDef,
+    pub columns: Vec<usize>,
+    pub format: CopyFormat,
 }
 
 impl Output {

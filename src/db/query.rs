@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
 use datafusion::common::TableReference;
@@ -167,6 +168,39 @@ impl Database {
             tag,
             rows: Some(affected),
         })
+    }
+
+    /// The table a `COPY ... FROM STDIN` fills, refused as INSERT refuses it (a view, a
+    /// connector's table) before the client sends anything.
+    pub fn copy_target(&self, table: &str, scope: Scope) -> Result<TableDef> {
+        let (def, _) = self.writer(table, scope)?;
+        Ok(def)
+    }
+
+    /// Writes the rows of a `COPY ... FROM STDIN` into `table` as one statement (into `block`
+    /// when one is open); returns how many.
+    pub async fn copy_rows(
+        &self,
+        table: &TableDef,
+        rows: RecordBatch,
+        block: Option<&mut Block>,
+    ) -> Result<usize> {
+        let scope = block.as_ref().map(|b| b.number);
+        let (def, writer) = self.writer(&table.name, scope)?;
+        if def.id != table.id {
+            return Err(Error::new(
+                crate::error::ErrorKind::UndefinedTable,
+                format!(
+                    "table \"{}\" was dropped and created again while COPY read its rows",
+                    table.name
+                ),
+            ));
+        }
+        let mut w = writer.lock().await;
+        match block {
+            Some(block) => w.stage(block, None, Some(rows)).await,
+            None => w.write(None, Some(rows)).await,
+        }
     }
 
     /// Begins a transaction block.

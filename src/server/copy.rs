@@ -123,27 +123,28 @@ pub fn header(columns: &[String], format: &CopyFormat) -> Vec<u8> {
 }
 
 /// Appends a value that is not NULL: in text, backslash, control characters and the
-/// delimiter escaped with a backslash; in CSV, quoted (quotes doubled) where it holds the
-/// delimiter, a quote, a line break, reads as the NULL string, or is `\.` alone on its line.
+/// delimiter escaped with a backslash; in CSV, quoted (a quote or escape character inside
+/// preceded by the escape) where it holds the delimiter, a quote, a line break, reads as the
+/// NULL string, or is `\.` alone on its line.
 fn field(value: &[u8], format: &CopyFormat, single: bool, out: &mut Vec<u8>) {
     if format.csv {
         let quote = value == format.null.as_bytes()
             || (single && value == b"\\.")
-            || value
-                .iter()
-                .any(|b| matches!(*b, b'"' | b'\n' | b'\r') || *b == format.delimiter);
+            || value.iter().any(|b| {
+                matches!(*b, b'\n' | b'\r') || *b == format.delimiter || *b == format.quote
+            });
         if !quote {
             out.extend_from_slice(value);
             return;
         }
-        out.push(b'"');
+        out.push(format.quote);
         for b in value {
-            if *b == b'"' {
-                out.push(b'"');
+            if *b == format.quote || *b == format.escape {
+                out.push(format.escape);
             }
             out.push(*b);
         }
-        out.push(b'"');
+        out.push(format.quote);
         return;
     }
     for b in value {
@@ -171,11 +172,10 @@ mod tests {
     use std::sync::Arc;
 
     fn format(csv: bool) -> CopyFormat {
-        CopyFormat {
-            csv,
-            delimiter: if csv { b',' } else { b'\t' },
-            null: if csv { String::new() } else { "\\N".into() },
-            header: false,
+        if csv {
+            CopyFormat::csv()
+        } else {
+            CopyFormat::text()
         }
     }
 

@@ -5,20 +5,18 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::common::ParamValues;
 use futures::{FutureExt, Sink, SinkExt};
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
+use pgwire::api::copy::send_copy_in_response;
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{
     send_describe_response, send_execution_response, send_ready_for_query, ExtendedQueryHandler,
     SimpleQueryHandler,
 };
-use pgwire::api::results::{
-    DescribePortalResponse, DescribeStatementResponse, FieldInfo, Response, Tag,
-};
-use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::results::{DescribePortalResponse, DescribeStatementResponse, Response, Tag};
+use pgwire::api::stmt::StoredStatement;
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
     ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type, DEFAULT_NAME,
@@ -35,15 +33,15 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit};
 
 use super::cancel::{Canceller, Cancels};
 use super::copy::send as send_copy;
-use super::encode::decode_binary_param;
+use super::copy_in::{Copies, CopyIn};
+use super::prepared::{bind_parameters, Prepared, StatementParser};
 use super::respond::{field_infos, pg_type, send_rows, to_response, Sent};
 use super::sqlstate::sqlstate;
 use super::startup::Startup;
 use crate::db::{Database, Output};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{copy_header_lines, BlockState, Session};
-use crate::sql::{parse, parse_message, Parsed};
-use crate::types::pg_type_of;
+use crate::sql::{parse_message, Parsed};
 
 /// The handlers of one connection, holding its session.
 pub struct Connection {
@@ -58,6 +56,8 @@ pub struct Connection {
     parser: Arc<StatementParser>,
     /// A second handle on the client's socket, until the session takes it.
     socket: Arc<std::sync::Mutex<Option<tokio::net::TcpStream>>>,
+    /// The `COPY ... FROM STDIN` whose data the client is sending, if any.
+    copying: Arc<std::sync::Mutex<Option<CopyIn>>>,
 }
 
 impl Connection {
@@ -81,6 +81,7 @@ impl Connection {
             permit,
             session,
             socket: Arc::new(std::sync::Mutex::new(socket)),
+            copying: Arc::new(std::sync::Mutex::new(None)),
         }
     }
 }
@@ -96,6 +97,17 @@ impl Connection {
     }
 }
 
+impl Connection {
+    fn queries(&self) -> Queries {
+        Queries {
+            session: self.session.clone(),
+            db: self.db.clone(),
+            parser: self.parser.clone(),
+            copying: self.copying.clone(),
+        }
+    }
+}
+
 impl Drop for Connection {
     fn drop(&mut self) {
         if let Some(pid) = *self.pid.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -106,18 +118,17 @@ impl Drop for Connection {
 
 impl PgWireServerHandlers for Connection {
     fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        Arc::new(Queries {
-            session: self.session.clone(),
-            db: self.db.clone(),
-            parser: self.parser.clone(),
-        })
+        Arc::new(self.queries())
     }
 
     fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        Arc::new(Queries {
+        Arc::new(self.queries())
+    }
+
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        Arc::new(Copies {
             session: self.session.clone(),
-            db: self.db.clone(),
-            parser: self.parser.clone(),
+            copying: self.copying.clone(),
         })
     }
 
@@ -139,88 +150,8 @@ impl PgWireServerHandlers for Connection {
     }
 }
 
-/// A statement prepared by Parse: parsed and described once.
-#[derive(Clone, Debug)]
-pub struct Prepared {
-    /// `None` for an empty statement.
-    parsed: Option<Parsed>,
-    parameters: Vec<DataType>,
-    columns: Option<SchemaRef>,
-}
-
-impl Prepared {
-    /// The RowDescription fields of the statement's result (none for a command).
-    fn fields(&self, format: Option<&Format>) -> Vec<FieldInfo> {
-        match &self.columns {
-            Some(schema) => field_infos(schema, format),
-            None => vec![],
-        }
-    }
-}
-
-pub struct StatementParser {
-    session: Arc<Mutex<Option<Session>>>,
-    db: Arc<Database>,
-}
-
-#[async_trait]
-impl QueryParser for StatementParser {
-    type Statement = Prepared;
-
-    async fn parse_sql<C>(
-        &self,
-        _client: &C,
-        sql: &str,
-        _types: &[Option<Type>],
-    ) -> PgWireResult<Option<Prepared>>
-    where
-        C: ClientInfo + Unpin + Send + Sync,
-    {
-        let mut guard = self.session.lock().await;
-        let session = guard.as_mut().ok_or_else(no_session)?;
-        let prepared = prepare(&self.db, session, sql).await;
-        if prepared.is_err() {
-            // As in PostgreSQL, a statement that fails to parse fails the block.
-            session.fail();
-        }
-        prepared.map_err(to_pgwire)
-    }
-
-    fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
-        Ok(stmt.parameters.iter().map(pg_type).collect())
-    }
-
-    fn get_result_schema(
-        &self,
-        stmt: &Prepared,
-        format: Option<&Format>,
-    ) -> PgWireResult<Vec<FieldInfo>> {
-        Ok(stmt.fields(format))
-    }
-}
-
-/// Parses and describes a Parse message's statement.
-async fn prepare(db: &Database, session: &Session, sql: &str) -> Result<Option<Prepared>> {
-    check_size(db, sql)?;
-    let mut parsed = parse(sql)?;
-    if parsed.len() > 1 {
-        return Err(Error::syntax(
-            "cannot insert multiple commands into a prepared statement",
-        ));
-    }
-    let Some(parsed) = parsed.pop() else {
-        return Ok(None);
-    };
-    let description = session.describe(&parsed).await?;
-    Ok(Some(Prepared {
-        parsed: Some(parsed),
-        parameters: description.parameters,
-        columns: description.columns,
-    }))
-}
-
 /// Refuses statements over the configured size before parsing them.
-fn check_size(db: &Database, sql: &str) -> Result<()> {
+pub(super) fn check_size(db: &Database, sql: &str) -> Result<()> {
     let max = db.config.statement_bytes_max;
     if sql.len() > max {
         return Err(Error::new(
@@ -231,7 +162,7 @@ fn check_size(db: &Database, sql: &str) -> Result<()> {
     Ok(())
 }
 
-fn no_session() -> PgWireError {
+pub(super) fn no_session() -> PgWireError {
     to_pgwire(Error::internal("query before startup completed"))
 }
 
@@ -244,6 +175,7 @@ fn error_info(e: Error) -> ErrorInfo {
     info.detail = e.detail;
     info.hint = e.hint;
     info.position = e.position.map(|p| p.to_string());
+    info.where_context = e.context;
     info
 }
 
@@ -251,6 +183,7 @@ struct Queries {
     session: Arc<Mutex<Option<Session>>>,
     db: Arc<Database>,
     parser: Arc<StatementParser>,
+    copying: Arc<std::sync::Mutex<Option<CopyIn>>>,
 }
 
 impl Queries {
@@ -276,6 +209,55 @@ impl Queries {
         self.fail().await;
         client.set_transaction_status(self.status().await);
         e
+    }
+
+    /// A statement's output as a response; a `COPY ... FROM STDIN` becomes the connection's
+    /// COPY in progress, whose data the client is asked for.
+    fn respond(&self, output: Output, formats: Option<&Format>) -> Result<Response> {
+        match output {
+            Output::CopyIn(from) => {
+                let copy = CopyIn::new(from, self.db.config.message_bytes_max);
+                let response = copy.response();
+                *self.copying.lock().unwrap_or_else(|p| p.into_inner()) = Some(copy);
+                Ok(Response::CopyIn(response))
+            }
+            output => to_response(output, formats),
+        }
+    }
+
+    /// Runs one statement of a Query message (`last`: its last): the response, and how
+    /// many header lines it sends if it is a `COPY ... TO STDOUT`.
+    async fn statement(
+        &self,
+        pending: crate::sql::Pending,
+        message: &str,
+        last: bool,
+    ) -> (Result<Response>, usize) {
+        let parsed = match pending.parsed(message) {
+            Ok(parsed) => parsed,
+            Err(e) => return (Err(e), 0),
+        };
+        let header = copy_header_lines(&parsed.statement);
+        let response = self
+            .run(&parsed, None)
+            .await
+            .and_then(|o| self.respond(o, None));
+        match response {
+            // Its data comes in the messages after this one, which the statements after it
+            // would have to wait for.
+            Ok(Response::CopyIn(_)) if !last => {
+                self.copying
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                let e = Error::not_supported(
+                    "COPY ... FROM STDIN must be the last statement of its query",
+                )
+                .with_hint("Send the statements after it in a query of their own.");
+                (Err(e), header)
+            }
+            other => (other, header),
+        }
     }
 
     /// Runs one statement, turning a panic into an internal error so that the connection
@@ -336,17 +318,10 @@ impl SimpleQueryHandler for Queries {
                     .await?;
             }
             Ok(statements) => {
-                for pending in statements {
-                    let mut header = 0;
-                    let response = match pending.parsed(&query.query) {
-                        Ok(parsed) => {
-                            header = copy_header_lines(&parsed.statement);
-                            self.run(&parsed, None)
-                                .await
-                                .and_then(|o| to_response(o, None))
-                        }
-                        Err(e) => Err(e),
-                    };
+                let count = statements.len();
+                for (i, pending) in statements.into_iter().enumerate() {
+                    let (response, header) =
+                        self.statement(pending, &query.query, i + 1 == count).await;
                     match response {
                         Ok(Response::Query(mut results)) => {
                             client
@@ -383,6 +358,12 @@ impl SimpleQueryHandler for Queries {
                                 self.fail().await;
                                 break;
                             }
+                        }
+                        Ok(Response::CopyIn(copy)) => {
+                            // The client sends the data now; CopyDone ends the query.
+                            send_copy_in_response(client, copy).await?;
+                            client.set_state(PgWireConnectionState::CopyInProgress(false));
+                            return Ok(());
                         }
                         Ok(Response::TransactionStart(tag)) => {
                             send_execution_response(client, tag).await?;
@@ -548,6 +529,12 @@ impl ExtendedQueryHandler for Queries {
                         return Err(self.failed(client, PgWireError::UserError(info)).await);
                     }
                 }
+                Response::CopyIn(copy) => {
+                    // The client sends the data now; CopyDone completes the Execute.
+                    client.set_state(PgWireConnectionState::CopyInProgress(true));
+                    send_copy_in_response(client, copy).await?;
+                    return Ok(());
+                }
                 Response::TransactionStart(tag) => {
                     send_execution_response(client, tag).await?;
                 }
@@ -623,7 +610,8 @@ impl ExtendedQueryHandler for Queries {
         };
         let params = bind_parameters(portal).map_err(to_pgwire)?;
         let output = self.run(parsed, params.as_ref()).await.map_err(to_pgwire)?;
-        to_response(output, Some(&portal.result_column_format)).map_err(to_pgwire)
+        self.respond(output, Some(&portal.result_column_format))
+            .map_err(to_pgwire)
     }
 
     async fn do_describe_statement<C>(
@@ -670,71 +658,4 @@ impl ExtendedQueryHandler for Queries {
             .fields(Some(&target.result_column_format));
         Ok(DescribePortalResponse::new(fields))
     }
-}
-
-/// Decodes a portal's parameters into scalars of the types the statement expects.
-fn bind_parameters(portal: &Portal<Prepared>) -> Result<Option<ParamValues>> {
-    let prepared = &portal.statement.statement;
-    let expected = &prepared.parameters;
-    if portal.parameters.len() != expected.len() {
-        return Err(Error::new(
-            ErrorKind::InvalidParameter,
-            format!(
-                "bind message supplies {} parameters, but prepared statement requires {}",
-                portal.parameters.len(),
-                expected.len()
-            ),
-        ));
-    }
-    if expected.is_empty() {
-        return Ok(None);
-    }
-    let mut values = Vec::with_capacity(expected.len());
-    for (i, (bytes, target)) in portal.parameters.iter().zip(expected).enumerate() {
-        let client_type = portal
-            .statement
-            .parameter_types
-            .get(i)
-            .cloned()
-            .flatten()
-            .filter(|t| *t != Type::UNKNOWN);
-        let value = match bytes {
-            None => ScalarValue::try_from(target)?,
-            Some(b) if portal.parameter_format.is_binary(i) => {
-                let oid = client_type
-                    .map(|t| t.oid())
-                    .unwrap_or(pg_type_of(target).oid);
-                decode_binary_param(oid, b)?
-            }
-            Some(b) => {
-                let text = std::str::from_utf8(b).map_err(|_| {
-                    Error::new(ErrorKind::InvalidText, "invalid UTF-8 in parameter")
-                })?;
-                // PostgreSQL's interval text (`'04:05:06'`) and a date followed by a zone
-                // (`'2024-03-01 +00'`) in the forms Arrow reads.
-                let normalized = match target {
-                    DataType::Interval(_) => crate::types::normalize_interval_text(text),
-                    DataType::Date32 => crate::types::normalize_date_text(text),
-                    _ => None,
-                };
-                ScalarValue::Utf8(Some(normalized.unwrap_or_else(|| text.to_string())))
-            }
-        };
-        let value = if value.data_type() == *target {
-            value
-        } else {
-            value.cast_to(target).map_err(|_| {
-                Error::new(
-                    ErrorKind::InvalidText,
-                    format!(
-                        "invalid input for parameter ${} of type {}",
-                        i + 1,
-                        pg_type_of(target).name
-                    ),
-                )
-            })?
-        };
-        values.push(value);
-    }
-    Ok(Some(ParamValues::from(values)))
 }

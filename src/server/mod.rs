@@ -6,9 +6,12 @@
 
 mod cancel;
 mod copy;
+mod copy_fields;
+mod copy_in;
 mod encode;
 mod framing;
 mod handler;
+mod prepared;
 mod respond;
 mod sqlstate;
 mod startup;

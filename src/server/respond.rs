@@ -104,6 +104,12 @@ pub fn to_response(output: Output, format: Option<&Format>) -> Result<Response> 
             rows,
             format,
         } => super::copy::response(columns, rows, format),
+        // Answered by the handler, which keeps the COPY in progress.
+        Output::CopyIn(_) => {
+            return Err(Error::internal(
+                "COPY FROM STDIN answered without its handler",
+            ))
+        }
     })
 }
 

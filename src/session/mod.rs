@@ -524,6 +524,14 @@ impl Session {
                 legacy_options,
                 ..
             } => self.copy_out(source, options, legacy_options, params).await,
+            Ast::Copy {
+                source,
+                to: false,
+                target: ast::CopyTarget::Stdin,
+                options,
+                legacy_options,
+                ..
+            } => self.copy_in(source, options, legacy_options),
             Ast::Copy { to, target, .. } => Err(copy::refused(*to, target)),
             Ast::Explain { statement, .. } => match statement.as_ref() {
                 Ast::CreateView(cv) if cv.materialized => {
@@ -648,6 +656,19 @@ impl Session {
                 })
             }
             Ast::ShowVariable { variable } => Ok(none(rows_schema(self.show(variable)?))),
+            // Its table, columns and options are checked when it is parsed, as in PostgreSQL
+            // (a client of the extended protocol expects the COPY to start once bound).
+            Ast::Copy {
+                source,
+                to: false,
+                target: ast::CopyTarget::Stdin,
+                options,
+                legacy_options,
+                ..
+            } => {
+                self.copy_in(source, options, legacy_options)?;
+                Ok(none(None))
+            }
             _ => Ok(none(None)),
         }
     }
@@ -665,6 +686,7 @@ fn writes(parsed: &Parsed) -> Option<&'static str> {
             Ast::Insert(_) => "INSERT",
             Ast::Update(_) => "UPDATE",
             Ast::Delete(_) => "DELETE",
+            Ast::Copy { to: false, .. } => "COPY FROM",
             Ast::Drop { .. } => "DROP",
             _ => return None,
         },

@@ -88,8 +88,7 @@ pub async fn rows(
 
 /// Executes a DML statement's input to completion. Its rows become one change-log record,
 /// which cannot exceed `RECORD_BYTES_MAX`; so the input is refused (54000) as soon as its
-/// batches hold twice that in memory (which overstates what they encode to), instead of
-/// being gathered whole first.
+/// batches hold too much (`check_statement_bytes`), instead of being gathered whole first.
 async fn run(ctx: &SessionContext, plan: LogicalPlan) -> Result<RecordBatch> {
     use futures::StreamExt;
     let mut rows = ctx
@@ -98,24 +97,32 @@ async fn run(ctx: &SessionContext, plan: LogicalPlan) -> Result<RecordBatch> {
         .execute_stream()
         .await?;
     let schema = rows.schema();
-    let limit = 2 * crate::changelog::RECORD_BYTES_MAX as usize;
     let (mut batches, mut bytes) = (Vec::new(), 0usize);
     while let Some(batch) = rows.next().await {
         let batch = batch?;
         bytes += batch.get_array_memory_size();
-        if bytes > limit {
-            return Err(Error::new(
-                ErrorKind::ProgramLimitExceeded,
-                format!(
-                    "a single statement's changes exceed {} bytes",
-                    crate::changelog::RECORD_BYTES_MAX
-                ),
-            )
-            .with_hint("Split the statement into smaller ones."));
-        }
+        check_statement_bytes(bytes)?;
         batches.push(batch);
     }
     Ok(concat_batches(&schema, &batches)?)
+}
+
+/// Refuses (54000) a statement whose rows take `bytes` of memory as Arrow arrays, once they
+/// are more than twice what one change-log record holds (memory overstates what they encode
+/// to): an INSERT's, or a COPY's.
+pub fn check_statement_bytes(bytes: usize) -> Result<()> {
+    let limit = 2 * crate::changelog::RECORD_BYTES_MAX as usize;
+    if bytes > limit {
+        return Err(Error::new(
+            ErrorKind::ProgramLimitExceeded,
+            format!(
+                "a single statement's changes exceed {} bytes",
+                crate::changelog::RECORD_BYTES_MAX
+            ),
+        )
+        .with_hint("Split the statement (or the COPY's data) into smaller ones."));
+    }
+    Ok(())
 }
 
 /// Takes `schema.len()` columns of `rows` starting at `offset`, cast to the table's types.

@@ -28,7 +28,8 @@ mod windows;
 /// Statements as Weir parses them, its extensions included.
 pub use self::extensions::{CreateSink, CreateView, Format, FromSource, Include, Watermark};
 pub use self::parser::{
-    check_supported, parse, parse_message, Count, CursorQuery, Parsed, Statement, Subscribe,
+    check_supported, parse, parse_message, Count, CursorQuery, Parsed, Pending, Statement,
+    Subscribe,
 };
 
 /// Tables and sources from their DDL, and the names in it.

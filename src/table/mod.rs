@@ -330,7 +330,12 @@ impl TableWriter {
         if ops.is_empty() {
             return Ok(None);
         }
-        let data = concat_batches(&self.schema, &parts)?;
+        // A statement that only inserts (or deletes) is taken as it is, not copied.
+        let data = match <[RecordBatch; 1]>::try_from(parts) {
+            Ok([one]) if one.schema() == self.schema => one,
+            Ok([one]) => RecordBatch::try_new(self.schema.clone(), one.columns().to_vec())?,
+            Err(parts) => concat_batches(&self.schema, &parts)?,
+        };
         Ok(Some(StreamChunk::new(ops, data)))
     }
 

@@ -3,7 +3,7 @@
 // block before the first statement, as every JDBC application and pool with autocommit off
 // does): a block's writes are its own until commit, rollback undoes them, an error fails the
 // block (25P02) until rollback, a committed write is read at once on another connection, and
-// the second of two conflicting blocks gets 40001 at commit.
+// the second of two conflicting blocks gets 40001 at commit; bulk loading with CopyManager.
 //
 // Usage: java -cp postgresql.jar:. JdbcTest jdbc:postgresql://127.0.0.1:4466/weir?user=weir
 import java.sql.Connection;
@@ -183,6 +183,29 @@ public class JdbcTest {
             check(readOnly.equals("25006"), "a write in a read-only block gave " + readOnly);
             a.rollback();
             a.setReadOnly(false);
+            checks++;
+        }
+        // Bulk loading with pgJDBC's CopyManager, and a malformed line that fails it whole.
+        try (Connection c = DriverManager.getConnection(args[0])) {
+            run(c, "CREATE TABLE jdbc_copy (id bigint NOT NULL, name text)");
+            org.postgresql.copy.CopyManager copy =
+                c.unwrap(org.postgresql.PGConnection.class).getCopyAPI();
+            StringBuilder csv = new StringBuilder("id,name\n");
+            for (int i = 0; i < 2000; i++) {
+                csv.append(i).append(",\"name, ").append(i).append("\"\n");
+            }
+            long copied = copy.copyIn("COPY jdbc_copy FROM STDIN WITH (FORMAT csv, HEADER)",
+                new java.io.StringReader(csv.toString()));
+            check(copied == 2000, "CopyManager copied " + copied);
+            String bad = stateOf(() -> {
+                try {
+                    copy.copyIn("COPY jdbc_copy FROM STDIN", new java.io.StringReader("1\tx\ny\tz\n"));
+                } catch (java.io.IOException e) {
+                    throw new SQLException(e);
+                }
+            });
+            check(bad.equals("22P02"), "a malformed COPY gave " + bad);
+            check(one(c, "SELECT count(*) FROM jdbc_copy") == 2000, "a failed COPY applied rows");
             checks++;
         }
         System.out.println("pgjdbc: " + checks + " passed, 0 failed");

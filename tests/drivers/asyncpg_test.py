@@ -4,7 +4,8 @@ must be described as PostgreSQL does), a view read back in binary, a prepared st
 many times; and, through its connection pool, transactions as
 asyncpg runs them (`async with conn.transaction()`, rolled back when the block raises), an
 error failing the block until rollback, a write committed on one pooled connection read at
-once on another, and 40001 for the second of two conflicting blocks.
+once on another, and 40001 for the second of two conflicting blocks; bulk loading with
+`copy_records_to_table` (binary COPY), all of it or none.
 
 Usage: python3 tests/drivers/asyncpg_test.py "postgresql://weir@127.0.0.1:4466/weir"
 """
@@ -70,6 +71,23 @@ async def types_and_parameters(dsn):
     except asyncpg.UniqueViolationError:
         pass
     assert await conn.fetchval("SELECT count(*) FROM apt") == 101
+    checks += 1
+
+    # Bulk loading in binary COPY (asyncpg reads the columns' types from pg_catalog first);
+    # a bad record fails the whole COPY, and nothing of it is applied.
+    records = [(1000 + i, i % 2 == 0, decimal.Decimal(i) / 4, f"r{i}", datetime.date(2024, 1, 1))
+               for i in range(5000)]
+    copied = await conn.copy_records_to_table(
+        "apt", records=records, columns=["id", "flag", "amount", "name", "day"])
+    assert copied == "COPY 5000", copied
+    try:
+        await conn.copy_records_to_table("apt", records=[(9000,), (1000,)], columns=["id"])
+        raise AssertionError("a COPY with a duplicate key was accepted")
+    except asyncpg.UniqueViolationError:
+        pass
+    assert await conn.fetchval("SELECT count(*) FROM apt") == 5101
+    assert await conn.fetchval("SELECT sum(amount) FROM apt WHERE id >= 1000") == \
+        sum(decimal.Decimal(i) / 4 for i in range(5000))
     checks += 1
     await conn.close()
     return checks

@@ -78,6 +78,7 @@ def main(dsn):
 
     checks += transactions(dsn)
     checks += subscriptions(dsn)
+    checks += copy_from(dsn)
     print(f"psycopg: {checks} passed, 0 failed")
 
 
@@ -196,6 +197,37 @@ def subscriptions(dsn):
             change = cur.fetchmany(10)
             assert [r[:4] for r in change] == [(2, "y", 1, "insert")], change
         b.rollback()
+        checks += 1
+    return checks
+
+
+
+def copy_from(dsn):
+    """Bulk loading with cursor.copy(): rows psycopg writes (text format), CSV written as is,
+    and a malformed line that fails the COPY whole."""
+    checks = 0
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE py_copy (id int NOT NULL, name text, amount numeric(10,2),"
+                    " day date)")
+        with cur.copy("COPY py_copy (id, name, amount, day) FROM STDIN") as copy:
+            for i in range(3000):
+                copy.write_row((i, f"tab\there {i}" if i % 2 else None,
+                                decimal.Decimal(i) / 100, datetime.date(2024, 1, 1 + i % 28)))
+        with cur.copy("COPY py_copy (id, name) FROM STDIN WITH (FORMAT csv, HEADER)") as copy:
+            copy.write('id,name\n3000,"a, b"\n3001,"two\nlines"\n')
+        cur.execute("SELECT count(*), sum(amount), count(name) FROM py_copy")
+        assert cur.fetchone() == (3002, sum(decimal.Decimal(i) / 100 for i in range(3000)), 1502)
+        cur.execute("SELECT name FROM py_copy WHERE id IN (1, 3001) ORDER BY id")
+        assert cur.fetchall() == [("tab\there 1",), ("two\nlines",)]
+        checks += 1
+        try:
+            with cur.copy("COPY py_copy (id) FROM STDIN") as copy:
+                copy.write("5000\n5001\nnot a number\n")
+            raise AssertionError("a malformed COPY was accepted")
+        except psycopg.errors.InvalidTextRepresentation as e:
+            assert "line 3" in str(e.diag.context), e.diag.context
+        cur.execute("SELECT count(*) FROM py_copy")
+        assert cur.fetchone() == (3002,)
         checks += 1
     return checks
 

@@ -377,12 +377,7 @@ impl Encoder {
 }
 
 fn csv_format() -> CopyFormat {
-    CopyFormat {
-        csv: true,
-        delimiter: b',',
-        null: String::new(),
-        header: false,
-    }
+    CopyFormat::csv()
 }
 
 /// A delivery's decision: each file's temporary and final name.
