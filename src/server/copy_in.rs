@@ -122,27 +122,22 @@ impl CopyIn {
         }
         let mut buf = std::mem::take(&mut self.buf);
         buf.extend_from_slice(data);
-        let read = self.read(&buf);
-        match read {
-            Ok(start) => {
-                buf.drain(..start);
-                self.scanned -= start;
-                if buf.len() > self.line_max {
-                    return Err(Error::new(
-                        ErrorKind::ProgramLimitExceeded,
-                        format!("a COPY line is longer than {} bytes", self.line_max),
-                    )
-                    .with_context(format!(
-                        "COPY {}, line {}",
-                        self.from.table.name,
-                        self.line + 1
-                    )));
-                }
-                self.buf = buf;
-                Ok(())
-            }
-            Err(e) => Err(e),
+        let start = self.read(&buf)?;
+        buf.drain(..start);
+        self.scanned = self.scanned.saturating_sub(start);
+        if buf.len() > self.line_max {
+            return Err(Error::new(
+                ErrorKind::ProgramLimitExceeded,
+                format!("a COPY line is longer than {} bytes", self.line_max),
+            )
+            .with_context(format!(
+                "COPY {}, line {}",
+                self.from.table.name,
+                self.line + 1
+            )));
         }
+        self.buf = buf;
+        Ok(())
     }
 
     /// Reads the whole lines at the start of `buf`; returns where the rest begins.
@@ -703,6 +698,15 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::BadCopyFormat);
         assert_eq!(e.message, "missing data for column \"d\"");
         assert_eq!(e.context.as_deref(), Some("COPY t, line 2: \"2,b\""));
+    }
+
+    #[test]
+    fn a_line_longer_than_the_limit_is_refused_before_it_ends() {
+        let mut c = copy(CopyFormat::text());
+        c.push(b"1\t").unwrap();
+        let e = c.push(&vec![b'a'; (1 << 20) + 1]).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ProgramLimitExceeded);
+        assert_eq!(e.context.as_deref(), Some("COPY t, line 1"));
     }
 
     #[test]
