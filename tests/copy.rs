@@ -22,15 +22,9 @@ async fn postgres(pg: &Postgres) -> tokio_postgres::Client {
     client
 }
 
-/// What `COPY` sends, whole.
+/// What `COPY` sends, whole, as text.
 async fn copy_out(client: &tokio_postgres::Client, sql: &str) -> String {
-    let stream = client.copy_out(sql).await.unwrap();
-    pin_mut!(stream);
-    let mut out = Vec::new();
-    while let Some(data) = stream.try_next().await.unwrap() {
-        out.extend_from_slice(&data);
-    }
-    String::from_utf8(out).unwrap()
+    String::from_utf8(copy_out_bytes(client, sql).await).unwrap()
 }
 
 const ROWS: &str = "CREATE TABLE t (id bigint, s text, n numeric(10,2), f double precision, \
@@ -130,7 +124,7 @@ async fn copy_to_stdout_sends_the_bytes_postgres_sends() {
     );
 }
 
-/// What `COPY` sends, whole, as bytes (binary).
+/// What `COPY` sends, whole.
 async fn copy_out_bytes(client: &tokio_postgres::Client, sql: &str) -> Vec<u8> {
     let stream = client.copy_out(sql).await.unwrap();
     pin_mut!(stream);

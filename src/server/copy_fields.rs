@@ -80,12 +80,12 @@ pub fn text_fields(
             }
         }
         let raw_end = if more { i - 1 } else { i };
-        if &line[raw_start..raw_end] == null {
-            scratch.truncate(out_start);
-            fields.push(None);
-        } else {
-            fields.push(Some(out_start..scratch.len()));
-        }
+        end_field(
+            &line[raw_start..raw_end] == null,
+            out_start,
+            scratch,
+            fields,
+        );
         if !more {
             return Ok(());
         }
@@ -145,15 +145,22 @@ pub fn csv_fields(
             }
         }
         let raw_end = if more { i - 1 } else { i };
-        if !saw_quote && &record[raw_start..raw_end] == null {
-            scratch.truncate(out_start);
-            fields.push(None);
-        } else {
-            fields.push(Some(out_start..scratch.len()));
-        }
+        let null = !saw_quote && &record[raw_start..raw_end] == null;
+        end_field(null, out_start, scratch, fields);
         if !more {
             return Ok(());
         }
+    }
+}
+
+/// Ends the field whose value began at `scratch[out_start]`: NULL (its value dropped), or the
+/// value written since.
+fn end_field(null: bool, out_start: usize, scratch: &mut Vec<u8>, fields: &mut Fields) {
+    if null {
+        scratch.truncate(out_start);
+        fields.push(None);
+    } else {
+        fields.push(Some(out_start..scratch.len()));
     }
 }
 
