@@ -82,6 +82,8 @@ pub enum ErrorKind {
     IoError,
     /// A statement was stopped before it finished (`statement_timeout`, a CancelRequest).
     QueryCanceled,
+    /// The session was ended by `pg_terminate_backend` (57P01, sent as FATAL).
+    AdminShutdown,
     /// An object is not in the state the operation needs: the checkpoint store has been taken
     /// over by another server.
     ObjectNotInPrerequisiteState,

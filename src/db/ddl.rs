@@ -666,8 +666,15 @@ impl Database {
             }
             return Ok(());
         };
+        self.abandon(&object).await;
+        Err(e)
+    }
+
+    /// Stops the actors of an object started but not added to the catalog, and forgets it:
+    /// its actors drop their state, a table's log goes, as if it had never been created.
+    pub(super) async fn abandon(&self, object: &Object) {
         let mut actors: HashSet<ActorId> = HashSet::from([object.id()]);
-        if let Object::View(v) = &object {
+        if let Object::View(v) = object {
             actors.extend(&v.workers);
         }
         if let Err(stop) = self.stop_actors(actors).await {
@@ -676,7 +683,6 @@ impl Database {
         let table = matches!(object, Object::Table(_)).then_some(object.id());
         self.forget(&[object.id()], table.as_slice());
         self.catalog_mut().forget_schema(object.id());
-        Err(e)
     }
 }
 

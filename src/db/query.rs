@@ -2,7 +2,6 @@
 //! streamed to the client, and INSERT, UPDATE and DELETE (planned and run by `sql::dml`)
 //! through a table's writer.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
@@ -19,7 +18,7 @@ use datafusion::sql::sqlparser::ast;
 use crate::catalog::{Object, ObjectId, Scope, TableDef};
 use crate::error::{Error, Result};
 use crate::sql::dml::{self, conform};
-use crate::sql::{query_context, result_schema, RelationRows, RelationTable};
+use crate::sql::{query_context, result_schema, RelationRows, RelationTable, Settings};
 use crate::table::{Block, TableWriter};
 
 use super::{Database, Output};
@@ -28,7 +27,7 @@ impl Database {
     /// A context reading every relation `scope` sees at the last sealed epoch.
     pub fn context(
         &self,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
         scope: Scope,
     ) -> Result<SessionContext> {
@@ -55,7 +54,7 @@ impl Database {
         &self,
         references: &[TableReference],
         dml: bool,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         scope: Scope,
     ) -> Result<()> {
         if settings.get("read_after_write").is_some_and(|v| v == "off")
@@ -112,7 +111,7 @@ impl Database {
         table: &str,
         statement: &ast::Statement,
         params: Option<&ParamValues>,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let scope = block.as_ref().map(|b| b.number);
@@ -259,7 +258,7 @@ impl Database {
     pub async fn plan_query(
         &self,
         statement: &ast::Statement,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
         scope: Scope,
     ) -> Result<(SessionContext, LogicalPlan)> {
@@ -282,7 +281,7 @@ impl Database {
     pub async fn plan_statement(
         &self,
         statement: &ast::Statement,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
         scope: Scope,
     ) -> Result<(SessionContext, LogicalPlan)> {
@@ -306,7 +305,7 @@ impl Database {
         &self,
         statement: &ast::Statement,
         params: Option<&ParamValues>,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         block: Option<&Block>,
     ) -> Result<Output> {
         let scope = block.map(|b| b.number);

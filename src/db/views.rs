@@ -2,7 +2,6 @@
 //! keeps (`stream::stored`), starting its actors in the running dataflow with its backfill,
 //! and starting a view of the catalog again from its kept plan.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
@@ -14,7 +13,7 @@ use crate::catalog::{Object, ObjectId, Scope, ViewDef};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sql::{
     self, check_deterministic, pg_names, relation_name, CreateSink, CreateView, PlanFunctions,
-    Planner,
+    Planner, Settings,
 };
 use crate::stream::graph;
 use crate::stream::{
@@ -56,7 +55,7 @@ impl Database {
                 let (plan, _) = self
                     .plan_view(
                         &query,
-                        &HashMap::new(),
+                        &Settings::default(),
                         (v.emit_on_window_close, v.int4_literals),
                         None,
                     )
@@ -67,7 +66,8 @@ impl Database {
                 compiled
             }
         };
-        self.start_view(v, compiled, start).await
+        let backfill = self.start_view(v, compiled, start).await?;
+        self.backfill(backfill).await
     }
 
     /// `compiled` as the catalog keeps it, and the plan read back from that: what the view
@@ -96,7 +96,7 @@ impl Database {
     pub(super) async fn plan_view(
         &self,
         query: &ast::Query,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         (emit_on_window_close, int4_literals): (bool, bool),
         scope: Scope,
     ) -> Result<(StreamPlan, Vec<ObjectId>)> {
@@ -127,15 +127,14 @@ impl Database {
     /// Starts a view's actors, fragment by fragment (`StreamPlan::fragments`): its own actor,
     /// which keeps its rows, and the parallel actors that compute them, connected by channels
     /// and hash exchanges. The relations the view reads start feeding it at the barrier that
-    /// adds it, with their current contents first.
-    /// Starts a view's actors and connects them to its inputs at the next barrier: with the
-    /// inputs' contents first for a new view, or not, for a view whose state was restored.
+    /// adds it: with their current contents first for a new view ([`Self::backfill`] waits
+    /// for them), or not, for a view whose state was restored.
     pub(super) async fn start_view(
         &self,
         def: &ViewDef,
         compiled: Compiled,
         start: ViewStart,
-    ) -> Result<()> {
+    ) -> Result<Backfill> {
         let Compiled {
             inputs: relations,
             schema,
@@ -212,15 +211,28 @@ impl Database {
         for actor in graph.actors {
             actor.spawn();
         }
-        let mut epoch = self
+        let epoch = self
             .barriers
             .inject(Some(mutation), ids.clone(), vec![])
             .await?;
         self.barriers.wait_sealed(epoch).await?;
-        // The inputs send their rows a part per barrier: barriers follow each other until the
-        // last part is in, and the view is whole at that epoch. A view that fails meanwhile
-        // shows why in its status, as one failing later does.
-        while backfills.left() > 0 {
+        Ok(Backfill {
+            ids,
+            relations,
+            parts: backfills,
+        })
+    }
+
+    /// Waits until a started view is whole. The inputs send their rows a part per barrier:
+    /// barriers follow each other until the last part is in, and the view is whole at that
+    /// epoch. A view that fails meanwhile shows why in its status, as one failing later does.
+    pub(super) async fn backfill(&self, backfill: Backfill) -> Result<()> {
+        let Backfill {
+            ids,
+            relations,
+            parts,
+        } = backfill;
+        while parts.left() > 0 {
             let failed = {
                 let failed = self
                     .barriers
@@ -233,14 +245,14 @@ impl Database {
             if failed {
                 break;
             }
-            epoch = self.barriers.inject(None, vec![], vec![]).await?;
+            let epoch = self.barriers.inject(None, vec![], vec![]).await?;
             self.barriers.wait_sealed(epoch).await?;
         }
         Ok(())
     }
 
     /// The degree of parallelism for the session's next view: its own setting or the server's.
-    pub(super) fn parallelism_for(&self, settings: &HashMap<String, String>) -> Result<usize> {
+    pub(super) fn parallelism_for(&self, settings: &Settings) -> Result<usize> {
         match settings.get("streaming_parallelism") {
             Some(v) => parse_parallelism(v),
             None => Ok(self.config.streaming_parallelism.max(1)),
@@ -251,7 +263,7 @@ impl Database {
     pub async fn explain_view(
         &self,
         cv: &ast::CreateView,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         scope: Scope,
     ) -> Result<Output> {
         let (plan, _) = self
@@ -282,8 +294,9 @@ impl Database {
     pub async fn create_view(
         &self,
         cv: &CreateView,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         block: Option<&mut Block>,
+        stop: impl std::future::Future<Output = Error> + Send,
     ) -> Result<Output> {
         let view = &cv.view;
         if !view.materialized {
@@ -306,7 +319,7 @@ impl Database {
             emit_on_window_close: cv.emit_on_window_close || view_options(&view.options)?,
             sink: None,
         };
-        self.create_view_or_sink(new, settings, block).await
+        self.create_view_or_sink(new, settings, block, stop).await
     }
 
     /// `CREATE SINK`: a view whose changes go to a connector instead of being kept. The one
@@ -314,8 +327,9 @@ impl Database {
     pub async fn create_sink(
         &self,
         sink: &CreateSink,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         block: Option<&mut Block>,
+        stop: impl std::future::Future<Output = Error> + Send,
     ) -> Result<Output> {
         let mut connector = None;
         let mut pairs = Vec::new();
@@ -347,14 +361,15 @@ impl Database {
             emit_on_window_close,
             sink: Some((connector, pairs)),
         };
-        self.create_view_or_sink(new, settings, block).await
+        self.create_view_or_sink(new, settings, block, stop).await
     }
 
     async fn create_view_or_sink(
         &self,
         cv: NewView<'_>,
-        settings: &HashMap<String, String>,
+        settings: &Settings,
         block: Option<&mut Block>,
+        stop: impl std::future::Future<Output = Error> + Send,
     ) -> Result<Output> {
         let tag = if cv.sink.is_some() {
             "CREATE SINK"
@@ -427,8 +442,19 @@ impl Database {
             int4_literals: true,
             plan: Some(stored),
         };
-        self.start_view(&def, compiled, ViewStart::New).await?;
-        self.add_started(Object::View(def), block).await?;
+        let backfill = self.start_view(&def, compiled, ViewStart::New).await?;
+        let view = Object::View(def);
+        // A statement stopped (cancelled, timed out, its session terminated) while the view
+        // fills stops its actors and leaves nothing behind, as one that failed does.
+        let filled = tokio::select! {
+            filled = self.backfill(backfill) => filled,
+            e = stop => Err(e),
+        };
+        if let Err(e) = filled {
+            self.abandon(&view).await;
+            return Err(e);
+        }
+        self.add_started(view, block).await?;
         self.run_sources_read();
         Ok(Output::command(tag))
     }
@@ -448,6 +474,14 @@ impl Database {
         }
         Ok(())
     }
+}
+
+/// A started view's wait for its inputs' rows: its actors, the relations it reads, and the
+/// parts they have yet to send.
+pub(super) struct Backfill {
+    ids: Vec<crate::stream::ActorId>,
+    relations: Vec<ObjectId>,
+    parts: Arc<crate::stream::Backfills>,
 }
 
 /// A view or sink to create, as its statement gives it.

@@ -130,14 +130,24 @@ impl CopyIn {
                 ErrorKind::ProgramLimitExceeded,
                 format!("a COPY line is longer than {} bytes", self.line_max),
             )
-            .with_context(format!(
-                "COPY {}, line {}",
-                self.from.table.name,
-                self.line + 1
-            )));
+            .with_context(self.at_next_line()));
         }
         self.buf = buf;
         Ok(())
+    }
+
+    /// The COPY stopped by a CancelRequest while its data came: what the client is told.
+    pub fn cancelled(&self) -> Error {
+        Error::new(
+            ErrorKind::QueryCanceled,
+            "canceling statement due to user request",
+        )
+        .with_context(self.at_next_line())
+    }
+
+    /// `COPY t, line n` for the line being read, whose end has not come.
+    fn at_next_line(&self) -> String {
+        format!("COPY {}, line {}", self.from.table.name, self.line + 1)
     }
 
     /// Reads the whole lines at the start of `buf`; returns where the rest begins.
@@ -528,7 +538,7 @@ pub(super) struct Copies {
 }
 
 impl Copies {
-    fn take(&self) -> Option<CopyIn> {
+    pub(super) fn take(&self) -> Option<CopyIn> {
         self.copying
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -537,7 +547,7 @@ impl Copies {
 
     /// The COPY failed: it is forgotten, the session's block fails with it, and the client is
     /// told the block's state with the error.
-    async fn failed<C: ClientInfo>(&self, client: &mut C, e: Error) -> PgWireError {
+    pub(super) async fn failed<C: ClientInfo>(&self, client: &mut C, e: Error) -> PgWireError {
         self.take();
         let mut guard = self.session.lock().await;
         if let Some(session) = guard.as_mut() {

@@ -24,7 +24,8 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::{ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
-    Describe, Execute, PortalSuspended, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+    Describe, Execute, PortalSuspended, Sync as SyncMessage, TARGET_TYPE_BYTE_PORTAL,
+    TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
 use pgwire::messages::simplequery::Query;
@@ -41,14 +42,14 @@ use super::startup::Startup;
 use crate::db::{Database, Output};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{copy_header_lines, BlockState, Session};
-use crate::sql::{parse_message, Parsed};
+use crate::sql::{parse_message, Backend, BackendState, Parsed, Registered};
 
 /// The handlers of one connection, holding its session.
 pub struct Connection {
     db: Arc<Database>,
     cancels: Arc<Cancels>,
-    /// The process id the session was registered under, once started.
-    pid: Arc<std::sync::Mutex<Option<i32>>>,
+    /// The session's place in the registry of sessions, once started.
+    backend: Arc<std::sync::Mutex<Option<Registered>>>,
     /// The connection's place under the connection limit; `None` when it is over the limit
     /// and is refused at startup.
     permit: Option<OwnedSemaphorePermit>,
@@ -77,7 +78,7 @@ impl Connection {
             }),
             db,
             cancels,
-            pid: Arc::new(std::sync::Mutex::new(None)),
+            backend: Arc::new(std::sync::Mutex::new(None)),
             permit,
             session,
             socket: Arc::new(std::sync::Mutex::new(socket)),
@@ -104,14 +105,50 @@ impl Connection {
             db: self.db.clone(),
             parser: self.parser.clone(),
             copying: self.copying.clone(),
+            backend: self.backend.clone(),
         }
     }
+
+    fn copies(&self) -> Copies {
+        Copies {
+            session: self.session.clone(),
+            copying: self.copying.clone(),
+        }
+    }
+
+    /// The session's entry in the registry of sessions, once it has started.
+    pub(super) fn backend(&self) -> Option<Arc<Backend>> {
+        registered(&self.backend)
+    }
+
+    /// A CancelRequest came while the client sends a `COPY ... FROM STDIN`'s data: the COPY
+    /// ends with 57014, nothing of it applied, and the session's block fails with it. `None`
+    /// when no COPY was in progress.
+    pub(super) async fn cancel_copy<C: ClientInfo>(&self, client: &mut C) -> Option<PgWireError> {
+        let copies = self.copies();
+        let copy = copies.take()?;
+        Some(copies.failed(client, copy.cancelled()).await)
+    }
+}
+
+/// What `pg_stat_activity` shows of a session waiting for its client, its block in `status`.
+pub(super) fn waiting_state(status: TransactionStatus) -> BackendState {
+    match status {
+        TransactionStatus::Idle => BackendState::Idle,
+        TransactionStatus::Transaction => BackendState::IdleInTransaction,
+        TransactionStatus::Error => BackendState::IdleInFailedTransaction,
+    }
+}
+
+fn registered(slot: &std::sync::Mutex<Option<Registered>>) -> Option<Arc<Backend>> {
+    let slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    slot.as_ref().map(|r| r.0.clone())
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if let Some(pid) = *self.pid.lock().unwrap_or_else(|p| p.into_inner()) {
-            self.cancels.remove(pid);
+        if let Some(backend) = self.backend() {
+            self.cancels.remove(backend.start.pid);
         }
     }
 }
@@ -126,10 +163,7 @@ impl PgWireServerHandlers for Connection {
     }
 
     fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
-        Arc::new(Copies {
-            session: self.session.clone(),
-            copying: self.copying.clone(),
-        })
+        Arc::new(self.copies())
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
@@ -138,7 +172,7 @@ impl PgWireServerHandlers for Connection {
             session: self.session.clone(),
             db: self.db.clone(),
             cancels: self.cancels.clone(),
-            pid: self.pid.clone(),
+            backend: self.backend.clone(),
             socket: self.socket.clone(),
         })
     }
@@ -171,7 +205,12 @@ pub fn to_pgwire(e: Error) -> PgWireError {
 }
 
 fn error_info(e: Error) -> ErrorInfo {
-    let mut info = ErrorInfo::new("ERROR".into(), sqlstate(e.kind).into(), e.message);
+    // A terminated session's error ends its connection.
+    let severity = match e.kind {
+        ErrorKind::AdminShutdown => "FATAL",
+        _ => "ERROR",
+    };
+    let mut info = ErrorInfo::new(severity.into(), sqlstate(e.kind).into(), e.message);
     info.detail = e.detail;
     info.hint = e.hint;
     info.position = e.position.map(|p| p.to_string());
@@ -184,9 +223,25 @@ struct Queries {
     db: Arc<Database>,
     parser: Arc<StatementParser>,
     copying: Arc<std::sync::Mutex<Option<CopyIn>>>,
+    /// The session's entry in the registry of sessions: what it is running.
+    backend: Arc<std::sync::Mutex<Option<Registered>>>,
 }
 
 impl Queries {
+    /// The session starts running `text` (a Query message's, or an Execute's statement).
+    fn running(&self, text: &str) {
+        if let Some(backend) = registered(&self.backend) {
+            backend.running(text);
+        }
+    }
+
+    /// The session is about to wait for its client (ReadyForQuery), its block in `status`.
+    fn waiting(&self, status: TransactionStatus) {
+        if let Some(backend) = registered(&self.backend) {
+            backend.waiting(waiting_state(status));
+        }
+    }
+
     /// Where the session's transaction block stands, for ReadyForQuery.
     async fn status(&self) -> TransactionStatus {
         match self.session.lock().await.as_ref().map(Session::block_state) {
@@ -209,6 +264,58 @@ impl Queries {
         self.fail().await;
         client.set_transaction_status(self.status().await);
         e
+    }
+
+    /// Sends a started portal's next rows (at most `max_rows`, or all if 0), then
+    /// CommandComplete when the portal is through or PortalSuspended when it is not.
+    async fn fetch<C>(
+        &self,
+        client: &mut C,
+        state: &Mutex<PortalExecutionState>,
+        max_rows: usize,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut state = state.lock().await;
+        let sent = match &mut *state {
+            PortalExecutionState::Suspended(results) => {
+                let command_tag = results.command_tag.clone();
+                send_rows(client, results, max_rows)
+                    .await
+                    .map(|sent| (command_tag, sent))
+            }
+            // A portal run to its end: no more rows.
+            PortalExecutionState::Finished => Ok(("SELECT".to_string(), Sent::All(0))),
+            PortalExecutionState::Initial => {
+                return Err(PgWireError::ApiError("a portal that never started".into()))
+            }
+        };
+        match sent {
+            Ok((tag, Sent::All(rows))) => {
+                *state = PortalExecutionState::Finished;
+                let tag = Tag::new(&tag).with_rows(rows);
+                client
+                    .feed(PgWireBackendMessage::CommandComplete(tag.into()))
+                    .await?;
+            }
+            Ok((_, Sent::Part)) => {
+                client
+                    .feed(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
+                    .await?;
+            }
+            Ok((_, Sent::Failed(info))) => {
+                *state = PortalExecutionState::Finished;
+                return Err(self.failed(client, PgWireError::UserError(info)).await);
+            }
+            Err(e) => {
+                *state = PortalExecutionState::Finished;
+                return Err(self.failed(client, e).await);
+            }
+        }
+        Ok(())
     }
 
     /// A statement's output as a response; a `COPY ... FROM STDIN` becomes the connection's
@@ -302,6 +409,7 @@ impl SimpleQueryHandler for Queries {
             return Err(PgWireError::NotReadyForQuery);
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
+        self.running(&query.query);
         match check_size(&self.db, &query.query).and_then(|_| parse_message(&query.query)) {
             Err(e) => {
                 client
@@ -396,6 +504,7 @@ impl SimpleQueryHandler for Queries {
         let status = self.status().await;
         client.set_state(PgWireConnectionState::ReadyForQuery);
         client.set_transaction_status(status);
+        self.waiting(status);
         send_ready_for_query(client, status).await
     }
 
@@ -421,6 +530,20 @@ impl ExtendedQueryHandler for Queries {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Sync: the unnamed portal goes, and the client is told the session waits for it (as
+    /// pgwire does), once `pg_stat_activity` shows it waiting.
+    async fn on_sync<C>(&self, client: &mut C, _message: SyncMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.portal_store().rm_portal(DEFAULT_NAME);
+        self.waiting(client.transaction_status());
+        send_ready_for_query(client, client.transaction_status()).await
     }
 
     /// Describes a statement or portal as pgwire does, and also a cursor DECLAREd in SQL as
@@ -497,6 +620,9 @@ impl ExtendedQueryHandler for Queries {
             }
             None => return Err(PgWireError::PortalNotFound(name.to_owned())),
         };
+        if let Some(parsed) = &portal.statement.statement.parsed {
+            self.running(&parsed.text);
+        }
         let state = portal.state();
         let started = !matches!(*state.lock().await, PortalExecutionState::Initial);
         let mut fetch = started;
@@ -550,42 +676,7 @@ impl ExtendedQueryHandler for Queries {
             }
         }
         if fetch {
-            let mut state = state.lock().await;
-            let sent = match &mut *state {
-                PortalExecutionState::Suspended(results) => {
-                    let command_tag = results.command_tag.clone();
-                    send_rows(client, results, max_rows)
-                        .await
-                        .map(|sent| (command_tag, sent))
-                }
-                // A portal run to its end: no more rows.
-                PortalExecutionState::Finished => Ok(("SELECT".to_string(), Sent::All(0))),
-                PortalExecutionState::Initial => {
-                    return Err(PgWireError::ApiError("a portal that never started".into()))
-                }
-            };
-            match sent {
-                Ok((tag, Sent::All(rows))) => {
-                    *state = PortalExecutionState::Finished;
-                    let tag = Tag::new(&tag).with_rows(rows);
-                    client
-                        .feed(PgWireBackendMessage::CommandComplete(tag.into()))
-                        .await?;
-                }
-                Ok((_, Sent::Part)) => {
-                    client
-                        .feed(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
-                        .await?;
-                }
-                Ok((_, Sent::Failed(info))) => {
-                    *state = PortalExecutionState::Finished;
-                    return Err(self.failed(client, PgWireError::UserError(info)).await);
-                }
-                Err(e) => {
-                    *state = PortalExecutionState::Finished;
-                    return Err(self.failed(client, e).await);
-                }
-            }
+            self.fetch(client, &state, max_rows).await?;
         }
         client.set_state(PgWireConnectionState::ReadyForQuery);
         client.set_transaction_status(self.status().await);

@@ -142,6 +142,8 @@ async fn serve_socket(
     let copy = handlers.copy_handler();
     let cancel = handlers.cancel_handler();
     let deadline = crate::clock::monotonic() + STARTUP_TIMEOUT;
+    // While a COPY's data comes: the session's cancel signal, watched between messages.
+    let mut copy_cancel = None;
     loop {
         let awaiting_startup = matches!(
             socket.state(),
@@ -155,7 +157,19 @@ async fn serve_socket(
                 Err(_) => return Ok(()),
             }
         } else {
-            socket.next().await
+            match wait(&mut socket, handlers.backend(), &mut copy_cancel).await {
+                Waited::Message(next) => next,
+                Waited::Terminated => return terminate(&mut socket, &handlers).await,
+                Waited::CopyCancelled => {
+                    copy_cancel = None;
+                    let extended =
+                        matches!(socket.state(), PgWireConnectionState::CopyInProgress(true));
+                    if let Some(e) = handlers.cancel_copy(&mut socket).await {
+                        process_error(&mut socket, e, extended).await?;
+                    }
+                    continue;
+                }
+            }
         };
         let message = match next {
             None => return Ok(()),
@@ -205,9 +219,89 @@ async fn serve_socket(
                 if is_cancel {
                     return Ok(());
                 }
+                if let Some(backend) = handlers.backend() {
+                    if backend.terminating() {
+                        return terminate(&mut socket, &handlers).await;
+                    }
+                    watch_session(&socket, &backend, &mut copy_cancel);
+                }
             }
         }
     }
+}
+
+/// What ended the wait for a client's next message.
+enum Waited {
+    Message(Option<Result<PgWireFrontendMessage, PgWireError>>),
+    /// `pg_terminate_backend` ended the session.
+    Terminated,
+    /// A CancelRequest came during a `COPY ... FROM STDIN`.
+    CopyCancelled,
+}
+
+type Socket<S> = Framed<framing::Checked<TcpStream>, PgWireMessageServerCodec<S>>;
+
+/// Waits for the client's next message, the session's end, or a cancel of its COPY.
+async fn wait<S>(
+    socket: &mut Socket<S>,
+    backend: Option<Arc<crate::sql::Backend>>,
+    copy_cancel: &mut Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+) -> Waited {
+    let Some(backend) = backend else {
+        return Waited::Message(socket.next().await);
+    };
+    let copy_cancelled = async {
+        match copy_cancel.as_mut() {
+            Some(cancelled) => cancelled.as_mut().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = backend.terminated() => Waited::Terminated,
+        _ = copy_cancelled => Waited::CopyCancelled,
+        next = socket.next() => Waited::Message(next),
+    }
+}
+
+/// After a message: what `pg_stat_activity` shows of the session once it waits for its
+/// client, and, while a COPY's data comes, its cancel signal watched (from now, so that a
+/// cancel between two messages is not missed).
+fn watch_session<S>(
+    socket: &Socket<S>,
+    backend: &Arc<crate::sql::Backend>,
+    copy_cancel: &mut Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+) {
+    match socket.state() {
+        PgWireConnectionState::CopyInProgress(_) => {
+            if copy_cancel.is_none() {
+                let mut cancelled = Box::pin(backend.cancel.clone().notified_owned());
+                cancelled.as_mut().enable();
+                *copy_cancel = Some(cancelled);
+            }
+        }
+        state => {
+            *copy_cancel = None;
+            // After a COPY (whose ReadyForQuery pgwire sends): the Query and Sync handlers
+            // record it before their ReadyForQuery.
+            if matches!(state, PgWireConnectionState::ReadyForQuery) {
+                backend.waiting(handler::waiting_state(socket.transaction_status()));
+            }
+        }
+    }
+}
+
+/// Ends a session `pg_terminate_backend` terminated: its client is told with 57P01 (unless
+/// its stopped statement already told it), and the connection closes.
+async fn terminate<S>(socket: &mut Socket<S>, handlers: &Connection) -> std::io::Result<()> {
+    if handlers.backend().is_some_and(|b| b.tell_terminated()) {
+        let e = crate::session::terminated();
+        let info = ErrorInfo::new("FATAL".into(), sqlstate::sqlstate(e.kind).into(), e.message);
+        socket
+            .send(PgWireBackendMessage::ErrorResponse(info.into()))
+            .await?;
+    }
+    socket.close().await
 }
 
 /// Answers a message that could not be read with a FATAL error, and ends the connection.

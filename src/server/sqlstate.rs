@@ -45,6 +45,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::InsufficientResources => "53000",
         ErrorKind::IoError => "58030",
         ErrorKind::QueryCanceled => "57014",
+        ErrorKind::AdminShutdown => "57P01",
         ErrorKind::ObjectNotInPrerequisiteState => "55000",
         ErrorKind::Unavailable => "57P03",
         ErrorKind::ConnectionFailure => "08001",

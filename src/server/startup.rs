@@ -22,13 +22,14 @@ use super::sqlstate::sqlstate;
 use crate::db::Database;
 use crate::error::ErrorKind;
 use crate::session::{Interrupts, Session};
+use crate::sql::{BackendStart, Registered};
 
 pub(super) struct Startup {
     pub(super) admitted: bool,
     pub(super) session: Arc<Mutex<Option<Session>>>,
     pub(super) db: Arc<Database>,
     pub(super) cancels: Arc<Cancels>,
-    pub(super) pid: Arc<std::sync::Mutex<Option<i32>>>,
+    pub(super) backend: Arc<std::sync::Mutex<Option<Registered>>>,
     pub(super) socket: Arc<std::sync::Mutex<Option<tokio::net::TcpStream>>>,
 }
 
@@ -83,11 +84,21 @@ impl StartupHandler for Startup {
                 format!("database \"{database}\" does not exist"),
             ));
         }
-        let (pid, key, cancel) = self.cancels.register(client);
-        *self.pid.lock().unwrap_or_else(|p| p.into_inner()) = Some(pid);
-        client.set_pid_and_secret_key(pid, key);
+        let meta = client.metadata();
+        let get = |k: &str| meta.get(k).cloned().unwrap_or_default();
+        let (user, application_name) = (get("user"), get("application_name"));
+        let address = client.socket_addr();
+        let (key, registered) = self.cancels.register(client, |pid| BackendStart {
+            pid,
+            user,
+            application_name,
+            client: address,
+        });
+        let backend = registered.0.clone();
+        *self.backend.lock().unwrap_or_else(|p| p.into_inner()) = Some(registered);
+        client.set_pid_and_secret_key(backend.start.pid, key);
         let interrupts = Interrupts {
-            cancel,
+            backend,
             socket: self
                 .socket
                 .lock()

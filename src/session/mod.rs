@@ -11,26 +11,28 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::ParamValues;
 use datafusion::sql::sqlparser::ast::{self, Statement as Ast};
 
 use crate::catalog::Kind;
-use crate::db::{Database, Output, RowStream};
+use crate::db::{Database, Output};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::{relation_name, CursorQuery, Parsed, Statement};
+use crate::sql::{relation_name, CursorQuery, Parsed, Settings, Statement};
 use crate::table::Block;
 
 mod copy;
 mod cursors;
 mod parameters;
 mod settings;
+mod stops;
 
 pub use self::copy::header_lines as copy_header_lines;
 use self::parameters::parameter_types;
 pub use self::settings::parse_timeout;
 use self::settings::{default_settings, on_off};
+pub use self::stops::{terminated, Interrupts};
+use self::stops::{Interruptible, Stops};
 
 /// What a statement will take and return, for the extended protocol's Describe.
 pub struct Description {
@@ -39,43 +41,11 @@ pub struct Description {
     pub columns: Option<SchemaRef>,
 }
 
-/// What stops a session's running query before it ends, besides `statement_timeout`.
-pub struct Interrupts {
-    /// Signalled by a CancelRequest for the session.
-    pub cancel: Arc<tokio::sync::Notify>,
-    /// A second handle on the client's socket, watched for the client hanging up.
-    pub socket: Option<Arc<tokio::net::TcpStream>>,
-}
-
-impl Interrupts {
-    /// Completes when the client has closed its connection (or the socket failed).
-    fn hung_up(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let socket = self.socket.clone();
-        async move {
-            let Some(socket) = socket else {
-                return std::future::pending().await;
-            };
-            loop {
-                match socket.ready(tokio::io::Interest::READABLE).await {
-                    Ok(ready) if !ready.is_read_closed() => {
-                        // The client sent its next message before this answer: that is not
-                        // a hang-up. Forget this readiness and wait for the next change.
-                        let _ = socket.try_io(tokio::io::Interest::READABLE, || {
-                            Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-                        });
-                    }
-                    Ok(_) | Err(_) => return,
-                }
-            }
-        }
-    }
-}
-
 pub struct Session {
     db: Arc<Database>,
-    pub settings: HashMap<String, String>,
+    pub settings: Settings,
     /// The settings the session started with, which RESET restores.
-    initial: HashMap<String, String>,
+    initial: Settings,
     interrupts: Interrupts,
     transaction: Transaction,
     /// While a block is open (or failed): the settings as they were at its BEGIN, which
@@ -86,7 +56,7 @@ pub struct Session {
 }
 
 struct Begun {
-    settings: HashMap<String, String>,
+    settings: Settings,
     local: HashMap<String, Option<String>>,
 }
 
@@ -114,7 +84,7 @@ impl Session {
         startup: &HashMap<String, String>,
         interrupts: Interrupts,
     ) -> Session {
-        let mut settings = default_settings();
+        let mut settings = Settings::new(default_settings(), Some(interrupts.backend.clone()));
         settings.insert(
             "streaming_parallelism".into(),
             db.config.streaming_parallelism.max(1).to_string(),
@@ -187,6 +157,16 @@ impl Session {
         parsed: &Parsed,
         params: Option<&ParamValues>,
     ) -> Result<Output> {
+        let output = self.run(parsed, params).await;
+        // What `pg_stat_activity` shows of it (SET, RESET and ROLLBACK change it).
+        let name = self.settings.get("application_name");
+        self.interrupts
+            .backend
+            .set_application_name(name.map_or("", String::as_str));
+        output
+    }
+
+    async fn run(&mut self, parsed: &Parsed, params: Option<&ParamValues>) -> Result<Output> {
         if let Statement::Sql(stmt) = &parsed.statement {
             match stmt.as_ref() {
                 Ast::StartTransaction { modes, .. } => {
@@ -357,11 +337,13 @@ impl Session {
             }
             Statement::CreateView(cv) => {
                 crate::sql::check_supported(cv.view.as_ref())?;
-                self.db.create_view(cv, &self.settings, block).await
+                let stop = Stops::new(&self.settings, &self.interrupts)?.stopped();
+                self.db.create_view(cv, &self.settings, block, stop).await
             }
             Statement::CreateSink(sink) => {
                 crate::sql::check_supported(sink.query.as_ref())?;
-                self.db.create_sink(sink, &self.settings, block).await
+                let stop = Stops::new(&self.settings, &self.interrupts)?.stopped();
+                self.db.create_sink(sink, &self.settings, block, stop).await
             }
             Statement::Drop {
                 kind,
@@ -388,50 +370,25 @@ impl Session {
     }
 
     /// Runs a query until it ends, the session's `statement_timeout` passes, a CancelRequest
-    /// for the session arrives or the client hangs up; then the query stops (its execution is
-    /// dropped, and its memory freed) with 57014. A query's rows are computed as they are
-    /// sent, and the same timeout and cancellation stop them there. Only queries are bounded:
+    /// (or `pg_cancel_backend`) for the session arrives, `pg_terminate_backend` ends the
+    /// session or the client hangs up; then the query stops (its execution is dropped, and
+    /// its memory freed) with 57014 (57P01 when terminated). A query's rows are computed as
+    /// they are sent, and the same interruptions stop them there. Only queries are bounded:
     /// a write stopped between its log append and its answer would be reported as failed
     /// although it is durable.
     async fn bounded(
         &self,
         query: impl std::future::Future<Output = Result<Output>>,
     ) -> Result<Output> {
-        let timeout = self
-            .settings
-            .get("statement_timeout")
-            .map(|v| parse_timeout(v))
-            .transpose()?
-            .unwrap_or_default();
-        // Enabled now, so that a cancel is seen even while nothing waits for it (between
-        // two batches of rows).
-        let mut cancelled = Box::pin(self.interrupts.cancel.clone().notified_owned());
-        cancelled.as_mut().enable();
-        let mut deadline = (!timeout.is_zero()).then(|| Box::pin(tokio::time::sleep(timeout)));
-        let timed_out = async {
-            match deadline.as_mut() {
-                Some(d) => d.as_mut().await,
-                None => std::future::pending().await,
-            }
-        };
-        let mut hung_up = Box::pin(self.interrupts.hung_up());
+        let mut stops = Stops::new(&self.settings, &self.interrupts)?;
         let output = tokio::select! {
             output = query => output?,
-            _ = cancelled.as_mut() => return Err(cancelled_by_user()),
-            _ = timed_out => return Err(cancelled_by_timeout()),
-            // Nobody will read the answer.
-            _ = hung_up.as_mut() => return Err(hung_up_error()),
+            e = std::future::poll_fn(|cx| stops.poll(cx)) => return Err(e),
         };
         Ok(match output {
             Output::Stream { schema, rows } => Output::Stream {
                 schema,
-                rows: Box::pin(Interruptible {
-                    rows,
-                    cancelled,
-                    deadline,
-                    hung_up,
-                    done: false,
-                }),
+                rows: Box::pin(Interruptible::new(rows, stops)),
             },
             other => other,
         })
@@ -701,75 +658,6 @@ fn rows_schema(out: Output) -> Option<SchemaRef> {
         | Output::Stream { schema, .. }
         | Output::Fetched { schema, .. } => Some(schema),
         _ => None,
-    }
-}
-
-fn cancelled_by_user() -> Error {
-    Error::new(
-        ErrorKind::QueryCanceled,
-        "canceling statement due to user request",
-    )
-}
-
-fn hung_up_error() -> Error {
-    Error::new(
-        ErrorKind::QueryCanceled,
-        "canceling statement: the client closed its connection",
-    )
-}
-
-fn cancelled_by_timeout() -> Error {
-    Error::new(
-        ErrorKind::QueryCanceled,
-        "canceling statement due to statement timeout",
-    )
-}
-
-/// A query's rows, ended with 57014 when the session's query is cancelled, its
-/// `statement_timeout` passes or its client hangs up while they are computed or sent.
-struct Interruptible {
-    rows: RowStream,
-    cancelled: std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>,
-    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    hung_up: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-    done: bool,
-}
-
-impl futures::Stream for Interruptible {
-    type Item = Result<RecordBatch>;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        use std::future::Future;
-        use std::task::Poll;
-        let this = &mut *self;
-        if this.done {
-            return Poll::Ready(None);
-        }
-        let interrupted = if this.cancelled.as_mut().poll(cx).is_ready() {
-            Some(cancelled_by_user())
-        } else if this
-            .deadline
-            .as_mut()
-            .is_some_and(|d| d.as_mut().poll(cx).is_ready())
-        {
-            Some(cancelled_by_timeout())
-        } else if this.hung_up.as_mut().poll(cx).is_ready() {
-            Some(hung_up_error())
-        } else {
-            None
-        };
-        if let Some(e) = interrupted {
-            this.done = true;
-            return Poll::Ready(Some(Err(e)));
-        }
-        let next = this.rows.as_mut().poll_next(cx);
-        if matches!(next, Poll::Ready(None)) {
-            this.done = true;
-        }
-        next
     }
 }
 

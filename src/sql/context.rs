@@ -28,6 +28,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::state::Snapshot;
 use crate::stream::{ActorId, FailedActors};
 
+use super::backends::Settings;
 use super::provider::{Origin, RelationRows, RelationTable};
 
 /// What `version()` answers; its shape is what drivers parse (`PostgreSQL <major>.<minor>`).
@@ -140,7 +141,7 @@ pub fn query_context(
     scope: crate::catalog::Scope,
     snapshot: &Arc<Snapshot>,
     failed: &FailedActors,
-    settings: &HashMap<String, String>,
+    settings: &Settings,
     overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
     runtime: &Arc<RuntimeEnv>,
 ) -> Result<SessionContext> {
@@ -247,7 +248,7 @@ impl PlanFunctions {
     /// cost a start time in the square of the catalog's size.
     pub fn new(runtime: &Arc<RuntimeEnv>) -> PlanFunctions {
         let ctx = new_context(runtime);
-        register_functions(&ctx, &HashMap::new());
+        register_functions(&ctx, &Settings::default());
         PlanFunctions(ctx.state())
     }
 }
@@ -295,7 +296,7 @@ fn weir_now() -> datafusion::logical_expr::ScalarUDF {
     )
 }
 
-fn register_functions(ctx: &SessionContext, settings: &HashMap<String, String>) {
+fn register_functions(ctx: &SessionContext, settings: &Settings) {
     let constant = |name: &str, value: String| {
         create_udf(
             name,

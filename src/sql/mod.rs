@@ -5,6 +5,7 @@
 //! Invariant: `sql/` does no I/O of its own; it reads state only through the snapshot
 //! providers handed to DataFusion.
 
+mod backends;
 mod checked;
 mod context;
 mod ddl;
@@ -34,6 +35,9 @@ pub use self::parser::{
 
 /// Tables and sources from their DDL, and the names in it.
 pub use self::ddl::{create_source, create_table, ident_name, option_text, relation_name};
+
+/// The server's sessions (`pg_stat_activity`), and a session's settings with its own.
+pub use self::backends::{Backend, BackendStart, BackendState, Backends, Registered, Settings};
 
 /// Batch queries: DataFusion over Weir's relations, and their results named as PostgreSQL
 /// names them.

@@ -3,6 +3,8 @@
 //! ([`Relations`]), and schemas whose tables are built from it when a query names them.
 //! `tables` has the tables' columns and rows.
 
+mod activity;
+mod build;
 mod information_schema;
 mod tables;
 
@@ -18,6 +20,7 @@ use datafusion::datasource::{MemTable, TableProvider, ViewTable};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 
+use super::backends::{Backend, Settings};
 use crate::catalog::{Catalog, ColumnDef, Object, Scope};
 use crate::types::{pg_type_of, SqlType};
 
@@ -148,17 +151,18 @@ pub fn quote_ident(name: &str) -> String {
     }
 }
 
-/// What a query's context knows of the catalog: its relations as PostgreSQL shows them, and
-/// the session's settings.
+/// What a query's context knows of the catalog: its relations as PostgreSQL shows them, the
+/// session's settings, and the session itself (`pg_stat_activity`'s rows, `pg_backend_pid`).
 #[derive(Debug, Default)]
 pub struct Relations {
     pub relations: Vec<Relation>,
     pub settings: HashMap<String, String>,
+    pub backend: Option<Arc<Backend>>,
 }
 
 impl Relations {
     /// The relations `scope` sees in `catalog` (sinks are not relations).
-    pub fn of(catalog: &Catalog, scope: Scope, settings: &HashMap<String, String>) -> Relations {
+    pub fn of(catalog: &Catalog, scope: Scope, settings: &Settings) -> Relations {
         let mut relations = Vec::new();
         for object in catalog.visible_objects(scope) {
             let oid = FIRST_USER_OID.wrapping_add(object.id());
@@ -202,7 +206,8 @@ impl Relations {
         }
         Relations {
             relations,
-            settings: settings.clone(),
+            settings: (**settings).clone(),
+            backend: settings.backend.clone(),
         }
     }
 

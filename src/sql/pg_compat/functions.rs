@@ -139,7 +139,9 @@ fn text(v: Option<String>) -> ScalarValue {
 /// The catalog functions over `relations`, registered in `ctx`, with `weir_single` and the
 /// table functions planned over other relations' columns.
 pub fn register_functions(ctx: &SessionContext, relations: &Arc<Relations>) {
-    let functions = over_relations(relations).into_iter().chain(fixed());
+    let functions = (over_relations(relations).into_iter())
+        .chain(of_session(relations))
+        .chain(fixed());
     for function in functions.chain(of_values()) {
         ctx.register_udf(ScalarUDF::new_from_impl(function));
     }
@@ -408,14 +410,79 @@ fn of_values() -> Vec<CatalogFn> {
                 t => crate::types::pg_type_of(&t).name.to_string(),
             })))
         }),
+    ]
+}
+
+/// The session's own process id, and the signals that stop another session's statement or
+/// end it. With no session (a context of no connection's), there is none to find or signal.
+fn of_session(relations: &Arc<Relations>) -> Vec<CatalogFn> {
+    let own = relations.backend.clone();
+    let pid = own.as_ref().map(|b| b.start.pid);
+    let signal = move |terminate: bool| {
+        let own = own.clone();
+        move |v: &[ScalarValue]| -> DfResult<ScalarValue> {
+            if let Some(timeout) = v.get(1) {
+                match timeout.cast_to(&DataType::Int64)? {
+                    ScalarValue::Int64(Some(t)) if t < 0 => {
+                        return Err(external(
+                            crate::error::ErrorKind::NumericOutOfRange,
+                            "\"timeout\" must not be negative",
+                        ))
+                    }
+                    ScalarValue::Int64(Some(t)) if t > 0 => {
+                        return Err(external(
+                            crate::error::ErrorKind::NotSupported,
+                            "pg_terminate_backend with a timeout is not supported",
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            let ScalarValue::Int64(Some(pid)) = v[0].cast_to(&DataType::Int64)? else {
+                return Ok(ScalarValue::Boolean(None));
+            };
+            // PostgreSQL warns that a process id of no session is not a backend's.
+            let Some(target) =
+                (i32::try_from(pid).ok()).and_then(|pid| own.as_ref().and_then(|b| b.session(pid)))
+            else {
+                return Ok(ScalarValue::Boolean(Some(false)));
+            };
+            if terminate {
+                target.terminate();
+            } else {
+                target.cancel();
+            }
+            Ok(ScalarValue::Boolean(Some(true)))
+        }
+    };
+    let volatile = || Signature::variadic_any(Volatility::Volatile);
+    vec![
         f(
             "pg_backend_pid",
             Signature::nullary(Volatility::Stable),
             0..=0,
             |_| DataType::Int32,
-            |_| Ok(ScalarValue::Int32(Some(std::process::id() as i32))),
+            move |_| Ok(ScalarValue::Int32(pid)),
+        ),
+        f(
+            "pg_cancel_backend",
+            volatile(),
+            1..=1,
+            to_bool,
+            signal(false),
+        ),
+        f(
+            "pg_terminate_backend",
+            volatile(),
+            1..=2,
+            to_bool,
+            signal(true),
         ),
     ]
+}
+
+fn external(kind: crate::error::ErrorKind, message: &str) -> DataFusionError {
+    DataFusionError::External(Box::new(crate::error::Error::new(kind, message)))
 }
 
 /// `json_build_object(k1, v1, ...)`'s text: keys as strings, values as JSON.
