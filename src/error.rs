@@ -49,6 +49,8 @@ pub enum ErrorKind {
     BadCopyFormat,
     /// A value is outside what the operation accepts (other than numeric range).
     InvalidParameter,
+    /// A NULL where the operation needs a value (22004): `format('%I', NULL)`.
+    NullValueNotAllowed,
     /// A file named in a statement (a file source's path) does not exist or cannot be read.
     UndefinedFile,
     /// A name that cannot be used as given (42602): a file sink's relative path, as

@@ -132,6 +132,24 @@ fn array_text(elements: &ArrayRef, out: &mut Vec<u8>) -> Result<()> {
     Ok(())
 }
 
+/// A list of numbers as an `int2vector`'s or `oidvector`'s text: `1 2`; false for NULL.
+fn vector_text(array: &ArrayRef, row: usize, out: &mut Vec<u8>) -> Result<bool> {
+    if array.is_null(row) {
+        return Ok(false);
+    }
+    let elements = match array.data_type() {
+        DataType::List(_) => array.as_list::<i32>().value(row),
+        _ => return text_value(array, row, out),
+    };
+    for i in 0..elements.len() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        text_value(&elements, i, out)?;
+    }
+    Ok(true)
+}
+
 /// An array value in PostgreSQL's binary format: dimensions (0 for an empty array, else 1),
 /// whether any element is NULL, the element type's OID, the length and lower bound (1), then
 /// each element's length (-1 for NULL) and binary form.
@@ -523,8 +541,18 @@ fn numeric_from_binary(b: &[u8]) -> Option<ScalarValue> {
     ))
 }
 
-/// Rows as DataRow messages, each column in text or, where `binary` says, binary format.
-pub fn data_rows(batches: &[RecordBatch], binary: &[bool]) -> Result<Vec<DataRow>> {
+/// How a column's values are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Text,
+    Binary,
+    /// An `int2vector` or `oidvector` (an index's columns): an array whose text is its
+    /// elements separated by spaces (`1 2`), and whose binary form is an array's.
+    VectorText,
+}
+
+/// Rows as DataRow messages, each column encoded as `encodings` says (text by default).
+pub fn data_rows(batches: &[RecordBatch], encodings: &[Encoding]) -> Result<Vec<DataRow>> {
     let mut rows = Vec::new();
     let mut value = Vec::new();
     for batch in batches {
@@ -532,10 +560,10 @@ pub fn data_rows(batches: &[RecordBatch], binary: &[bool]) -> Result<Vec<DataRow
             let mut buf = BytesMut::new();
             for (col, array) in batch.columns().iter().enumerate() {
                 value.clear();
-                let present = if binary.get(col).copied().unwrap_or(false) {
-                    binary_value(array, row, &mut value)?
-                } else {
-                    text_value(array, row, &mut value)?
+                let present = match encodings.get(col).copied().unwrap_or(Encoding::Text) {
+                    Encoding::Binary => binary_value(array, row, &mut value)?,
+                    Encoding::Text => text_value(array, row, &mut value)?,
+                    Encoding::VectorText => vector_text(array, row, &mut value)?,
                 };
                 if present {
                     buf.extend_from_slice(&(value.len() as i32).to_be_bytes());

@@ -13,7 +13,7 @@ use pgwire::api::Type;
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 
-use super::encode::data_rows;
+use super::encode::{data_rows, Encoding};
 use super::handler::to_pgwire;
 use crate::db::Output;
 use crate::error::{Error, Result};
@@ -38,10 +38,9 @@ pub fn field_infos(schema: &SchemaRef, format: Option<&Format>) -> Vec<FieldInfo
             // An OID is unsigned; the message carries its 32 bits.
             let table = (meta(TABLE_OID).and_then(|v| u32::try_from(v).ok())).map(|v| v as i32);
             let column = meta(ATTNUM).and_then(|v| i16::try_from(v).ok());
-            // The declared type where it is one the values travel as (`varchar` is text).
             let declared = meta(TYPE_OID)
                 .and_then(|oid| Type::from_oid(u32::try_from(oid).ok()?))
-                .filter(|t| *t == Type::VARCHAR || *t == pg_type(f.data_type()));
+                .filter(|t| travels_as(t, &pg_type(f.data_type())));
             let datatype = declared.unwrap_or_else(|| pg_type(f.data_type()));
             let mut info = FieldInfo::new(f.name().clone(), table, column, datatype, fmt);
             if let Some(typmod) = meta(TYPMOD).and_then(|v| i32::try_from(v).ok()) {
@@ -52,15 +51,49 @@ pub fn field_infos(schema: &SchemaRef, format: Option<&Format>) -> Vec<FieldInfo
         .collect()
 }
 
+/// Whether values of the type `natural` (the one their Arrow type maps to) are sent as they
+/// are as values of the declared type `declared`: `varchar`, `name`, `"char"`, `json` and
+/// `pg_node_tree` are text, `xid` an OID, `int2vector` and `oidvector` arrays (with a text of
+/// their own, `encodings`). The catalog's columns of types whose values Weir never has (ACLs,
+/// `"char"` arrays, `anyarray`, `bytea` trigger arguments) are NULL in every row, which the
+/// catalog's builder ensures, so they are described as PostgreSQL describes them.
+fn travels_as(declared: &Type, natural: &Type) -> bool {
+    let never_valued = [
+        Type::ACLITEM_ARRAY,
+        Type::CHAR_ARRAY,
+        Type::ANYARRAY,
+        Type::BYTEA,
+    ];
+    declared == natural
+        || *declared == Type::VARCHAR
+        || (*natural == Type::TEXT
+            && ([Type::NAME, Type::CHAR, Type::PG_NODE_TREE, Type::JSON].contains(declared)
+                || never_valued.contains(declared)))
+        || (*natural == Type::TEXT_ARRAY && never_valued.contains(declared))
+        || (*natural == Type::OID && *declared == Type::XID)
+        || (*natural == Type::INT2_ARRAY && *declared == Type::INT2_VECTOR)
+        || (*natural == Type::OID_ARRAY && *declared == Type::OID_VECTOR)
+}
+
+/// How each of `fields`' values is sent: in binary where the client asked for it, as a
+/// vector's text for `int2vector` and `oidvector`, else as text.
+fn encodings(fields: &[FieldInfo]) -> Vec<Encoding> {
+    (fields.iter())
+        .map(|f| match f.format() {
+            FieldFormat::Binary => Encoding::Binary,
+            FieldFormat::Text if [Type::INT2_VECTOR, Type::OID_VECTOR].contains(f.datatype()) => {
+                Encoding::VectorText
+            }
+            FieldFormat::Text => Encoding::Text,
+        })
+        .collect()
+}
+
 pub fn to_response(output: Output, format: Option<&Format>) -> Result<Response> {
     Ok(match output {
         Output::Rows { schema, batches } => {
             let fields = Arc::new(field_infos(&schema, format));
-            let binary: Vec<bool> = fields
-                .iter()
-                .map(|f| f.format() == FieldFormat::Binary)
-                .collect();
-            let rows = data_rows(&batches, &binary)?;
+            let rows = data_rows(&batches, &encodings(&fields))?;
             Response::Query(QueryResponse::new(
                 fields,
                 stream::iter(rows.into_iter().map(Ok)),
@@ -76,13 +109,10 @@ pub fn to_response(output: Output, format: Option<&Format>) -> Result<Response> 
         }
         Output::Stream { schema, rows } => {
             let fields = Arc::new(field_infos(&schema, format));
-            let binary: Vec<bool> = fields
-                .iter()
-                .map(|f| f.format() == FieldFormat::Binary)
-                .collect();
+            let encodings = encodings(&fields);
             // One batch is encoded at a time, when the client is ready for it.
             let rows = rows.flat_map(move |batch| {
-                let encoded = batch.and_then(|b| data_rows(&[b], &binary));
+                let encoded = batch.and_then(|b| data_rows(&[b], &encodings));
                 match encoded {
                     Ok(rows) => stream::iter(rows.into_iter().map(Ok)).left_stream(),
                     Err(e) => stream::once(async { Err(to_pgwire(e)) }).right_stream(),

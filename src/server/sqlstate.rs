@@ -28,6 +28,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::InvalidEncoding => "22021",
         ErrorKind::BadCopyFormat => "22P04",
         ErrorKind::InvalidParameter => "22023",
+        ErrorKind::NullValueNotAllowed => "22004",
         ErrorKind::UndefinedFile => "58P01",
         ErrorKind::InvalidName => "42602",
         ErrorKind::InvalidTableDefinition => "42P16",

@@ -10,6 +10,7 @@ use datafusion::sql::sqlparser::ast;
 
 use crate::db::{text_rows, Output};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sql::setting_name;
 
 use super::Session;
 
@@ -234,13 +235,13 @@ impl Session {
             other => other.replace(' ', "_"),
         };
         if name == "all" {
-            let mut pairs: Vec<Vec<String>> = self
+            let mut rows: Vec<Vec<String>> = self
                 .settings
                 .iter()
-                .map(|(k, v)| vec![k.clone(), v.clone()])
+                .map(|(k, v)| vec![setting_name(k).to_string(), v.clone(), String::new()])
                 .collect();
-            pairs.sort();
-            return text_rows(&["name", "setting"], pairs);
+            rows.sort_by(|a, b| a[0].to_lowercase().cmp(&b[0].to_lowercase()));
+            return text_rows(&["name", "setting", "description"], rows);
         }
         let value = self.settings.get(&name).cloned().ok_or_else(|| {
             Error::new(
@@ -248,7 +249,8 @@ impl Session {
                 format!("unrecognized configuration parameter \"{name}\""),
             )
         })?;
-        let schema = Arc::new(Schema::new(vec![Field::new(&name, DataType::Utf8, false)]));
+        let column = setting_name(&name);
+        let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]));
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![Arc::new(StringArray::from(vec![value]))],

@@ -220,6 +220,17 @@ impl Backend {
     }
 }
 
+/// A setting's name as PostgreSQL spells it (`SHOW`'s column, `pg_settings.name`), from the
+/// lowercase name Weir keeps it under: a few of PostgreSQL's are mixed case.
+pub fn setting_name(name: &str) -> &str {
+    match name {
+        "datestyle" => "DateStyle",
+        "intervalstyle" => "IntervalStyle",
+        "timezone" => "TimeZone",
+        other => other,
+    }
+}
+
 /// A session's settings (`SET`, `SHOW`, `current_setting`, `pg_settings`), and the session
 /// they belong to, which its queries' `pg_backend_pid()` and `pg_stat_activity` read.
 #[derive(Debug, Clone, Default)]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, TimeUnit};
 use datafusion::catalog::MemorySchemaProvider;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -17,7 +17,10 @@ use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SessionStateBuilder;
-use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use datafusion::logical_expr::{
+    create_udf, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility,
+};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::ExecutionPlan;
@@ -296,31 +299,73 @@ fn weir_now() -> datafusion::logical_expr::ScalarUDF {
     )
 }
 
+/// A function without arguments whose value is fixed for the query: `version()`,
+/// `current_schema`, the session's user. `declared` is the PostgreSQL type of its text when
+/// that is not `text` (the names are `name`), which the client is told.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Constant {
+    name: String,
+    value: String,
+    declared: Option<u32>,
+    signature: Signature,
+}
+
+impl Constant {
+    fn udf(name: &str, value: String, declared: Option<u32>) -> ScalarUDF {
+        ScalarUDF::new_from_impl(Constant {
+            name: name.to_string(),
+            value,
+            declared,
+            signature: Signature::nullary(Volatility::Stable),
+        })
+    }
+}
+
+impl ScalarUDFImpl for Constant {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(
+        &self,
+        _: ReturnFieldArgs,
+    ) -> datafusion::error::Result<datafusion::arrow::datatypes::FieldRef> {
+        let field = Field::new(&self.name, DataType::Utf8, false);
+        Ok(Arc::new(match self.declared {
+            Some(oid) => super::names::declared(field, oid),
+            None => field,
+        }))
+    }
+
+    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            self.value.clone(),
+        ))))
+    }
+}
+
 fn register_functions(ctx: &SessionContext, settings: &Settings) {
-    let constant = |name: &str, value: String| {
-        create_udf(
-            name,
-            vec![],
-            DataType::Utf8,
-            Volatility::Stable,
-            Arc::new(move |_| {
-                Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
-                    value.clone(),
-                ))))
-            }),
-        )
-    };
+    let name = Some(super::names::NAME_OID);
     ctx.register_udf(weir_now());
-    ctx.register_udf(constant("version", version_string()));
-    ctx.register_udf(constant("current_schema", "public".into()));
-    ctx.register_udf(constant("current_database", crate::DATABASE_NAME.into()));
-    ctx.register_udf(constant("current_catalog", crate::DATABASE_NAME.into()));
+    ctx.register_udf(Constant::udf("version", version_string(), None));
+    ctx.register_udf(Constant::udf("current_schema", "public".into(), name));
+    for function in ["current_database", "current_catalog"] {
+        ctx.register_udf(Constant::udf(function, crate::DATABASE_NAME.into(), name));
+    }
     // The session's user (`current_user`, `user` and `current_role` too, until roles can be
     // switched).
     let user = (settings.get("session_authorization").cloned())
         .unwrap_or_else(|| super::pg_catalog::ROLE_NAME.to_string());
-    for name in ["current_user", "session_user", "user", "current_role"] {
-        ctx.register_udf(constant(name, user.clone()));
+    for function in ["current_user", "session_user", "user", "current_role"] {
+        ctx.register_udf(Constant::udf(function, user.clone(), name));
     }
     // Weir has no advisory locks, so a session holds none to release (a pool's reset of a
     // connection calls it). PostgreSQL returns void: an empty value.

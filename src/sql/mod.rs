@@ -37,7 +37,9 @@ pub use self::parser::{
 pub use self::ddl::{create_source, create_table, ident_name, option_text, relation_name};
 
 /// The server's sessions (`pg_stat_activity`), and a session's settings with its own.
-pub use self::backends::{Backend, BackendStart, BackendState, Backends, Registered, Settings};
+pub use self::backends::{
+    setting_name, Backend, BackendStart, BackendState, Backends, Registered, Settings,
+};
 
 /// Batch queries: DataFusion over Weir's relations, and their results named as PostgreSQL
 /// names them.
@@ -50,7 +52,7 @@ pub use self::rules::type_integer_constants;
 
 /// PostgreSQL's catalog spellings rewritten before planning (`pg_catalog` and
 /// `information_schema` are in every query's context).
-pub use self::pg_catalog::ROLE_NAME;
+pub use self::pg_catalog::{catalog_tables, ROLE_NAME};
 pub use self::pg_compat::rewrite as rewrite_catalog_spellings;
 
 /// Views compiled into stream plans.

@@ -1,11 +1,13 @@
 //! The names PostgreSQL gives a query's result columns (`count`, not DataFusion's
-//! `count(*)`; `?column?` for an expression), for query results and a view's columns.
+//! `count(*)`; `?column?` for an expression), for query results and a view's columns, and the
+//! types a column's Arrow type does not tell (`varchar(n)`, `name`), which fields carry.
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 
 use super::provider::RelationTable;
 
@@ -35,11 +37,98 @@ pub fn result_schema(plan: &LogicalPlan) -> SchemaRef {
                     .map(|(k, v)| (k.to_string(), v))
                     .collect(),
             );
+        } else if let Some(oid) = declared_type(plan, i) {
+            f = f.with_metadata([(TYPE_OID.to_string(), oid)].into());
+        }
+        // PostgreSQL has no unsigned `bigint`: `row_number()`, `rank()` and `dense_rank()`
+        // (DataFusion's are unsigned) are `bigint`, and their rows are cast as they go out.
+        if *f.data_type() == DataType::UInt64 {
+            f = f.with_data_type(DataType::Int64);
         }
         f
     });
     Arc::new(Schema::new(fields.collect::<Vec<_>>()))
 }
+
+/// The declared PostgreSQL type (`TYPE_OID`'s value) of `plan`'s column `i` when its field
+/// does not carry one because an expression computed it from values that did: a `CASE` whose
+/// branches are all of one declared type, `nullif` and `coalesce` of a `"char"` column, a
+/// scalar subquery's value (SQLAlchemy's `json_build_object`, pgJDBC's `nullif(attidentity,
+/// '')`), looked for through projections, subquery aliases, filters, sorts, limits and the
+/// aggregates that pass a value on (`min`, `max`, a correlated subquery's `weir_single`).
+fn declared_type(plan: &LogicalPlan, i: usize) -> Option<String> {
+    let field = plan.schema().fields().get(i)?;
+    if let Some(oid) = field.metadata().get(TYPE_OID) {
+        return Some(oid.clone());
+    }
+    match plan {
+        LogicalPlan::Projection(p) => declared_expr(p.expr.get(i)?, &p.input),
+        LogicalPlan::SubqueryAlias(a) => declared_type(&a.input, i),
+        LogicalPlan::Filter(f) => declared_type(&f.input, i),
+        LogicalPlan::Sort(s) => declared_type(&s.input, i),
+        LogicalPlan::Limit(l) => declared_type(&l.input, i),
+        LogicalPlan::Aggregate(a) => match i.checked_sub(a.group_expr.len()) {
+            None => declared_expr(a.group_expr.get(i)?, &a.input),
+            // A correlated scalar subquery's one value (`weir_single`), a least or greatest.
+            Some(j) => match a.aggr_expr.get(j)? {
+                Expr::Alias(alias) => declared_aggregate(&alias.expr, &a.input),
+                e => declared_aggregate(e, &a.input),
+            },
+        },
+        _ => None,
+    }
+}
+
+/// The declared type an aggregate passes on from its argument.
+fn declared_aggregate(e: &Expr, input: &LogicalPlan) -> Option<String> {
+    match e {
+        Expr::AggregateFunction(f) if matches!(f.func.name(), "weir_single" | "min" | "max") => {
+            declared_expr(f.params.args.first()?, input)
+        }
+        _ => None,
+    }
+}
+
+/// The declared type of `e`'s values over `input`, as [`declared_type`] finds it.
+fn declared_expr(e: &Expr, input: &LogicalPlan) -> Option<String> {
+    match e {
+        Expr::Alias(a) => declared_expr(&a.expr, input),
+        Expr::Column(c) => declared_type(input, input.schema().index_of_column(c).ok()?),
+        Expr::ScalarSubquery(s) => declared_type(&s.subquery, 0),
+        Expr::ScalarFunction(f) if matches!(f.func.name(), "nullif" | "coalesce") => {
+            declared_expr(f.args.first()?, input)
+        }
+        Expr::Case(c) => {
+            let branches = (c.when_then_expr.iter().map(|(_, then)| then.as_ref()))
+                .chain(c.else_expr.as_deref())
+                .filter(|e| !matches!(e, Expr::Literal(v, _) if v.is_null()));
+            let mut declared = None;
+            for branch in branches {
+                let oid = declared_expr(branch, input)?;
+                if declared.get_or_insert_with(|| oid.clone()) != &oid {
+                    return None;
+                }
+            }
+            declared
+        }
+        // A function whose values are of a declared type (`json_build_object`).
+        e => {
+            let (_, field) = e.to_field(input.schema()).ok()?;
+            field.metadata().get(TYPE_OID).cloned()
+        }
+    }
+}
+
+/// `field` of the PostgreSQL type `oid`, which its Arrow type does not tell (text that is
+/// `name`), as the client is told.
+pub fn declared(field: Field, oid: u32) -> Field {
+    field.with_metadata([(TYPE_OID.to_string(), oid.to_string())].into())
+}
+
+/// PostgreSQL's `name`, the type of the catalogs' identifiers.
+pub const NAME_OID: u32 = 19;
+/// PostgreSQL's `"char"`, one byte: the catalogs' kinds and flags (`relkind`).
+pub const CHAR_OID: u32 = 18;
 
 /// The metadata keys of a result column read straight from a relation.
 pub const TABLE_OID: &str = "weir.table_oid";
@@ -153,6 +242,11 @@ pub fn pg_column_name(e: &Expr) -> String {
         }
         Expr::Alias(a) => a.name.clone(),
         Expr::Column(c) => c.name.clone(),
+        // A record's field, `(keys).x`, is named after the field.
+        Expr::ScalarFunction(f) if f.func.name() == "get_field" => match f.args.get(1) {
+            Some(Expr::Literal(ScalarValue::Utf8(Some(field)), _)) => field.clone(),
+            _ => "get_field".to_string(),
+        },
         Expr::ScalarFunction(f) => f.func.name().to_string(),
         Expr::AggregateFunction(f) => f.func.name().to_string(),
         Expr::Cast(c) => match c.expr.as_ref() {

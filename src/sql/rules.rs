@@ -8,7 +8,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::expr::Cast;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{Expr, ExprSchemable, JoinType, LogicalPlan};
+use datafusion::logical_expr::{Expr, ExprSchemable, JoinType, LogicalPlan, Union};
 use datafusion::optimizer::AnalyzerRule;
 
 /// Semantics PostgreSQL has and DataFusion's plans lack:
@@ -230,9 +230,43 @@ pub fn type_integer_constants(plan: LogicalPlan) -> datafusion::error::Result<Lo
             Ok(narrowed.update_data(|e| saved.restore(e)))
         })?
         // Types below may have changed too: every node's schema follows its inputs'.
-        .map_data(|node| node.recompute_schema())
+        .map_data(|node| match node {
+            // A UNION's columns are of its inputs' types when they agree (`int4_col - 1
+            // UNION ALL int2_col - 1` is `integer`); else as planned, for the analyzer to
+            // coerce.
+            LogicalPlan::Union(u) => union_of_agreeing_types(u).map(LogicalPlan::Union),
+            node => node.recompute_schema(),
+        })
     })
     .map(|t| t.data)
+}
+
+/// `u` with each column of the type all its inputs give it, where they agree (the analyzer
+/// coerces the others).
+fn union_of_agreeing_types(u: Union) -> datafusion::error::Result<Union> {
+    let fields = (u.schema.iter().enumerate())
+        .map(|(i, (qualifier, field))| {
+            let types: Vec<&DataType> = (u.inputs.iter())
+                .filter_map(|input| input.schema().fields().get(i).map(|f| f.data_type()))
+                .collect();
+            let agreed = (types.len() == u.inputs.len())
+                .then(|| types.first().copied())
+                .flatten()
+                .filter(|t| types.iter().all(|other| other == t));
+            let field = match agreed {
+                Some(t) if t != field.data_type() => {
+                    Arc::new(field.as_ref().clone().with_data_type(t.clone()))
+                }
+                _ => field.clone(),
+            };
+            (qualifier.cloned(), field)
+        })
+        .collect();
+    let schema = DFSchema::new_with_metadata(fields, u.schema.metadata().clone())?;
+    Ok(Union {
+        inputs: u.inputs,
+        schema: Arc::new(schema),
+    })
 }
 
 /// The rules every Weir context runs before DataFusion's own analyzer rules.

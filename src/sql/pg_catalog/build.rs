@@ -11,6 +11,32 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 use super::Relations;
 use crate::error::{Error, Result};
+use crate::sql::names::{declared, CHAR_OID, NAME_OID};
+
+/// The OID of a column type that Arrow's type does not tell: text that is `name`, `"char"`,
+/// `varchar` or `pg_node_tree`, an OID that is an `xid`, an array that is an `int2vector` or
+/// `oidvector`, and the types of values Weir never has (`NEVER_VALUED`).
+fn declared_oid(ty: &str) -> Option<u32> {
+    Some(match ty {
+        "name" => NAME_OID,
+        "char" => CHAR_OID,
+        "varchar" => 1043,
+        "pg_node_tree" => 194,
+        "xid" => 28,
+        "int2vector" => 22,
+        "oidvector" => 30,
+        "aclitem[]" => 1034,
+        "char[]" => 1002,
+        "anyarray" => 2277,
+        "bytea" => 17,
+        _ => return None,
+    })
+}
+
+/// Column types whose values Weir never has (privileges, a trigger's arguments, an added
+/// column's default): NULL in every row, so that the client is told PostgreSQL's type
+/// without Weir having to send such a value.
+const NEVER_VALUED: [&str; 4] = ["aclitem[]", "char[]", "anyarray", "bytea"];
 
 /// Builds one table's rows.
 pub type Build = fn(&Relations) -> Result<RecordBatch>;
@@ -32,8 +58,11 @@ pub(super) fn t(s: impl Into<String>) -> V {
     V::T(s.into())
 }
 
-/// A table from its columns (`name:type`, types `oid`, `text`, `bool`, `i2`, `i4`, `i8`, `f4`,
-/// `timestamptz` (microseconds since the epoch), `text[]`, `oid[]`, `i2[]`) and rows.
+/// A table from its columns (`name:type`, types `oid`, `text`, `name`, `char`, `varchar`,
+/// `pg_node_tree`, `bool`, `i2`, `i4`, `i8`, `f4`, `xid`, `timestamptz` (microseconds since the
+/// epoch), `text[]`, `oid[]`, `i2[]`, `int2vector`, `oidvector`, and `NEVER_VALUED`'s) and
+/// rows. A field whose type Arrow's does not tell says which it is (`declared_oid`), so that
+/// a client is told PostgreSQL's type.
 pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
     let columns: Vec<(&str, &str)> = (columns.split_whitespace())
         .map(|c| c.split_once(':').unwrap_or((c, "text")))
@@ -43,8 +72,11 @@ pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
     for (i, (name, ty)) in columns.iter().enumerate() {
         let cells = rows.iter().map(|r| r.get(i).unwrap_or(&N));
         let bad = || Error::internal(format!("catalog column {name}: a value of another type"));
+        if NEVER_VALUED.contains(ty) && rows.iter().any(|r| !matches!(r.get(i), None | Some(N))) {
+            return Err(bad());
+        }
         let array: ArrayRef = match *ty {
-            "oid" => Arc::new(
+            "oid" | "xid" => Arc::new(
                 (cells.map(|c| match c {
                     O(v) => Ok(Some(*v)),
                     N => Ok(None),
@@ -52,14 +84,16 @@ pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
                 }))
                 .collect::<Result<UInt32Array>>()?,
             ),
-            "text" => Arc::new(
-                (cells.map(|c| match c {
-                    V::T(v) => Ok(Some(v.as_str())),
-                    N => Ok(None),
-                    _ => Err(bad()),
-                }))
-                .collect::<Result<StringArray>>()?,
-            ),
+            "text" | "name" | "char" | "varchar" | "pg_node_tree" | "anyarray" | "bytea" => {
+                Arc::new(
+                    (cells.map(|c| match c {
+                        V::T(v) => Ok(Some(v.as_str())),
+                        N => Ok(None),
+                        _ => Err(bad()),
+                    }))
+                    .collect::<Result<StringArray>>()?,
+                )
+            }
             "bool" => Arc::new(
                 (cells.map(|c| match c {
                     B(v) => Ok(Some(*v)),
@@ -97,7 +131,7 @@ pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
                 .collect::<Result<TimestampMicrosecondArray>>()?
                 .with_timezone("+00:00"),
             ),
-            "oid[]" | "i2[]" => {
+            "oid[]" | "i2[]" | "int2vector" | "oidvector" => {
                 let mut b = ListBuilder::new(Int64Builder::new());
                 for cell in cells {
                     match cell {
@@ -110,13 +144,13 @@ pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
                     }
                 }
                 let element = match *ty {
-                    "oid[]" => DataType::UInt32,
+                    "oid[]" | "oidvector" => DataType::UInt32,
                     _ => DataType::Int16,
                 };
                 let to = DataType::List(Arc::new(Field::new("item", element, true)));
                 datafusion::arrow::compute::cast(&b.finish(), &to)?
             }
-            "text[]" => {
+            "text[]" | "aclitem[]" | "char[]" => {
                 // Text arrays the catalogs hold are NULL here (no ACLs, no options).
                 let mut b = ListBuilder::new(StringBuilder::new());
                 for _ in 0..rows.len() {
@@ -126,7 +160,11 @@ pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
             }
             other => return Err(Error::internal(format!("catalog column type {other}"))),
         };
-        fields.push(Field::new(*name, array.data_type().clone(), true));
+        let field = Field::new(*name, array.data_type().clone(), true);
+        fields.push(match declared_oid(ty) {
+            Some(oid) => declared(field, oid),
+            None => field,
+        });
         arrays.push(array);
     }
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)

@@ -19,9 +19,9 @@ pub const INFORMATION_SCHEMA_TABLES: &[(&str, Build)] = &[
     ("key_column_usage", key_column_usage),
 ];
 
-const IS_VIEWS: &str = "table_catalog table_schema table_name view_definition check_option \
-    is_updatable is_insertable_into is_trigger_updatable is_trigger_deletable \
-    is_trigger_insertable_into";
+const IS_VIEWS: &str = "table_catalog:name table_schema:name table_name:name view_definition:varchar check_option:varchar \
+    is_updatable:varchar is_insertable_into:varchar is_trigger_updatable:varchar is_trigger_deletable:varchar \
+    is_trigger_insertable_into:varchar";
 
 fn schemata(_: &Relations) -> Result<RecordBatch> {
     let rows = NAMESPACES
@@ -29,8 +29,8 @@ fn schemata(_: &Relations) -> Result<RecordBatch> {
         .map(|(_, name)| vec![t(crate::DATABASE_NAME), t(*name), t(ROLE_NAME), N, N, N, N])
         .collect();
     table(
-        "catalog_name schema_name schema_owner default_character_set_catalog \
-         default_character_set_schema default_character_set_name sql_path",
+        "catalog_name:name schema_name:name schema_owner:name default_character_set_catalog:name \
+         default_character_set_schema:name default_character_set_name:name sql_path:varchar",
         rows,
     )
 }
@@ -66,9 +66,9 @@ fn is_tables(r: &Relations) -> Result<RecordBatch> {
         ]);
     }
     table(
-        "table_catalog table_schema table_name table_type self_referencing_column_name \
-         reference_generation user_defined_type_catalog user_defined_type_schema \
-         user_defined_type_name is_insertable_into is_typed commit_action",
+        "table_catalog:name table_schema:name table_name:name table_type:varchar self_referencing_column_name:name \
+         reference_generation:varchar user_defined_type_catalog:name user_defined_type_schema:name \
+         user_defined_type_name:name is_insertable_into:varchar is_typed:varchar commit_action:varchar",
         rows,
     )
 }
@@ -110,22 +110,55 @@ fn is_columns(r: &Relations) -> Result<RecordBatch> {
                 int(radix),
                 int(scale),
                 int(matches!(c.type_oid, 1114 | 1184 | 1083).then_some(6)),
+                // Interval fields, character set, collation and domain: none.
+                N,
+                N,
+                N,
+                N,
+                N,
+                N,
+                N,
+                N,
+                N,
+                N,
+                N,
                 t(crate::DATABASE_NAME),
                 t("pg_catalog"),
                 t(udt),
+                // Scope and cardinality (of reference and array types): none.
+                N,
+                N,
+                N,
+                N,
                 t((i + 1).to_string()),
                 t("NO"),
+                // Identity columns: none.
+                t("NO"),
+                N,
+                N,
+                N,
+                N,
+                N,
+                t("NO"),
                 t("NEVER"),
+                N,
                 t(if rel.kind == 'r' { "YES" } else { "NO" }),
             ]);
         }
     }
     table(
-        "table_catalog table_schema table_name column_name ordinal_position:i4 \
-         column_default is_nullable data_type character_maximum_length:i4 \
+        "table_catalog:name table_schema:name table_name:name column_name:name ordinal_position:i4 \
+         column_default:varchar is_nullable:varchar data_type:varchar character_maximum_length:i4 \
          character_octet_length:i4 numeric_precision:i4 numeric_precision_radix:i4 \
-         numeric_scale:i4 datetime_precision:i4 udt_catalog udt_schema udt_name \
-         dtd_identifier is_identity is_generated is_updatable",
+         numeric_scale:i4 datetime_precision:i4 interval_type:varchar interval_precision:i4 \
+         character_set_catalog:name character_set_schema:name character_set_name:name \
+         collation_catalog:name collation_schema:name collation_name:name domain_catalog:name \
+         domain_schema:name domain_name:name udt_catalog:name udt_schema:name udt_name:name \
+         scope_catalog:name scope_schema:name scope_name:name maximum_cardinality:i4 \
+         dtd_identifier:name is_self_referencing:varchar is_identity:varchar \
+         identity_generation:varchar identity_start:varchar identity_increment:varchar \
+         identity_maximum:varchar identity_minimum:varchar identity_cycle:varchar \
+         is_generated:varchar generation_expression:varchar is_updatable:varchar",
         rows,
     )
 }
@@ -151,8 +184,8 @@ fn table_constraints(r: &Relations) -> Result<RecordBatch> {
         })
         .collect();
     table(
-        "constraint_catalog constraint_schema constraint_name table_catalog table_schema \
-         table_name constraint_type is_deferrable initially_deferred enforced nulls_distinct",
+        "constraint_catalog:name constraint_schema:name constraint_name:name table_catalog:name table_schema:name \
+         table_name:name constraint_type:varchar is_deferrable:varchar initially_deferred:varchar enforced:varchar nulls_distinct:varchar",
         rows,
     )
 }
@@ -170,8 +203,8 @@ fn key_column_usage(r: &Relations) -> Result<RecordBatch> {
         }
     }
     table(
-        "constraint_catalog constraint_schema constraint_name table_catalog table_schema \
-         table_name column_name ordinal_position:i4 position_in_unique_constraint:i4",
+        "constraint_catalog:name constraint_schema:name constraint_name:name table_catalog:name table_schema:name \
+         table_name:name column_name:name ordinal_position:i4 position_in_unique_constraint:i4",
         rows,
     )
 }

@@ -6,6 +6,7 @@
 mod activity;
 mod build;
 mod information_schema;
+mod keywords;
 mod tables;
 
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::SchemaProvider;
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl};
 use datafusion::common::DFSchema;
 use datafusion::datasource::{MemTable, TableProvider, ViewTable};
 use datafusion::error::DataFusionError;
@@ -26,6 +28,17 @@ use crate::types::{pg_type_of, SqlType};
 
 pub use self::information_schema::INFORMATION_SCHEMA_TABLES;
 pub use self::tables::CATALOG_TABLES;
+
+/// Every table of `pg_catalog` and `information_schema`, as (schema, table).
+pub fn catalog_tables() -> Vec<(&'static str, &'static str)> {
+    (CATALOG_TABLES.iter().map(|(t, _)| ("pg_catalog", *t)))
+        .chain(
+            INFORMATION_SCHEMA_TABLES
+                .iter()
+                .map(|(t, _)| ("information_schema", *t)),
+        )
+        .collect()
+}
 
 /// PostgreSQL's first OID for user objects: a relation's OID is this plus its object id.
 pub const FIRST_USER_OID: u32 = 16384;
@@ -272,27 +285,79 @@ impl SchemaProvider for CatalogSchema {
         let Some((_, build)) = self.tables.iter().find(|(n, _)| *n == name) else {
             return Ok(None);
         };
-        let batch: RecordBatch =
-            build(&self.relations).map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let schema: SchemaRef = batch.schema();
-        if batch.num_rows() == 0 {
-            // A table without rows (of a feature Weir lacks) is planned as an empty relation,
-            // so what reads it is planned away: psql's correlated subqueries over
-            // `pg_policy`, which DataFusion could not run, read nothing.
-            let empty = LogicalPlan::EmptyRelation(EmptyRelation {
-                produce_one_row: false,
-                schema: Arc::new(DFSchema::try_from(schema.as_ref().clone())?),
-            });
-            return Ok(Some(Arc::new(ViewTable::new(empty, None))));
-        }
-        Ok(Some(Arc::new(MemTable::try_new(
-            schema,
-            vec![vec![batch]],
-        )?)))
+        rows(*build, &self.relations).map(Some)
     }
 
     fn table_exist(&self, name: &str) -> bool {
         self.tables.iter().any(|(n, _)| *n == name)
+    }
+}
+
+/// A catalog table's (or function's) rows, built from `relations`.
+fn rows(
+    build: tables::Build,
+    relations: &Relations,
+) -> Result<Arc<dyn TableProvider>, DataFusionError> {
+    let batch: RecordBatch =
+        build(relations).map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let schema: SchemaRef = batch.schema();
+    if batch.num_rows() == 0 {
+        // A table without rows (of a feature Weir lacks) is planned as an empty relation,
+        // so what reads it is planned away: psql's correlated subqueries over
+        // `pg_policy`, which DataFusion could not run, read nothing.
+        let empty = LogicalPlan::EmptyRelation(EmptyRelation {
+            produce_one_row: false,
+            schema: Arc::new(DFSchema::try_from(schema.as_ref().clone())?),
+        });
+        return Ok(Arc::new(ViewTable::new(empty, None)));
+    }
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+}
+
+/// `pg_catalog`'s functions that return rows without taking arguments: the keywords, and
+/// the settings (`pg_settings`' rows).
+const CATALOG_FUNCTIONS: &[(&str, tables::Build)] = &[
+    ("pg_get_keywords", keywords::pg_get_keywords),
+    ("pg_show_all_settings", tables::pg_settings),
+];
+
+/// One of `CATALOG_FUNCTIONS`, called in a query's FROM.
+#[derive(Debug)]
+pub struct CatalogRows {
+    name: &'static str,
+    build: tables::Build,
+    relations: Arc<Relations>,
+}
+
+impl CatalogRows {
+    /// Each of `CATALOG_FUNCTIONS` over `relations`.
+    pub fn all(relations: &Arc<Relations>) -> Vec<CatalogRows> {
+        (CATALOG_FUNCTIONS.iter())
+            .map(|(name, build)| CatalogRows {
+                name,
+                build: *build,
+                relations: relations.clone(),
+            })
+            .collect()
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl TableFunctionImpl for CatalogRows {
+    fn call_with_args(
+        &self,
+        args: TableFunctionArgs,
+    ) -> Result<Arc<dyn TableProvider>, DataFusionError> {
+        if !args.exprs().is_empty() {
+            return Err(DataFusionError::Plan(format!(
+                "function {}() takes no arguments",
+                self.name
+            )));
+        }
+        rows(self.build, &self.relations)
     }
 }
 

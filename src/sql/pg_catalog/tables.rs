@@ -30,6 +30,11 @@ pub const CATALOG_TABLES: &[(&str, Build)] = &[
     ("pg_matviews", pg_matviews),
     ("pg_tables", pg_tables),
     ("pg_stat_activity", super::activity::pg_stat_activity),
+    ("pg_stat_gssapi", super::activity::pg_stat_gssapi),
+    ("pg_stat_user_tables", super::activity::pg_stat_user_tables),
+    ("pg_depend", |_| table(PG_DEPEND, vec![])),
+    ("pg_shdescription", |_| table(PG_SHDESCRIPTION, vec![])),
+    ("pg_seclabels", |_| table(PG_SECLABELS, vec![])),
     ("pg_views", |_| table(PG_VIEWS, vec![])),
     ("pg_description", |_| table(PG_DESCRIPTION, vec![])),
     ("pg_attrdef", |_| table(PG_ATTRDEF, vec![])),
@@ -51,44 +56,51 @@ pub const CATALOG_TABLES: &[(&str, Build)] = &[
     ("pg_rewrite", |_| table(PG_REWRITE, vec![])),
 ];
 
-const PG_VIEWS: &str = "schemaname viewname viewowner definition";
+const PG_DEPEND: &str = "classid:oid objid:oid objsubid:i4 refclassid:oid refobjid:oid \
+    refobjsubid:i4 deptype:char";
+const PG_SHDESCRIPTION: &str = "objoid:oid classoid:oid description";
+const PG_SECLABELS: &str = "objoid:oid classoid:oid objsubid:i4 objtype objnamespace:oid \
+    objname provider label";
+const PG_VIEWS: &str = "schemaname:name viewname:name viewowner:name definition";
 const PG_DESCRIPTION: &str = "objoid:oid classoid:oid objsubid:i4 description";
-const PG_ATTRDEF: &str = "oid:oid adrelid:oid adnum:i2 adbin";
+const PG_ATTRDEF: &str = "oid:oid adrelid:oid adnum:i2 adbin:pg_node_tree";
 const PG_AUTH_MEMBERS: &str = "roleid:oid member:oid grantor:oid admin_option:bool";
 const PG_INHERITS: &str = "inhrelid:oid inhparent:oid inhseqno:i4 inhdetachpending:bool";
-const PG_POLICY: &str = "oid:oid polname polrelid:oid polcmd polpermissive:bool \
-    polroles:oid[] polqual polwithcheck";
-const PG_STATISTIC_EXT: &str = "oid:oid stxrelid:oid stxname stxnamespace:oid stxowner:oid \
-    stxstattarget:i4 stxkeys:i2[] stxkind:text[] stxexprs";
-const PG_PUBLICATION: &str = "oid:oid pubname pubowner:oid puballtables:bool pubinsert:bool \
+const PG_POLICY: &str = "oid:oid polname:name polrelid:oid polcmd:char polpermissive:bool \
+    polroles:oid[] polqual:pg_node_tree polwithcheck:pg_node_tree";
+const PG_STATISTIC_EXT: &str = "oid:oid stxrelid:oid stxname:name stxnamespace:oid stxowner:oid \
+    stxstattarget:i4 stxkeys:int2vector stxkind:char[] stxexprs:pg_node_tree";
+const PG_PUBLICATION: &str = "oid:oid pubname:name pubowner:oid puballtables:bool pubinsert:bool \
     pubupdate:bool pubdelete:bool pubtruncate:bool pubviaroot:bool";
 const PG_PUBLICATION_NAMESPACE: &str = "oid:oid pnpubid:oid pnnspid:oid";
-const PG_OPCLASS: &str = "oid:oid opcmethod:oid opcname opcnamespace:oid opcowner:oid \
+const PG_OPCLASS: &str = "oid:oid opcmethod:oid opcname:name opcnamespace:oid opcowner:oid \
     opcfamily:oid opcintype:oid opcdefault:bool opckeytype:oid";
 const PG_SEQUENCE: &str = "seqrelid:oid seqtypid:oid seqstart:i8 seqincrement:i8 seqmax:i8 \
     seqmin:i8 seqcache:i8 seqcycle:bool";
-const PG_PUBLICATION_REL: &str = "oid:oid prpubid:oid prrelid:oid prqual prattrs:i2[]";
-const PG_PROC: &str = "oid:oid proname pronamespace:oid proowner:oid prolang:oid procost:f4 \
-    prorows:f4 provariadic:oid prosupport prokind prosecdef:bool proleakproof:bool \
-    proisstrict:bool proretset:bool provolatile proparallel pronargs:i2 pronargdefaults:i2 \
-    prorettype:oid proargtypes:oid[] proallargtypes:oid[] proargmodes:text[] \
-    proargnames:text[] proargdefaults protrftypes:oid[] prosrc probin prosqlbody \
-    proconfig:text[] proacl:text[]";
-const PG_EXTENSION: &str = "oid:oid extname extowner:oid extnamespace:oid \
+const PG_PUBLICATION_REL: &str =
+    "oid:oid prpubid:oid prrelid:oid prqual:pg_node_tree prattrs:int2vector";
+const PG_PROC: &str = "oid:oid proname:name pronamespace:oid proowner:oid prolang:oid procost:f4 \
+    prorows:f4 provariadic:oid prosupport prokind:char prosecdef:bool proleakproof:bool \
+    proisstrict:bool proretset:bool provolatile:char proparallel:char pronargs:i2 pronargdefaults:i2 \
+    prorettype:oid proargtypes:oidvector proallargtypes:oid[] proargmodes:char[] \
+    proargnames:text[] proargdefaults:pg_node_tree protrftypes:oid[] prosrc probin prosqlbody:pg_node_tree \
+    proconfig:text[] proacl:aclitem[]";
+const PG_EXTENSION: &str = "oid:oid extname:name extowner:oid extnamespace:oid \
     extrelocatable:bool extversion extconfig:oid[] extcondition:text[]";
-const PG_ENUM: &str = "oid:oid enumtypid:oid enumsortorder:f4 enumlabel";
-const PG_TRIGGER: &str = "oid:oid tgrelid:oid tgparentid:oid tgname tgfoid:oid tgtype:i2 \
-    tgenabled tgisinternal:bool tgconstrrelid:oid tgconstrindid:oid tgconstraint:oid \
-    tgdeferrable:bool tginitdeferred:bool tgnargs:i2 tgattr:i2[] tgargs tgqual \
-    tgoldtable tgnewtable";
-const PG_REWRITE: &str = "oid:oid rulename ev_class:oid ev_type ev_enabled is_instead:bool \
-    ev_qual ev_action";
+const PG_ENUM: &str = "oid:oid enumtypid:oid enumsortorder:f4 enumlabel:name";
+const PG_TRIGGER: &str = "oid:oid tgrelid:oid tgparentid:oid tgname:name tgfoid:oid tgtype:i2 \
+    tgenabled:char tgisinternal:bool tgconstrrelid:oid tgconstrindid:oid tgconstraint:oid \
+    tgdeferrable:bool tginitdeferred:bool tgnargs:i2 tgattr:int2vector tgargs:bytea tgqual:pg_node_tree \
+    tgoldtable:name tgnewtable:name";
+const PG_REWRITE: &str =
+    "oid:oid rulename:name ev_class:oid ev_type:char ev_enabled:char is_instead:bool \
+    ev_qual:pg_node_tree ev_action:pg_node_tree";
 fn pg_namespace(_: &Relations) -> Result<RecordBatch> {
     let rows = NAMESPACES
         .iter()
         .map(|(oid, name)| vec![O(*oid), t(*name), O(ROLE_OID), N])
         .collect();
-    table("oid:oid nspname nspowner:oid nspacl:text[]", rows)
+    table("oid:oid nspname:name nspowner:oid nspacl:aclitem[]", rows)
 }
 
 /// A built-in type: OID, name, length, category, array type OID, element type OID.
@@ -213,11 +225,11 @@ fn pg_type(_: &Relations) -> Result<RecordBatch> {
         ]);
     }
     table(
-        "oid:oid typname typnamespace:oid typowner:oid typlen:i2 typbyval:bool typtype \
-         typcategory typispreferred:bool typisdefined:bool typdelim typrelid:oid typsubscript \
+        "oid:oid typname:name typnamespace:oid typowner:oid typlen:i2 typbyval:bool typtype:char \
+         typcategory:char typispreferred:bool typisdefined:bool typdelim:char typrelid:oid typsubscript \
          typelem:oid typarray:oid typinput typoutput typreceive typsend typmodin typmodout \
-         typanalyze typalign typstorage typnotnull:bool typbasetype:oid typtypmod:i4 \
-         typndims:i4 typcollation:oid typdefaultbin typdefault typacl:text[]",
+         typanalyze typalign:char typstorage:char typnotnull:bool typbasetype:oid typtypmod:i4 \
+         typndims:i4 typcollation:oid typdefaultbin:pg_node_tree typdefault typacl:aclitem[]",
         rows,
     )
 }
@@ -254,8 +266,8 @@ fn pg_class(r: &Relations) -> Result<RecordBatch> {
             t(if matches!(kind, 'r' | 'm') { "d" } else { "n" }),
             B(false),
             O(0),
-            I(0),
-            I(0),
+            O(0),
+            O(0),
             N,
             N,
             N,
@@ -284,13 +296,13 @@ fn pg_class(r: &Relations) -> Result<RecordBatch> {
         }
     }
     table(
-        "oid:oid relname relnamespace:oid reltype:oid reloftype:oid relowner:oid relam:oid \
+        "oid:oid relname:name relnamespace:oid reltype:oid reloftype:oid relowner:oid relam:oid \
          relfilenode:oid reltablespace:oid relpages:i4 reltuples:f4 relallvisible:i4 \
-         reltoastrelid:oid relhasindex:bool relisshared:bool relpersistence relkind \
+         reltoastrelid:oid relhasindex:bool relisshared:bool relpersistence:char relkind:char \
          relnatts:i2 relchecks:i2 relhasrules:bool relhastriggers:bool relhassubclass:bool \
-         relrowsecurity:bool relforcerowsecurity:bool relispopulated:bool relreplident \
-         relispartition:bool relrewrite:oid relfrozenxid:i8 relminmxid:i8 relacl:text[] \
-         reloptions:text[] relpartbound",
+         relrowsecurity:bool relforcerowsecurity:bool relispopulated:bool relreplident:char \
+         relispartition:bool relrewrite:oid relfrozenxid:xid relminmxid:xid relacl:aclitem[] \
+         reloptions:text[] relpartbound:pg_node_tree",
         rows,
     )
 }
@@ -371,11 +383,11 @@ fn pg_attribute(r: &Relations) -> Result<RecordBatch> {
         }
     }
     table(
-        "attrelid:oid attname atttypid:oid attstattarget:i4 attlen:i2 attnum:i2 attndims:i4 \
-         attcacheoff:i4 atttypmod:i4 attbyval:bool attalign attstorage attcompression \
-         attnotnull:bool atthasdef:bool atthasmissing:bool attidentity attgenerated \
-         attisdropped:bool attislocal:bool attinhcount:i4 attcollation:oid attacl:text[] \
-         attoptions:text[] attfdwoptions:text[] attmissingval",
+        "attrelid:oid attname:name atttypid:oid attstattarget:i4 attlen:i2 attnum:i2 attndims:i4 \
+         attcacheoff:i4 atttypmod:i4 attbyval:bool attalign:char attstorage:char attcompression:char \
+         attnotnull:bool atthasdef:bool atthasmissing:bool attidentity:char attgenerated:char \
+         attisdropped:bool attislocal:bool attinhcount:i4 attcollation:oid attacl:aclitem[] \
+         attoptions:text[] attfdwoptions:text[] attmissingval:anyarray",
         rows,
     )
 }
@@ -390,8 +402,8 @@ fn pg_database(_: &Relations) -> Result<RecordBatch> {
         B(false),
         B(true),
         I(-1),
-        I(0),
-        I(1),
+        O(0),
+        O(1),
         O(1663),
         t("C.UTF-8"),
         t("C.UTF-8"),
@@ -400,9 +412,9 @@ fn pg_database(_: &Relations) -> Result<RecordBatch> {
         N,
     ];
     table(
-        "oid:oid datname datdba:oid encoding:i4 datlocprovider datistemplate:bool \
-         datallowconn:bool datconnlimit:i4 datfrozenxid:i8 datminmxid:i8 dattablespace:oid \
-         datcollate datctype daticulocale datcollversion datacl:text[]",
+        "oid:oid datname:name datdba:oid encoding:i4 datlocprovider:char datistemplate:bool \
+         datallowconn:bool datconnlimit:i4 datfrozenxid:xid datminmxid:xid dattablespace:oid \
+         datcollate datctype daticulocale datcollversion datacl:aclitem[]",
         vec![row],
     )
 }
@@ -424,8 +436,8 @@ fn pg_roles(_: &Relations) -> Result<RecordBatch> {
         O(ROLE_OID),
     ];
     table(
-        "rolname rolsuper:bool rolinherit:bool rolcreaterole:bool rolcreatedb:bool \
-         rolcanlogin:bool rolreplication:bool rolconnlimit:i4 rolpassword rolvaliduntil \
+        "rolname:name rolsuper:bool rolinherit:bool rolcreaterole:bool rolcreatedb:bool \
+         rolcanlogin:bool rolreplication:bool rolconnlimit:i4 rolpassword rolvaliduntil:timestamptz \
          rolbypassrls:bool rolconfig:text[] oid:oid",
         vec![row],
     )
@@ -444,15 +456,15 @@ fn pg_user(_: &Relations) -> Result<RecordBatch> {
         N,
     ];
     table(
-        "usename usesysid:oid usecreatedb:bool usesuper:bool userepl:bool usebypassrls:bool \
-         passwd valuntil useconfig:text[]",
+        "usename:name usesysid:oid usecreatedb:bool usesuper:bool userepl:bool usebypassrls:bool \
+         passwd valuntil:timestamptz useconfig:text[]",
         vec![row],
     )
 }
 
 fn pg_am(_: &Relations) -> Result<RecordBatch> {
     table(
-        "oid:oid amname amhandler amtype",
+        "oid:oid amname:name amhandler amtype:char",
         vec![
             vec![O(2), t("heap"), t("heap_tableam_handler"), t("t")],
             vec![O(403), t("btree"), t("bthandler"), t("i")],
@@ -503,8 +515,8 @@ fn pg_index(r: &Relations) -> Result<RecordBatch> {
         "indexrelid:oid indrelid:oid indnatts:i2 indnkeyatts:i2 indisunique:bool \
          indnullsnotdistinct:bool indisprimary:bool indisexclusion:bool indimmediate:bool \
          indisclustered:bool indisvalid:bool indcheckxmin:bool indisready:bool \
-         indislive:bool indisreplident:bool indkey:i2[] indcollation:oid[] indclass:oid[] \
-         indoption:i2[] indexprs indpred",
+         indislive:bool indisreplident:bool indkey:int2vector indcollation:oidvector indclass:oidvector \
+         indoption:int2vector indexprs:pg_node_tree indpred:pg_node_tree",
         rows,
     )
 }
@@ -543,18 +555,18 @@ fn pg_constraint(r: &Relations) -> Result<RecordBatch> {
         })
         .collect();
     table(
-        "oid:oid conname connamespace:oid contype condeferrable:bool condeferred:bool \
+        "oid:oid conname:name connamespace:oid contype:char condeferrable:bool condeferred:bool \
          convalidated:bool conrelid:oid contypid:oid conindid:oid conparentid:oid \
-         confrelid:oid confupdtype confdeltype confmatchtype conislocal:bool coninhcount:i4 \
+         confrelid:oid confupdtype:char confdeltype:char confmatchtype:char conislocal:bool coninhcount:i4 \
          connoinherit:bool conkey:i2[] confkey:i2[] conpfeqop:oid[] conppeqop:oid[] \
-         conffeqop:oid[] confdelsetcols:i2[] conexclop:oid[] conbin",
+         conffeqop:oid[] confdelsetcols:i2[] conexclop:oid[] conbin:pg_node_tree",
         rows,
     )
 }
 
 fn pg_collation(_: &Relations) -> Result<RecordBatch> {
     table(
-        "oid:oid collname collnamespace:oid collowner:oid collprovider \
+        "oid:oid collname:name collnamespace:oid collowner:oid collprovider:char \
          collisdeterministic:bool collencoding:i4 collcollate collctype colliculocale \
          collversion",
         vec![vec![
@@ -575,7 +587,7 @@ fn pg_collation(_: &Relations) -> Result<RecordBatch> {
 
 fn pg_tablespace(_: &Relations) -> Result<RecordBatch> {
     table(
-        "oid:oid spcname spcowner:oid spcacl:text[] spcoptions:text[]",
+        "oid:oid spcname:name spcowner:oid spcacl:aclitem[] spcoptions:text[]",
         vec![
             vec![O(1663), t("pg_default"), O(ROLE_OID), N, N],
             vec![O(1664), t("pg_global"), O(ROLE_OID), N, N],
@@ -583,14 +595,14 @@ fn pg_tablespace(_: &Relations) -> Result<RecordBatch> {
     )
 }
 
-fn pg_settings(r: &Relations) -> Result<RecordBatch> {
+pub(super) fn pg_settings(r: &Relations) -> Result<RecordBatch> {
     let mut names: Vec<(&String, &String)> = r.settings.iter().collect();
     names.sort();
     let rows = names
         .into_iter()
         .map(|(name, value)| {
             vec![
-                t(name.clone()),
+                t(crate::sql::setting_name(name)),
                 t(value.clone()),
                 N,
                 t("Weir"),
@@ -634,7 +646,7 @@ fn pg_matviews(r: &Relations) -> Result<RecordBatch> {
         })
         .collect();
     table(
-        "schemaname matviewname matviewowner tablespace hasindexes:bool ispopulated:bool \
+        "schemaname:name matviewname:name matviewowner:name tablespace:name hasindexes:bool ispopulated:bool \
          definition",
         rows,
     )
@@ -657,7 +669,7 @@ fn pg_tables(r: &Relations) -> Result<RecordBatch> {
         })
         .collect();
     table(
-        "schemaname tablename tableowner tablespace hasindexes:bool hasrules:bool \
+        "schemaname:name tablename:name tableowner:name tablespace:name hasindexes:bool hasrules:bool \
          hastriggers:bool rowsecurity:bool",
         rows,
     )

@@ -5,20 +5,18 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef, UInt64Type};
-use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, UInt64Type};
 use datafusion::common::ScalarValue;
-use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Expr, ScalarFunctionArgs,
-    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, ReturnFieldArgs,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
+use crate::sql::names::{CHAR_OID, NAME_OID};
 use crate::sql::pg_catalog::{self, Relations, NAMESPACES};
 
 /// A catalog function's body: its value for the arguments' values of one row.
@@ -26,12 +24,22 @@ type Body = dyn Fn(&[ScalarValue]) -> DfResult<ScalarValue> + Send + Sync;
 
 /// A catalog function: its name, return type (from its arguments' types), the numbers of
 /// arguments it takes, and its body over the arguments' values, a row at a time.
-struct CatalogFn {
+pub(super) struct CatalogFn {
     name: &'static str,
     signature: Signature,
     arity: std::ops::RangeInclusive<usize>,
     returns: fn(&[DataType]) -> DataType,
+    /// The PostgreSQL type of its values when Arrow's does not tell it (`name`, `json`).
+    declared: Option<u32>,
     body: Arc<Body>,
+}
+
+impl CatalogFn {
+    /// The function's values are of the PostgreSQL type `oid`, which the client is told.
+    pub(super) fn declared(mut self, oid: u32) -> CatalogFn {
+        self.declared = Some(oid);
+        self
+    }
 }
 
 impl std::fmt::Debug for CatalogFn {
@@ -72,6 +80,17 @@ impl ScalarUDFImpl for CatalogFn {
             )));
         }
         Ok((self.returns)(args))
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
+        let types: Vec<DataType> = (args.arg_fields.iter())
+            .map(|f| f.data_type().clone())
+            .collect();
+        let field = Field::new(self.name, self.return_type(&types)?, true);
+        Ok(Arc::new(match self.declared {
+            Some(oid) => crate::sql::names::declared(field, oid),
+            None => field,
+        }))
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
@@ -118,7 +137,7 @@ fn as_oid(v: &ScalarValue) -> Option<u32> {
     }
 }
 
-fn as_text(v: &ScalarValue) -> Option<String> {
+pub(super) fn as_text(v: &ScalarValue) -> Option<String> {
     match v {
         ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) => Some(s.clone()),
         _ => None,
@@ -132,7 +151,7 @@ fn is_text(t: &DataType) -> bool {
     )
 }
 
-fn text(v: Option<String>) -> ScalarValue {
+pub(super) fn text(v: Option<String>) -> ScalarValue {
     ScalarValue::Utf8(v)
 }
 
@@ -141,30 +160,36 @@ fn text(v: Option<String>) -> ScalarValue {
 pub fn register_functions(ctx: &SessionContext, relations: &Arc<Relations>) {
     let functions = (over_relations(relations).into_iter())
         .chain(of_session(relations))
-        .chain(fixed());
+        .chain(fixed())
+        .chain(super::strings::string_functions())
+        .chain(super::arrays::array_functions());
     for function in functions.chain(of_values()) {
         ctx.register_udf(ScalarUDF::new_from_impl(function));
+    }
+    for function in pg_catalog::CatalogRows::all(relations) {
+        ctx.register_udtf(function.name(), Arc::new(function));
     }
     for name in ["generate_series", "range"] {
         if let Ok(builtin) = ctx.table_function(name) {
             let builtin = builtin.function().clone();
-            ctx.register_udtf(name, Arc::new(OverColumns { name, builtin }));
+            ctx.register_udtf(name, Arc::new(super::series::OverColumns { name, builtin }));
         }
     }
+    ctx.register_udf(ScalarUDF::new_from_impl(super::arrays::ExpandArray::new()));
     ctx.register_udaf(AggregateUDF::new_from_impl(Single {
         signature: Signature::any(1, Volatility::Immutable),
     }));
 }
 
-fn any() -> Signature {
+pub(super) fn any() -> Signature {
     Signature::variadic_any(Volatility::Stable)
 }
 
-fn to_text(_: &[DataType]) -> DataType {
+pub(super) fn to_text(_: &[DataType]) -> DataType {
     DataType::Utf8
 }
 
-fn to_bool(_: &[DataType]) -> DataType {
+pub(super) fn to_bool(_: &[DataType]) -> DataType {
     DataType::Boolean
 }
 
@@ -281,7 +306,8 @@ fn fixed() -> Vec<CatalogFn> {
         f("pg_opclass_is_visible", any(), 1..=1, to_bool, visible),
         f("json_build_object", any(), 0..=100, to_text, |v| {
             Ok(text(Some(json_object(v)?)))
-        }),
+        })
+        .declared(JSON_OID),
         // The schemas a name is looked up in: `pg_catalog` (implicitly) and `public`.
         f(
             "current_schemas",
@@ -305,7 +331,8 @@ fn fixed() -> Vec<CatalogFn> {
         ),
         f("pg_get_userbyid", any(), 1..=1, to_text, |_| {
             Ok(text(Some(pg_catalog::ROLE_NAME.into())))
-        }),
+        })
+        .declared(NAME_OID),
         f("pg_table_is_visible", any(), 1..=1, to_bool, visible),
         f("pg_type_is_visible", any(), 1..=1, to_bool, visible),
         f("pg_function_is_visible", any(), 1..=1, to_bool, visible),
@@ -338,7 +365,8 @@ fn fixed() -> Vec<CatalogFn> {
         }),
         f("pg_encoding_to_char", any(), 1..=1, to_text, |_| {
             Ok(text(Some("UTF8".into())))
-        }),
+        })
+        .declared(NAME_OID),
         f("weir_regproc", any(), 1..=1, to_text, |v| {
             Ok(text(
                 as_text(&v[0]).or_else(|| as_oid(&v[0]).map(|o| o.to_string())),
@@ -351,12 +379,9 @@ fn fixed() -> Vec<CatalogFn> {
             |_| DataType::UInt32,
             |v| Ok(ScalarValue::UInt32(as_oid(&v[0]))),
         ),
-        f("weir_text", any(), 1..=1, to_text, |v| {
-            Ok(text(match &v[0] {
-                s if s.is_null() => None,
-                s => Some(s.to_string()),
-            }))
-        }),
+        f("weir_text", any(), 1..=1, to_text, as_plain_text),
+        f("weir_name", any(), 1..=1, to_text, as_plain_text).declared(NAME_OID),
+        f("weir_char", any(), 1..=1, to_text, as_plain_text).declared(CHAR_OID),
     ]
 }
 
@@ -364,6 +389,31 @@ fn fixed() -> Vec<CatalogFn> {
 fn of_values() -> Vec<CatalogFn> {
     vec![
         f("pg_get_ruledef", any(), 1..=2, to_text, |_| Ok(text(None))),
+        // Weir has no partitioned tables.
+        f("pg_get_partkeydef", any(), 1..=1, to_text, |_| {
+            Ok(text(None))
+        }),
+        // Nor access statistics: unknown.
+        f("pg_stat_get_numscans", any(), 1..=1, to_bigint, |_| {
+            Ok(ScalarValue::Int64(None))
+        }),
+        // Nor standbys: a server is never in recovery.
+        f(
+            "pg_is_in_recovery",
+            Signature::nullary(Volatility::Stable),
+            0..=0,
+            to_bool,
+            |_| Ok(ScalarValue::Boolean(Some(false))),
+        ),
+        f(
+            "pg_is_wal_replay_paused",
+            Signature::nullary(Volatility::Stable),
+            0..=0,
+            to_bool,
+            |_| Ok(ScalarValue::Boolean(Some(false))),
+        ),
+        // `bpchar(x)`, the cast to `character` written as a call (pgAdmin's templates).
+        f("bpchar", any(), 1..=1, to_text, as_plain_text),
         f("pg_get_triggerdef", any(), 1..=2, to_text, |_| {
             Ok(text(None))
         }),
@@ -387,20 +437,16 @@ fn of_values() -> Vec<CatalogFn> {
                 _ => None,
             }))
         }),
+        // Settings change with SET: a query cannot change its own session's yet.
         f(
-            "array_upper",
-            any(),
-            2..=2,
-            |_| DataType::Int32,
-            |v| {
-                let length = match (&v[0], v[1].cast_to(&DataType::Int64)?) {
-                    (ScalarValue::List(a), ScalarValue::Int64(Some(1))) if !a.is_null(0) => {
-                        a.value(0).len()
-                    }
-                    _ => 0,
-                };
-                Ok(ScalarValue::Int32(
-                    i32::try_from(length).ok().filter(|&n| n > 0),
+            "set_config",
+            Signature::variadic_any(Volatility::Volatile),
+            3..=3,
+            to_text,
+            |_| {
+                Err(external(
+                    crate::error::ErrorKind::NotSupported,
+                    "set_config is not supported: use SET (or SET LOCAL)",
                 ))
             },
         ),
@@ -481,7 +527,7 @@ fn of_session(relations: &Arc<Relations>) -> Vec<CatalogFn> {
     ]
 }
 
-fn external(kind: crate::error::ErrorKind, message: &str) -> DataFusionError {
+pub(super) fn external(kind: crate::error::ErrorKind, message: &str) -> DataFusionError {
     DataFusionError::External(Box::new(crate::error::Error::new(kind, message)))
 }
 
@@ -535,6 +581,17 @@ fn size_pretty(bytes: i64) -> String {
     format!("{} PB", half_rounded(size))
 }
 
+/// A value's text, for a cast to `name`, `"char"` or `bpchar`.
+fn as_plain_text(v: &[ScalarValue]) -> DfResult<ScalarValue> {
+    Ok(text(match &v[0] {
+        s if s.is_null() => None,
+        s => Some(s.to_string()),
+    }))
+}
+
+/// PostgreSQL's `json`, whose values travel as their text.
+const JSON_OID: u32 = 114;
+
 fn as_oid_signed(v: &ScalarValue) -> Option<i32> {
     match v.cast_to(&DataType::Int64).ok()? {
         ScalarValue::Int64(Some(v)) => i32::try_from(v).ok(),
@@ -551,7 +608,7 @@ fn granted(_: &[ScalarValue]) -> DfResult<ScalarValue> {
     Ok(ScalarValue::Boolean(Some(true)))
 }
 
-fn f(
+pub(super) fn f(
     name: &'static str,
     signature: Signature,
     arity: std::ops::RangeInclusive<usize>,
@@ -563,6 +620,7 @@ fn f(
         signature,
         arity,
         returns,
+        declared: None,
         body: Arc::new(body),
     }
 }
@@ -668,62 +726,5 @@ impl Accumulator for OneRow {
 
     fn size(&self) -> usize {
         std::mem::size_of_val(self) + self.value.size() - std::mem::size_of_val(&self.value)
-    }
-}
-
-/// A table function (`generate_series`) that DataFusion plans only over constants, also over
-/// another relation's columns (psql's publication footer reads `generate_series(0,
-/// array_upper(pr.prattrs, 1))` of a correlated row): such a call is planned as a table that
-/// refuses to be read. Where it reads an empty relation's columns the plan drops it unread.
-#[derive(Debug)]
-struct OverColumns {
-    name: &'static str,
-    builtin: Arc<dyn TableFunctionImpl>,
-}
-
-impl TableFunctionImpl for OverColumns {
-    fn call_with_args(&self, args: TableFunctionArgs) -> DfResult<Arc<dyn TableProvider>> {
-        let over_columns = (args.exprs().iter()).any(|e| e.contains_outer() || e.any_column_refs());
-        match self.builtin.call_with_args(args) {
-            Err(_) if over_columns => Ok(Arc::new(Unreadable {
-                name: self.name,
-                schema: Arc::new(Schema::new(vec![Field::new(
-                    "value",
-                    DataType::Int64,
-                    true,
-                )])),
-            })),
-            other => other,
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Unreadable {
-    name: &'static str,
-    schema: SchemaRef,
-}
-
-#[async_trait::async_trait]
-impl TableProvider for Unreadable {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Temporary
-    }
-
-    async fn scan(
-        &self,
-        _: &dyn Session,
-        _: Option<&Vec<usize>>,
-        _: &[Expr],
-        _: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Err(DataFusionError::NotImplemented(format!(
-            "{}() over the columns of another relation of the query",
-            self.name
-        )))
     }
 }

@@ -2,7 +2,10 @@
 //! (`docs/design/0016-pg-catalog.md`): a rewrite of the syntax tree before planning, and the
 //! catalog functions over a query's [`Relations`](super::pg_catalog::Relations).
 
+mod arrays;
 mod functions;
+mod series;
+mod strings;
 mod subquery;
 
 use std::ops::ControlFlow;
@@ -115,6 +118,155 @@ fn generate_subscripts(f: &ast::Function) -> Option<ast::Expr> {
     Some(call("unnest", vec![series]))
 }
 
+/// `OPERATOR(pg_catalog.~)` and the other comparisons spelled so, as plain operators.
+fn plain_operator(parts: &[String]) -> Option<ast::BinaryOperator> {
+    use ast::BinaryOperator as B;
+    Some(match parts.last().map(String::as_str).unwrap_or_default() {
+        "~" => B::PGRegexMatch,
+        "~*" => B::PGRegexIMatch,
+        "!~" => B::PGRegexNotMatch,
+        "!~*" => B::PGRegexNotIMatch,
+        "=" => B::Eq,
+        "<>" => B::NotEq,
+        "<" => B::Lt,
+        ">" => B::Gt,
+        "<=" => B::LtEq,
+        ">=" => B::GtEq,
+        _ => return None,
+    })
+}
+
+/// `(keys).x.y`, fields of a record, as `get_field(get_field(keys, 'x'), 'y')`; `None` for
+/// another access (a subscript).
+fn field_access(root: &ast::Expr, chain: &[ast::AccessExpr]) -> Option<ast::Expr> {
+    let mut access = root.clone();
+    for a in chain {
+        let ast::AccessExpr::Dot(ast::Expr::Identifier(field)) = a else {
+            return None;
+        };
+        let field = match field.quote_style {
+            Some(_) => field.value.clone(),
+            None => field.value.to_lowercase(),
+        };
+        let name = ast::Expr::value(ast::Value::SingleQuotedString(field));
+        access = call("get_field", vec![access, name]);
+    }
+    Some(access)
+}
+
+/// A constant LIKE pattern whose escape character is not the backslash (`'pg/_%' ESCAPE
+/// '/'`, SQLAlchemy's), written with the backslash as its escape, which DataFusion's LIKE
+/// takes (`ESCAPE ''`, no escape at all, too); `None` for a pattern that is not constant or
+/// an escape of several characters.
+fn backslash_pattern(pattern: &ast::Expr, escape: &ast::Value) -> Option<String> {
+    let escape: Vec<char> = match escape {
+        ast::Value::SingleQuotedString(e) => e.chars().collect(),
+        _ => return None,
+    };
+    let text = constant_text(pattern)?;
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match escape.as_slice() {
+            [e] if c == *e => {
+                out.push('\\');
+                out.push(chars.next()?);
+            }
+            _ if c == '\\' => out.push_str("\\\\"),
+            _ => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+/// The text of a string constant, or of string constants joined with `||`.
+fn constant_text(e: &ast::Expr) -> Option<String> {
+    match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) => Some(s.clone()),
+            _ => None,
+        },
+        ast::Expr::Nested(inner) => constant_text(inner),
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::StringConcat,
+            right,
+        } => Some(constant_text(left)? + &constant_text(right)?),
+        _ => None,
+    }
+}
+
+/// A scalar function called in FROM, `f(args) AS s`, as the derived table `(SELECT f(args)
+/// AS s) AS s`. Only the functions tools call so are known to be scalar here.
+fn scalar_in_from(factor: &ast::TableFactor) -> Option<ast::TableFactor> {
+    let ast::TableFactor::Table {
+        name,
+        args: Some(args),
+        alias,
+        ..
+    } = factor
+    else {
+        return None;
+    };
+    let function = catalog_name(name)?;
+    if !matches!(
+        function.as_str(),
+        "string_to_array" | "current_schemas" | "parse_ident"
+    ) {
+        return None;
+    }
+    let column = match alias {
+        Some(a) => a
+            .columns
+            .first()
+            .map_or_else(|| a.name.clone(), |c| c.name.clone()),
+        None => ast::Ident::new(function.clone()),
+    };
+    let table = alias
+        .as_ref()
+        .map_or_else(|| ast::Ident::new(&function), |a| a.name.clone());
+    let args: Vec<String> = args.args.iter().map(|a| a.to_string()).collect();
+    let sql = format!(
+        "SELECT 1 FROM (SELECT {function}({}) AS {column}) AS {table}",
+        args.join(", ")
+    );
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    let query = (datafusion::sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(&sql))
+        .ok()?
+        .parse_query()
+        .ok()?;
+    match *query.body {
+        ast::SetExpr::Select(select) => select.from.into_iter().next().map(|t| t.relation),
+        _ => None,
+    }
+}
+
+/// `information_schema._pg_expandarray(a)` (pgJDBC's key columns: a row `(x, n)` per element
+/// and its position) as `unnest(weir_expandarray(a))`.
+fn expand_array(f: &ast::Function) -> Option<ast::Expr> {
+    let parts: Vec<String> = (f.name.0.iter())
+        .map(|p| p.as_ident().map(|i| i.value.to_lowercase()))
+        .collect::<Option<_>>()?;
+    let named = match parts.as_slice() {
+        [schema, name] => schema == "information_schema" && name == "_pg_expandarray",
+        [name] => name == "_pg_expandarray",
+        _ => false,
+    };
+    let ast::FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(array))] = list.args.as_slice()
+    else {
+        return None;
+    };
+    named.then(|| {
+        call(
+            "unnest",
+            vec![call("weir_expandarray", vec![array.clone()])],
+        )
+    })
+}
+
 /// What a cast to the type `t` becomes, if it is a catalog type.
 fn catalog_cast(t: &ast::DataType, expr: &ast::Expr) -> Option<ast::Expr> {
     let name = match t {
@@ -128,7 +280,9 @@ fn catalog_cast(t: &ast::DataType, expr: &ast::Expr) -> Option<ast::Expr> {
         "regnamespace" => "weir_regnamespace",
         "regproc" | "regprocedure" => "weir_regproc",
         "oid" => "weir_oid",
-        "name" | "char" | "bpchar" => "weir_text",
+        "name" => "weir_name",
+        "char" => "weir_char",
+        "bpchar" => "weir_text",
         _ => return None,
     };
     Some(call(function, vec![expr.clone()]))
@@ -156,8 +310,14 @@ impl VisitorMut for Rewrite<'_> {
         ControlFlow::Continue(())
     }
 
-    /// `FROM generate_series(...) s` names its column `s`, as in PostgreSQL.
+    /// `FROM generate_series(...) s` names its column `s`, as in PostgreSQL; a function that
+    /// returns one value (`string_to_array(...) s`, Grafana's) is a relation of one row whose
+    /// column is named `s`.
     fn pre_visit_table_factor(&mut self, factor: &mut ast::TableFactor) -> ControlFlow<()> {
+        if let Some(one_row) = scalar_in_from(factor) {
+            *factor = one_row;
+            return ControlFlow::Continue(());
+        }
         if let ast::TableFactor::Table {
             name,
             args: Some(_),
@@ -176,6 +336,7 @@ impl VisitorMut for Rewrite<'_> {
     }
 
     fn post_visit_query(&mut self, query: &mut ast::Query) -> ControlFlow<()> {
+        subquery::order_by_subqueries(query, self.is_aggregate);
         let mut bodies = vec![query.body.as_mut()];
         while let Some(body) = bodies.pop() {
             match body {
@@ -206,6 +367,10 @@ impl VisitorMut for Rewrite<'_> {
                     *expr = subscripts;
                     return ControlFlow::Continue(());
                 }
+                if let Some(expanded) = expand_array(f) {
+                    *expr = expanded;
+                    return ControlFlow::Continue(());
+                }
                 let array = catalog_name(&f.name).is_some_and(|n| n == "array");
                 if let (true, ast::FunctionArguments::Subquery(query)) = (array, &f.args) {
                     if let Some(rewritten) = subquery::array_of(query, self.is_aggregate) {
@@ -228,6 +393,25 @@ impl VisitorMut for Rewrite<'_> {
             {
                 *expr = call(&i.value.to_lowercase(), vec![]);
             }
+            // `substring(s FROM 'pattern')`: the part of `s` the POSIX pattern matches (its
+            // first parenthesized part, if it has one), as `regexp_match` finds it.
+            ast::Expr::Substring {
+                expr: text,
+                substring_from: Some(from),
+                substring_for: None,
+                special: false,
+                ..
+            } if constant_text(from).is_some() => {
+                let matched = call("regexp_match", vec![(**text).clone(), (**from).clone()]);
+                let one = ast::Expr::value(ast::Value::Number("1".into(), false));
+                *expr = call("array_element", vec![matched, one]);
+            }
+            // `(keys).x`, a record's field: DataFusion's `get_field`.
+            ast::Expr::CompoundFieldAccess { root, access_chain } => {
+                if let Some(access) = field_access(root, access_chain) {
+                    *expr = access;
+                }
+            }
             ast::Expr::Subquery(query) => {
                 if let Some(rewritten) = subquery::decorrelate(query, self.is_aggregate) {
                     *expr = rewritten;
@@ -235,24 +419,27 @@ impl VisitorMut for Rewrite<'_> {
             }
             ast::Expr::BinaryOp { op, .. } => {
                 if let ast::BinaryOperator::PGCustomBinaryOperator(parts) = op {
-                    let symbol = parts.last().map(String::as_str).unwrap_or_default();
-                    let plain = match symbol {
-                        "~" => Some(ast::BinaryOperator::PGRegexMatch),
-                        "~*" => Some(ast::BinaryOperator::PGRegexIMatch),
-                        "!~" => Some(ast::BinaryOperator::PGRegexNotMatch),
-                        "!~*" => Some(ast::BinaryOperator::PGRegexNotIMatch),
-                        "=" => Some(ast::BinaryOperator::Eq),
-                        "<>" => Some(ast::BinaryOperator::NotEq),
-                        "<" => Some(ast::BinaryOperator::Lt),
-                        ">" => Some(ast::BinaryOperator::Gt),
-                        "<=" => Some(ast::BinaryOperator::LtEq),
-                        ">=" => Some(ast::BinaryOperator::GtEq),
-                        "~~" => None,
-                        _ => None,
-                    };
-                    if let Some(plain) = plain {
+                    if let Some(plain) = plain_operator(parts) {
                         *op = plain;
                     }
+                }
+            }
+            ast::Expr::Like {
+                pattern,
+                escape_char,
+                ..
+            }
+            | ast::Expr::ILike {
+                pattern,
+                escape_char,
+                ..
+            } => {
+                if let Some(escaped) = escape_char
+                    .as_ref()
+                    .and_then(|e| backslash_pattern(pattern, &e.value))
+                {
+                    **pattern = ast::Expr::value(ast::Value::SingleQuotedString(escaped));
+                    *escape_char = None;
                 }
             }
             ast::Expr::Collate {

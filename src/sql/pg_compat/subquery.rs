@@ -120,6 +120,18 @@ fn refs<'a, T: Visit>(node: &T, inner: &'a HashSet<String>) -> Refs<'a> {
     refs
 }
 
+/// Whether `query` may refer to an outer query's columns: it is not a single SELECT, or one
+/// of its columns or conditions names a relation its FROM does not have, or holds a subquery.
+fn has_outer_references(query: &ast::Query) -> bool {
+    let ast::SetExpr::Select(select) = query.body.as_ref() else {
+        return true;
+    };
+    let names = inner_names(&select.from);
+    let projection = refs(&select.projection, &names);
+    let selection = refs(&select.selection, &names);
+    projection.outer || projection.nested || selection.outer || selection.nested
+}
+
 /// `e`'s conjuncts, in order (without recursion: a long AND chain is a deep tree).
 fn conjuncts(e: ast::Expr) -> Vec<ast::Expr> {
     let mut out = Vec::new();
@@ -437,12 +449,34 @@ fn over_unnest(query: &mut ast::Query) -> Option<ast::Expr> {
 }
 
 /// `[NOT] EXISTS (subquery)` in a SELECT's list (not in a filter, where DataFusion plans it)
-/// as `(SELECT count(1) > 0 ...)` (`= 0`), decorrelated as a scalar subquery.
+/// as `(SELECT count(1) > 0 ...)` (`= 0`), decorrelated as a scalar subquery; an uncorrelated
+/// `x [NOT] IN (subquery)` there as `weir_in_array(x, ARRAY(subquery))`.
 pub fn exists_as_count(select: &mut ast::Select, is_aggregate: &dyn Fn(&str) -> bool) {
     struct Exists<'a>(&'a dyn Fn(&str) -> bool);
     impl VisitorMut for Exists<'_> {
         type Break = ();
         fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
+            if let ast::Expr::InSubquery {
+                expr: tested,
+                subquery,
+                negated,
+            } = expr
+            {
+                // An uncorrelated `x IN (SELECT ...)`: `x` among the subquery's values, with
+                // PostgreSQL's NULLs (`weir_in_array`).
+                let correlated = has_outer_references(subquery);
+                if let Some(values) = (!correlated).then(|| array_of(subquery, self.0)).flatten() {
+                    let within = call("weir_in_array", vec![(**tested).clone(), values]);
+                    *expr = match negated {
+                        true => ast::Expr::UnaryOp {
+                            op: ast::UnaryOperator::Not,
+                            expr: Box::new(ast::Expr::Nested(Box::new(within))),
+                        },
+                        false => within,
+                    };
+                }
+                return ControlFlow::Continue(());
+            }
             let ast::Expr::Exists { subquery, negated } = expr else {
                 return ControlFlow::Continue(());
             };
@@ -476,15 +510,42 @@ pub fn exists_as_count(select: &mut ast::Select, is_aggregate: &dyn Fn(&str) -> 
 }
 
 /// Gives each later one of a SELECT's unnamed expressions that DataFusion would name alike
-/// (`SELECT NULL, NULL`) an alias of its own, which the result's column names read as
-/// PostgreSQL's name for the expression (`sql::names`).
+/// (`SELECT NULL, NULL`), and each column named beside a wildcard that holds it too
+/// (`SELECT c.oid, c.*`), an alias of its own, which the result's column names read as
+/// PostgreSQL's name for the expression (`sql::names`): PostgreSQL allows a result two
+/// columns of one name, DataFusion does not.
 pub fn distinct_names(select: &mut ast::Select) {
     let mut seen = HashSet::new();
+    let mut wildcards = HashSet::new();
+    let mut unqualified = false;
+    for item in &select.projection {
+        match item {
+            ast::SelectItem::Wildcard(_) => unqualified = true,
+            ast::SelectItem::QualifiedWildcard(
+                ast::SelectItemQualifiedWildcardKind::ObjectName(name),
+                _,
+            ) => {
+                if let Some(q) = name.0.last().and_then(|p| p.as_ident()) {
+                    wildcards.insert(q.value.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    // Whether a wildcard of the SELECT gives a column `e` names too.
+    let in_wildcard = |e: &ast::Expr| match e {
+        ast::Expr::Identifier(_) => unqualified,
+        ast::Expr::CompoundIdentifier(parts) => match parts.as_slice() {
+            [.., q, _] => unqualified || wildcards.contains(&q.value),
+            _ => false,
+        },
+        _ => false,
+    };
     for (i, item) in select.projection.iter_mut().enumerate() {
         let ast::SelectItem::UnnamedExpr(e) = item else {
             continue;
         };
-        if seen.insert(e.to_string()) {
+        if seen.insert(e.to_string()) && !in_wildcard(e) {
             continue;
         }
         *item = ast::SelectItem::ExprWithAlias {
@@ -492,6 +553,103 @@ pub fn distinct_names(select: &mut ast::Select) {
             alias: ast::Ident::with_span(Span::empty(), format!("{}{i}", crate::sql::UNNAMED)),
         };
     }
+}
+
+/// A query ordered by an expression with a subquery in it (Grafana's table picker: `ORDER BY
+/// CASE WHEN schema IN (SELECT ...) THEN 0 ELSE 1 END`), which DataFusion cannot sort by, as
+/// the same query computing that expression as a column of its own, ordered by it and without
+/// it: `SELECT a FROM (SELECT a, <expr> AS weir_order_1 FROM ...) weir_ordered ORDER BY
+/// weir_order_1`. Only for a plain SELECT (no DISTINCT or GROUP BY) whose columns all have
+/// names; a query that cannot be rewritten so is left as it is.
+pub fn order_by_subqueries(query: &mut ast::Query, is_aggregate: &dyn Fn(&str) -> bool) {
+    let Some(ast::OrderBy {
+        kind: ast::OrderByKind::Expressions(order),
+        ..
+    }) = &query.order_by
+    else {
+        return;
+    };
+    if !order.iter().any(|o| has_subquery(&o.expr)) {
+        return;
+    }
+    let ast::SetExpr::Select(select) = query.body.as_ref() else {
+        return;
+    };
+    let grouped = !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+    if select.distinct.is_some() || grouped || select.having.is_some() {
+        return;
+    }
+    let names: Option<Vec<ast::Ident>> = (select.projection.iter())
+        .map(|item| match item {
+            ast::SelectItem::ExprWithAlias { alias, .. } => Some(alias.clone()),
+            ast::SelectItem::UnnamedExpr(ast::Expr::Identifier(i)) => Some(i.clone()),
+            ast::SelectItem::UnnamedExpr(ast::Expr::CompoundIdentifier(parts)) => {
+                parts.last().cloned()
+            }
+            _ => None,
+        })
+        .collect();
+    let Some(names) = names else {
+        return;
+    };
+    let mut inner = select.clone();
+    let mut keys = Vec::with_capacity(order.len());
+    for (k, o) in order.iter().enumerate() {
+        let output = match &o.expr {
+            ast::Expr::Value(_) => true,
+            ast::Expr::Identifier(i) => names.iter().any(|n| n.value == i.value),
+            _ => false,
+        };
+        let mut key = o.clone();
+        if !output {
+            let hidden = ast::Ident::new(format!("weir_order_{}", k + 1));
+            inner.projection.push(ast::SelectItem::ExprWithAlias {
+                expr: o.expr.clone(),
+                alias: hidden.clone(),
+            });
+            key.expr = ast::Expr::Identifier(hidden);
+        }
+        keys.push(key.to_string());
+    }
+    exists_as_count(&mut inner, is_aggregate);
+    let columns: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let sql = format!(
+        "SELECT {} FROM ({inner}) AS weir_ordered ORDER BY {}",
+        columns.join(", "),
+        keys.join(", ")
+    );
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    let Ok(mut rewritten) = datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_query())
+    else {
+        return;
+    };
+    rewritten.with = query.with.take();
+    rewritten.limit_clause = query.limit_clause.take();
+    rewritten.fetch = query.fetch.take();
+    *query = *rewritten;
+}
+
+/// Whether `e` holds a subquery.
+fn has_subquery(e: &ast::Expr) -> bool {
+    struct Finds(bool);
+    impl Visitor for Finds {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &ast::Expr) -> ControlFlow<()> {
+            if matches!(
+                e,
+                ast::Expr::Subquery(_) | ast::Expr::InSubquery { .. } | ast::Expr::Exists { .. }
+            ) {
+                self.0 = true;
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut finds = Finds(false);
+    let _ = e.visit(&mut finds);
+    finds.0
 }
 
 #[cfg(test)]
