@@ -126,6 +126,23 @@ public class JdbcTest {
         }
         check(columns.get(3).equals("name varchar(20)"), "getColumns gave " + columns);
         check(columns.size() == 8, "getColumns gave " + columns);
+        // The primary key and its index, through information_schema._pg_expandarray.
+        java.util.List<String> keys = new java.util.ArrayList<>();
+        try (ResultSet r = meta.getPrimaryKeys(null, "public", "jtypes")) {
+            while (r.next()) {
+                keys.add(r.getString("COLUMN_NAME") + ":" + r.getInt("KEY_SEQ") + ":"
+                    + r.getString("PK_NAME"));
+            }
+        }
+        check(keys.toString().equals("[id:1:jtypes_pkey]"), "getPrimaryKeys gave " + keys);
+        java.util.List<String> index = new java.util.ArrayList<>();
+        try (ResultSet r = meta.getIndexInfo(null, "public", "jtypes", true, true)) {
+            while (r.next()) {
+                index.add(r.getString("INDEX_NAME") + ":" + r.getString("COLUMN_NAME") + ":"
+                    + r.getInt("ORDINAL_POSITION") + ":" + r.getBoolean("NON_UNIQUE"));
+            }
+        }
+        check(index.toString().equals("[jtypes_pkey:id:1:false]"), "getIndexInfo gave " + index);
         checks++;
         return checks;
     }
