@@ -988,3 +988,76 @@ async fn a_drop_another_session_built_on_meanwhile_fails_its_commit_with_2bp01()
     assert_eq!(rows(&a, "SHOW TABLES").await, ["t"]);
     assert_eq!(rows(&a, "SELECT n FROM tv").await, ["0"]);
 }
+
+async fn shown(client: &tokio_postgres::Client, kind: &str, name: &str) -> Vec<String> {
+    common::text_rows(client, &format!("SHOW CREATE {kind} {name}")).await
+}
+
+/// SHOW CREATE gives each table's, source's, view's and sink's statement as written, which
+/// creates the same object again, and a restart keeps it; what is not of the kind named is
+/// refused as PostgreSQL refuses such names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_create_gives_the_statement_that_creates_each_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(dir.path()).await;
+    let client = server.connect().await;
+    let statements = [
+        ("TABLE", "t", "CREATE TABLE t (id int PRIMARY KEY, name varchar(20) NOT NULL, at timestamp, WATERMARK FOR at AS at - INTERVAL '5' SECOND)"),
+        ("SOURCE", "bids", "CREATE SOURCE bids WITH (connector = 'nexmark', stream = 'bid', events = '10')"),
+        ("MATERIALIZED VIEW", "v", "CREATE MATERIALIZED VIEW v AS SELECT name, count(*) AS n FROM t GROUP BY name"),
+    ];
+    for (_, _, sql) in statements {
+        client.batch_execute(sql).await.unwrap();
+    }
+    for (kind, name, sql) in statements {
+        let expected = match kind {
+            // A view's query is shown as Weir reads it.
+            "MATERIALIZED VIEW" => format!("{name} CREATE MATERIALIZED VIEW v AS SELECT name, count(*) AS n FROM t GROUP BY name"),
+            _ => format!("{name} {sql}"),
+        };
+        assert_eq!(
+            shown(&client, kind, name).await,
+            vec![expected],
+            "{kind} {name}"
+        );
+    }
+    // The statement shown creates the object again, as it was.
+    let table = shown(&client, "TABLE", "t").await;
+    client
+        .batch_execute("DROP MATERIALIZED VIEW v; DROP TABLE t")
+        .await
+        .unwrap();
+    let again = table[0].strip_prefix("t ").unwrap();
+    client.batch_execute(again).await.unwrap();
+    assert_eq!(shown(&client, "TABLE", "t").await, table);
+    let described =
+        "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute \
+                     WHERE attrelid = 't'::regclass ORDER BY attnum";
+    assert_eq!(
+        common::text_rows(&client, described).await,
+        [
+            "id integer t",
+            "name character varying(20) t",
+            "at timestamp without time zone f"
+        ]
+    );
+    // Errors: another kind, and no such object.
+    for (sql, code) in [
+        ("SHOW CREATE SOURCE t", "42809"),
+        ("SHOW CREATE TABLE bids", "42809"),
+        ("SHOW CREATE TABLE nothing", "42P01"),
+    ] {
+        let e = client.simple_query(sql).await.unwrap_err();
+        assert_eq!(e.code().map(|c| c.code()), Some(code), "{sql}: {e}");
+    }
+    // A restart keeps them.
+    drop(client);
+    server.stop(15).await;
+    let server = ChildServer::start(dir.path()).await;
+    let client = server.connect().await;
+    assert_eq!(shown(&client, "TABLE", "t").await, table);
+    assert_eq!(
+        shown(&client, "SOURCE", "bids").await,
+        vec![format!("bids {}", statements[1].2)]
+    );
+}

@@ -48,6 +48,10 @@ pub struct TableDef {
     /// source TABLE '...'`, PostgreSQL CDC): the table depends on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reads: Option<ObjectId>,
+    /// The statement that created the table, as written (`SHOW CREATE TABLE`); tables created
+    /// before Weir kept it have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_sql: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,7 +98,39 @@ impl TableDef {
             watermark: self.watermark,
             connector: self.connector.clone()?,
             primary_key: self.primary_key.clone(),
+            create_sql: None,
         })
+    }
+
+    /// The statement that creates the table: as written, or, for a table fed by DML created
+    /// before Weir kept it, written from the definition.
+    pub fn create_statement(&self) -> Option<String> {
+        if let Some(sql) = &self.create_sql {
+            return Some(sql.clone());
+        }
+        if self.connector.is_some() || self.reads.is_some() {
+            return None;
+        }
+        let mut parts: Vec<String> = (self.columns.iter())
+            .map(|c| {
+                let not_null = if c.not_null { " NOT NULL" } else { "" };
+                format!("{} {}{not_null}", c.name, c.ty)
+            })
+            .collect();
+        if !self.primary_key.is_empty() {
+            let key: Vec<&str> = (self.primary_key.iter())
+                .map(|&i| self.columns[i].name.as_str())
+                .collect();
+            parts.push(format!("PRIMARY KEY ({})", key.join(", ")));
+        }
+        if let Some(w) = &self.watermark {
+            let column = &self.columns[w.column].name;
+            parts.push(format!(
+                "WATERMARK FOR {column} AS {column} - INTERVAL '{} microseconds'",
+                w.delay_us
+            ));
+        }
+        Some(format!("CREATE TABLE {} ({})", self.name, parts.join(", ")))
     }
 
     /// Whether a key is a prefix of the stored rows that hold it.
@@ -215,6 +251,10 @@ pub struct SourceDef {
     /// by key; a source has none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub primary_key: Vec<usize>,
+    /// The statement that created the source, as written (`SHOW CREATE SOURCE`); sources
+    /// created before Weir kept it have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_sql: Option<String>,
 }
 
 /// A source's connector and the options it keeps, as the connector validated them at
@@ -809,6 +849,7 @@ mod tests {
             key_first: true,
             connector: None,
             reads: None,
+            create_sql: None,
         })
     }
 

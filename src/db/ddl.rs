@@ -98,6 +98,7 @@ impl Database {
         ct: &ast::CreateTable,
         clauses: (Option<&Watermark>, Option<&Format>, &[Include]),
         from: Option<&FromSource>,
+        text: &str,
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
@@ -109,6 +110,7 @@ impl Database {
         self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
         let mut def = sql::create_table(ct, clauses, id)?;
+        def.create_sql = Some(text.to_string());
         if let Some(from) = from {
             self.read_from_source(&mut def, from, scope).await?;
         }
@@ -342,6 +344,7 @@ impl Database {
         &self,
         ct: &ast::CreateTable,
         clauses: (Option<&Watermark>, Option<&Format>, &[Include]),
+        text: &str,
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
@@ -352,7 +355,8 @@ impl Database {
         }
         self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let def = sql::create_source(ct, clauses, id)?;
+        let mut def = sql::create_source(ct, clauses, id)?;
+        def.create_sql = Some(text.to_string());
         self.start_source(def.clone(), FeedPosition::default())
             .await?;
         self.add_started(Object::Source(def), block).await?;

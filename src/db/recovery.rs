@@ -494,6 +494,7 @@ mod tests {
             key_first: true,
             connector: None,
             reads: None,
+            create_sql: None,
         })
     }
 

@@ -391,22 +391,36 @@ impl Database {
         text_rows(&["name"], names.into_iter().map(|n| vec![n]).collect())
     }
 
-    /// SHOW CREATE MATERIALIZED VIEW and SHOW CREATE SINK (`kind`): the object's name and its
-    /// statement.
+    /// SHOW CREATE TABLE, SOURCE, MATERIALIZED VIEW and SINK (`kind`): the object's name and
+    /// its statement, with the secrets in its options redacted.
     pub fn show_create(&self, name: &str, kind: Kind, scope: Scope) -> Result<Output> {
         let catalog = self.catalog();
-        match catalog.get(name, scope) {
-            Some(o @ Object::View(v)) if o.kind() == kind => text_rows(
-                &["name", "create_sql"],
-                vec![vec![v.name.clone(), v.create_sql()]],
-            ),
-            Some(_) => Err(Error::new(
+        let written = |text: Option<String>| {
+            text.as_deref().map(crate::sql::redacted).ok_or_else(|| {
+                Error::not_supported(format!(
+                    "{} \"{name}\" was created before Weir kept the statements that create \
+                     sources and tables fed by connectors",
+                    kind.name()
+                ))
+            })
+        };
+        let shown = match catalog.get(name, scope) {
+            Some(o) if o.kind() != kind => None,
+            Some(Object::View(v)) => Some((v.name.clone(), crate::sql::redacted(&v.create_sql()))),
+            Some(Object::Table(t)) => Some((t.name.clone(), written(t.create_statement())?)),
+            Some(Object::Source(s)) => Some((s.name.clone(), written(s.create_sql.clone())?)),
+            None => {
+                return Err(Error::new(
+                    ErrorKind::UndefinedTable,
+                    format!("{} \"{name}\" does not exist", kind.name()),
+                ))
+            }
+        };
+        match shown {
+            Some((name, sql)) => text_rows(&["name", "create_sql"], vec![vec![name, sql]]),
+            None => Err(Error::new(
                 ErrorKind::WrongObjectType,
                 format!("\"{name}\" is not a {}", kind.name()),
-            )),
-            None => Err(Error::new(
-                ErrorKind::UndefinedTable,
-                format!("{} \"{name}\" does not exist", kind.name()),
             )),
         }
     }

@@ -662,6 +662,7 @@ mod tests {
             key_first: true,
             connector: None,
             reads: None,
+            create_sql: None,
         };
         CopyIn::new(
             CopyFrom {

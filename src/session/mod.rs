@@ -308,10 +308,7 @@ impl Session {
             Statement::ShowCheckpoints => self.db.show_checkpoints(),
             Statement::ShowTables => self.db.show_names(Kind::Table, scope),
             Statement::ShowMaterializedViews => self.db.show_views(scope),
-            Statement::ShowCreateMaterializedView(name) => {
-                self.db.show_create(name, Kind::MaterializedView, scope)
-            }
-            Statement::ShowCreateSink(name) => self.db.show_create(name, Kind::Sink, scope),
+            Statement::ShowCreate(kind, name) => self.db.show_create(name, *kind, scope),
             Statement::ShowSources => self.db.show_names(Kind::Source, scope),
             Statement::ShowSinks => self.db.show_names(Kind::Sink, scope),
             Statement::CreateTable {
@@ -323,7 +320,7 @@ impl Session {
             } => {
                 let clauses = (watermark.as_deref(), format.as_ref(), include.as_slice());
                 self.db
-                    .create_table(table, clauses, from.as_ref(), block)
+                    .create_table(table, clauses, from.as_ref(), &parsed.text, block)
                     .await
             }
             Statement::CreateSource {
@@ -333,7 +330,9 @@ impl Session {
                 include,
             } => {
                 let clauses = (watermark.as_deref(), format.as_ref(), include.as_slice());
-                self.db.create_source(table, clauses, block).await
+                (self.db)
+                    .create_source(table, clauses, &parsed.text, block)
+                    .await
             }
             Statement::CreateView(cv) => {
                 crate::sql::check_supported(cv.view.as_ref())?;
@@ -533,16 +532,9 @@ impl Session {
             Statement::ShowMaterializedViews => {
                 return Ok(none(rows_schema(self.db.show_views(scope)?)))
             }
-            Statement::ShowCreateMaterializedView(name) => {
-                let shown = self.db.show_create(name, Kind::MaterializedView, scope)?;
+            Statement::ShowCreate(kind, name) => {
+                let shown = self.db.show_create(name, *kind, scope)?;
                 return Ok(none(rows_schema(shown)));
-            }
-            Statement::ShowCreateSink(name) => {
-                return Ok(none(rows_schema(self.db.show_create(
-                    name,
-                    Kind::Sink,
-                    scope,
-                )?)))
             }
             Statement::ShowSources => {
                 return Ok(none(rows_schema(self.db.show_names(Kind::Source, scope)?)))

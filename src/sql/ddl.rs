@@ -111,6 +111,7 @@ pub fn create_table(
         key_first: true,
         connector,
         reads: None,
+        create_sql: None,
     })
 }
 
@@ -285,6 +286,7 @@ pub fn create_source(
         watermark,
         connector,
         primary_key: Vec::new(),
+        create_sql: None,
     })
 }
 
@@ -340,10 +342,94 @@ fn multiple_primary_keys(table: &str) -> Error {
     ))
 }
 
+/// `sql` (a statement that created an object, with its connector's options) with the value
+/// of every option in its `WITH (...)` that holds a secret replaced by `'********'`: an
+/// option whose name has `password`, `secret` or `jaas` in it (`password`,
+/// `secret_access_key`, `properties.sasl.password`). What SHOW CREATE shows.
+pub fn redacted(sql: &str) -> String {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        // Text that does not tokenize shows nothing of itself.
+        return "********".to_string();
+    };
+    let mut out = String::with_capacity(sql.len());
+    // Parentheses open, the depth of a `WITH (` options list while in one, and whether the
+    // last word was `WITH`.
+    let (mut depth, mut options, mut after_with) = (0usize, None, false);
+    // The option name read since the list's `(` or last `,`, and whether `=` followed it.
+    let mut key = String::new();
+    let mut assigned = false;
+    for token in tokens {
+        let mut shown = None;
+        match &token {
+            Token::Whitespace(_) => {}
+            Token::LParen => {
+                depth += 1;
+                if after_with && options.is_none() {
+                    options = Some(depth);
+                }
+                key.clear();
+                assigned = false;
+            }
+            Token::RParen => {
+                if options == Some(depth) {
+                    options = None;
+                }
+                depth = depth.saturating_sub(1);
+            }
+            _ if options != Some(depth) => {}
+            Token::Comma => {
+                key.clear();
+                assigned = false;
+            }
+            Token::Eq => assigned = true,
+            Token::Word(w) if !assigned => key.push_str(&w.value.to_lowercase()),
+            Token::Period if !assigned => key.push('.'),
+            Token::SingleQuotedString(k) if !assigned => key.push_str(&k.to_lowercase()),
+            Token::SingleQuotedString(_) | Token::EscapedStringLiteral(_) => {
+                if ["password", "secret", "jaas"]
+                    .iter()
+                    .any(|s| key.contains(s))
+                {
+                    shown = Some("'********'".to_string());
+                }
+            }
+            _ => {}
+        }
+        if !matches!(token, Token::Whitespace(_)) {
+            after_with = matches!(&token, Token::Word(w) if w.value.eq_ignore_ascii_case("with"));
+        }
+        out.push_str(&shown.unwrap_or_else(|| token.to_string()));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sql::parser::{parse, Statement};
+
+    #[test]
+    fn secrets_in_options_are_redacted_and_the_rest_kept() {
+        let sql = "CREATE SOURCE s WITH (connector = 'postgres-cdc', hostname = 'db', \
+                   password = 'it''s', properties.sasl.password='p', \
+                   \"secret_access_key\" = E'k\\n', username = 'u')";
+        assert_eq!(
+            redacted(sql),
+            "CREATE SOURCE s WITH (connector = 'postgres-cdc', hostname = 'db', \
+             password = '********', properties.sasl.password='********', \
+             \"secret_access_key\" = '********', username = 'u')"
+        );
+        // Only options are secrets: a query's constants stay.
+        for plain in [
+            "CREATE TABLE t (id int PRIMARY KEY, password text DEFAULT 'x')",
+            "CREATE SINK k AS WITH c AS (SELECT 1) SELECT * FROM u WHERE password = 'p' \
+             WITH (connector = 'blackhole')",
+        ] {
+            assert_eq!(redacted(plain), plain);
+        }
+    }
 
     fn table(sql: &str) -> Result<TableDef> {
         let p = parse(sql).unwrap().remove(0);

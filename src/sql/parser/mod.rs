@@ -1,7 +1,7 @@
 //! Splits a query string into statements and parses each into a typed syntax tree: standard
 //! SQL through DataFusion's sqlparser (PostgreSQL dialect), with Weir's clauses and `CREATE
 //! SINK` read from the same tokens (`extensions`), and Weir's own commands (FLUSH,
-//! CHECKPOINT, SHOW CHECKPOINTS, SHOW MATERIALIZED VIEWS, SHOW CREATE MATERIALIZED VIEW, DROP
+//! CHECKPOINT, SHOW CHECKPOINTS, SHOW MATERIALIZED VIEWS, SHOW CREATE (TABLE, SOURCE, MATERIALIZED VIEW, SINK), DROP
 //! SOURCE/SINK) by their leading keywords. Nothing is printed back to text and parsed again.
 //!
 //! The whole string is parsed before anything runs, as in PostgreSQL: a syntax error in the
@@ -38,8 +38,9 @@ pub enum Statement {
     ShowCheckpoints,
     ShowTables,
     ShowMaterializedViews,
-    ShowCreateMaterializedView(String),
-    ShowCreateSink(String),
+    /// `SHOW CREATE TABLE | SOURCE | MATERIALIZED VIEW | SINK name`: the statement that
+    /// creates the object.
+    ShowCreate(crate::catalog::Kind, String),
     ShowSources,
     ShowSinks,
     /// `CREATE TABLE`, with its watermark, and for a table fed by a connector its `FORMAT`
@@ -548,16 +549,21 @@ fn weir_statement(tokens: &[TokenWithSpan]) -> Option<Statement> {
                 cascade,
             })
         }
-        ["SHOW", "CREATE", "MATERIALIZED", "VIEW", _] | ["SHOW", "CREATE", "SINK", _] => {
+        ["SHOW", "CREATE", "MATERIALIZED", "VIEW", _]
+        | ["SHOW", "CREATE", "SINK" | "TABLE" | "SOURCE", _] => {
+            use crate::catalog::Kind;
             let name = match &tokens[words.len() - 1].token {
                 Token::Word(word) if word.quote_style.is_some() => word.value.clone(),
                 Token::Word(word) => word.value.to_lowercase(),
                 _ => return None,
             };
-            Some(match words.len() {
-                4 => Statement::ShowCreateSink(name),
-                _ => Statement::ShowCreateMaterializedView(name),
-            })
+            let kind = match words[2].as_str() {
+                "SINK" => Kind::Sink,
+                "TABLE" => Kind::Table,
+                "SOURCE" => Kind::Source,
+                _ => Kind::MaterializedView,
+            };
+            Some(Statement::ShowCreate(kind, name))
         }
         _ => None,
     }
@@ -602,7 +608,9 @@ mod tests {
     #[test]
     fn weir_statements_are_recognised() {
         let p = parse("show create materialized view \"My\"; SHOW MATERIALIZED VIEWS").unwrap();
-        assert!(matches!(&p[0].statement, Statement::ShowCreateMaterializedView(n) if n == "My"));
+        assert!(
+            matches!(&p[0].statement, Statement::ShowCreate(crate::catalog::Kind::MaterializedView, n) if n == "My")
+        );
         assert!(matches!(p[1].statement, Statement::ShowMaterializedViews));
         let p = parse("CHECKPOINT; checkpoint base").unwrap();
         assert!(matches!(

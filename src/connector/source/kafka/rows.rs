@@ -462,6 +462,7 @@ mod tests {
                 options: Default::default(),
             },
             primary_key: key,
+            create_sql: None,
         }
     }
 
