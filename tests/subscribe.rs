@@ -216,10 +216,11 @@ async fn cursors_fetch_and_move_through_a_query_and_a_subscription() {
         (vec!["1".into(), "2".into(), "3".into()], 3)
     );
     assert_eq!(simple(&client, "MOVE 2 IN q").await.1, 2);
-    // Through the extended protocol, described by the cursor's columns.
+    // Through the extended protocol, described by the cursor's columns (`integer`, as
+    // PostgreSQL's series of integers is).
     let rows = client.query("FETCH NEXT FROM q", &[]).await.unwrap();
     assert_eq!(
-        rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+        rows.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>(),
         [6]
     );
     assert_eq!(simple(&client, "FETCH ALL q").await.1, 4);

@@ -387,13 +387,12 @@ pub fn redacted(sql: &str) -> String {
             Token::Word(w) if !assigned => key.push_str(&w.value.to_lowercase()),
             Token::Period if !assigned => key.push('.'),
             Token::SingleQuotedString(k) if !assigned => key.push_str(&k.to_lowercase()),
-            Token::SingleQuotedString(_) | Token::EscapedStringLiteral(_) => {
+            Token::SingleQuotedString(_) | Token::EscapedStringLiteral(_)
                 if ["password", "secret", "jaas"]
                     .iter()
-                    .any(|s| key.contains(s))
-                {
-                    shown = Some("'********'".to_string());
-                }
+                    .any(|s| key.contains(s)) =>
+            {
+                shown = Some("'********'".to_string());
             }
             _ => {}
         }
