@@ -1,5 +1,5 @@
 //! Real clients against a real server: tokio-postgres (extended protocol, parameters, binary
-//! results) and psql, and the `weir` binary's own start and clean shutdown.
+//! results), sqlx and psql, and the `weir` binary's own start and clean shutdown.
 
 mod common;
 
@@ -288,4 +288,116 @@ async fn result_columns_name_their_table_and_declared_type() {
     assert_eq!((c[2].table_oid(), c[2].column_id()), (None, None));
     let none: Vec<tokio_postgres::Row> = client.query(&stmt, &[&0i32]).await.unwrap();
     assert!(none.is_empty());
+}
+
+/// sqlx's PostgreSQL driver, which prepares every statement and reads results in binary: a
+/// table of the types it binds and a view over it, parameters of each type, the view read in
+/// binary and (through a simple query) in text, a statement prepared once and run many times,
+/// and an error the connection goes on after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_binds_every_type_reads_a_view_and_goes_on_after_an_error() {
+    use sqlx::{Connection, Row};
+    let server = TestServer::start().await;
+    let url = format!("postgres://weir@{}/weir", server.addr);
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE sx (id int PRIMARY KEY, small smallint, big bigint, flag boolean, r real, \
+         d double precision, name text, code varchar(8), day date, at timestamp, atz timestamptz); \
+         CREATE MATERIALIZED VIEW sx_by_flag AS SELECT flag, count(*) AS n, max(big) AS top, \
+         min(day) AS first FROM sx GROUP BY flag",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let day = chrono::NaiveDate::from_ymd_opt(2024, 3, 1).unwrap();
+    let at = day.and_hms_micro_opt(12, 30, 5, 250_000).unwrap();
+    let atz = at.and_utc();
+    for id in 1..=10i32 {
+        let inserted =
+            sqlx::query("INSERT INTO sx VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
+                .bind(id)
+                .bind(id as i16 * -3)
+                .bind(i64::from(id) * 10_000_000_000)
+                .bind(id % 2 == 0)
+                .bind(id as f32 / 4.0)
+                .bind(f64::from(id) / 3.0)
+                .bind(format!("ünï {id}"))
+                .bind(format!("c{id}"))
+                .bind(day + chrono::Days::new(id as u64))
+                .bind(at)
+                .bind(atz)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(inserted.rows_affected(), 1);
+    }
+    // Every column back in binary, as bound.
+    let row = sqlx::query("SELECT * FROM sx WHERE id = $1")
+        .bind(4i32)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(row.get::<i32, _>("id"), 4);
+    assert_eq!(row.get::<i16, _>("small"), -12);
+    assert_eq!(row.get::<i64, _>("big"), 40_000_000_000);
+    assert!(row.get::<bool, _>("flag"));
+    assert_eq!(row.get::<f32, _>("r"), 1.0);
+    assert_eq!(row.get::<f64, _>("d"), 4.0 / 3.0);
+    assert_eq!(row.get::<String, _>("name"), "ünï 4");
+    assert_eq!(row.get::<String, _>("code"), "c4");
+    assert_eq!(
+        row.get::<chrono::NaiveDate, _>("day"),
+        day + chrono::Days::new(4)
+    );
+    assert_eq!(row.get::<chrono::NaiveDateTime, _>("at"), at);
+    assert_eq!(row.get::<chrono::DateTime<chrono::Utc>, _>("atz"), atz);
+    // The view, in binary and in text.
+    sqlx::raw_sql("FLUSH").execute(&mut conn).await.unwrap();
+    let view = "SELECT flag, n, top, first FROM sx_by_flag ORDER BY flag";
+    let binary: Vec<(bool, i64, i64, chrono::NaiveDate)> =
+        sqlx::query_as(view).fetch_all(&mut conn).await.unwrap();
+    let expected = vec![
+        (false, 5, 90_000_000_000, day + chrono::Days::new(1)),
+        (true, 5, 100_000_000_000, day + chrono::Days::new(2)),
+    ];
+    assert_eq!(binary, expected);
+    let text = sqlx::raw_sql(view).fetch_all(&mut conn).await.unwrap();
+    let text: Vec<(bool, i64, i64, chrono::NaiveDate)> = (text.iter())
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(text, expected);
+    // One statement, prepared once (sqlx keeps it per connection), run many times.
+    for i in 0..100 {
+        let id = i % 10 + 1;
+        let name: String = sqlx::query_scalar("SELECT name FROM sx WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(name, format!("ünï {id}"));
+    }
+    // An error, with its SQLSTATE, and the connection goes on.
+    let e = sqlx::query("SELECT * FROM missing")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap_err();
+    let code = e
+        .as_database_error()
+        .and_then(|d| d.code().map(|c| c.to_string()));
+    assert_eq!(code.as_deref(), Some("42P01"), "{e}");
+    let e = sqlx::query("INSERT INTO sx (id) VALUES ($1)")
+        .bind(1i32)
+        .execute(&mut conn)
+        .await
+        .unwrap_err();
+    let code = e
+        .as_database_error()
+        .and_then(|d| d.code().map(|c| c.to_string()));
+    assert_eq!(code.as_deref(), Some("23505"), "{e}");
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM sx")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n, 10);
+    conn.close().await.unwrap();
 }
