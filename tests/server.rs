@@ -1061,3 +1061,65 @@ async fn show_create_gives_the_statement_that_creates_each_object() {
         vec![format!("bids {}", statements[1].2)]
     );
 }
+
+/// While a view is created, `weir_catalog.backfills` shows how far its inputs' rows have come
+/// (rows sent of the rows there are); once it is whole, or stopped, it is gone from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfills_show_a_new_view_s_progress_while_it_fills() {
+    // 4 MiB of a table's rows per barrier while a view fills: the table below takes several.
+    let server = TestServer::start_with(|c| c.memory_limit = Some(64 << 20)).await;
+    let client = server.connect().await;
+    let watcher = server.connect().await;
+    let rows = 200_000;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE t (id int PRIMARY KEY, g int, pad text);
+             INSERT INTO t SELECT i, i % 10, repeat('x', 200) FROM generate_series(1, {rows}) AS s(i);
+             FLUSH"
+        ))
+        .await
+        .unwrap();
+    let create = tokio::spawn(async move {
+        client
+            .batch_execute(
+                "CREATE MATERIALIZED VIEW v AS SELECT g, count(*) AS n FROM t GROUP BY g",
+            )
+            .await
+            .map(|_| client)
+    });
+    // What the watcher saw while the view filled: (inputs, inputs_done, rows_done, rows_total).
+    let mut seen: Vec<(i64, i64, i64, Option<i64>)> = Vec::new();
+    while !create.is_finished() {
+        let shown = watcher
+            .query(
+                "SELECT kind, inputs, inputs_done, rows_done, rows_total, started <= now() \
+                 FROM weir_catalog.backfills WHERE name = 'v'",
+                &[],
+            )
+            .await
+            .unwrap();
+        if let Some(r) = shown.first() {
+            assert_eq!(r.get::<_, &str>(0), "materialized view");
+            assert!(r.get::<_, bool>(5));
+            seen.push((r.get(1), r.get(2), r.get(3), r.get(4)));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let client = create.await.unwrap().unwrap();
+    // Seen part way: one input, the table's rows counted, some of them sent, not all.
+    assert!(
+        seen.iter().any(|&(inputs, done, sent, total)| {
+            inputs == 1 && done == 0 && total == Some(rows) && sent > 0 && sent < rows
+        }),
+        "{seen:?}"
+    );
+    // Rows sent only grow, and never past the total.
+    assert!(seen.windows(2).all(|w| w[0].2 <= w[1].2), "{seen:?}");
+    assert!(seen.iter().all(|s| s.2 <= rows), "{seen:?}");
+    let left = common::text_rows(&client, "SELECT count(*) FROM weir_catalog.backfills").await;
+    assert_eq!(left, ["0"]);
+    assert_eq!(
+        common::text_rows(&client, "SELECT sum(n) FROM v").await,
+        [rows.to_string()]
+    );
+}

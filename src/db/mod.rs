@@ -3,7 +3,7 @@
 //! directory in order; `recovery` restores what it holds, `ddl` creates and drops objects,
 //! `query` runs queries and DML, `system_tables` builds the `weir_catalog` tables.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -152,6 +152,9 @@ pub struct Database {
     sources: Mutex<HashMap<ObjectId, crate::connector::source::Handle>>,
     /// What each sink has received.
     sinks: Mutex<HashMap<ObjectId, Arc<SinkStatus>>>,
+    /// The views and sinks being created, while their inputs' rows come in
+    /// (`weir_catalog.backfills`).
+    filling: Mutex<BTreeMap<ObjectId, views::Filling>>,
     /// DDL statements run one at a time.
     ddl: Arc<tokio::sync::Mutex<()>>,
     tables_dir: PathBuf,
@@ -254,6 +257,7 @@ impl Database {
             view_errors: Mutex::new(HashMap::new()),
             sources: Mutex::new(HashMap::new()),
             sinks: Mutex::new(HashMap::new()),
+            filling: Mutex::new(BTreeMap::new()),
             ddl: Arc::default(),
             transactions: crate::table::Transactions::new(tables_dir.clone()),
             tables_dir,

@@ -156,7 +156,38 @@ impl Database {
             ("source_splits", self.source_splits_batch(scope)?),
             ("sinks", self.sinks_batch(scope)?),
             ("views", self.views_batch(scope)?),
+            ("backfills", self.backfills_batch()?),
         ])
+    }
+
+    /// `weir_catalog.backfills`: each view and sink being created, while its inputs send it
+    /// their rows: how many inputs have sent them all, the rows sent, and the rows they send
+    /// in all (NULL until every input has counted its own).
+    fn backfills_batch(&self) -> Result<RecordBatch> {
+        use Type::*;
+        let mut rows = Rows::new(&[
+            ("name", Text),
+            ("kind", Text),
+            ("started", Time),
+            ("inputs", Int),
+            ("inputs_done", Int),
+            ("rows_done", Int),
+            ("rows_total?", Int),
+        ]);
+        let filling = self.filling.lock().unwrap_or_else(|p| p.into_inner());
+        for f in filling.values() {
+            let p = f.parts.progress();
+            rows.push(vec![
+                f.name.as_str().into(),
+                (if f.sink { "sink" } else { "materialized view" }).into(),
+                Cell::Time(f.started_us / 1000),
+                (p.inputs as u64).into(),
+                (p.inputs_done as u64).into(),
+                p.rows_sent.into(),
+                p.rows_total.into(),
+            ]);
+        }
+        rows.batch()
     }
 
     /// `SHOW CHECKPOINTS`: the rows of `weir_catalog.checkpoints`.

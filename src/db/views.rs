@@ -443,6 +443,19 @@ impl Database {
             plan: Some(stored),
         };
         let backfill = self.start_view(&def, compiled, ViewStart::New).await?;
+        (self.filling.lock().unwrap_or_else(|p| p.into_inner())).insert(
+            def.id,
+            Filling {
+                name: def.name.clone(),
+                sink: def.sink,
+                started_us: self.config.clock.now_us(),
+                parts: backfill.parts.clone(),
+            },
+        );
+        let filling = Filled {
+            db: self,
+            id: def.id,
+        };
         let view = Object::View(def);
         // A statement stopped (cancelled, timed out, its session terminated) while the view
         // fills stops its actors and leaves nothing behind, as one that failed does.
@@ -454,6 +467,7 @@ impl Database {
             self.abandon(&view).await;
             return Err(e);
         }
+        drop(filling);
         self.add_started(view, block).await?;
         self.run_sources_read();
         Ok(Output::command(tag))
@@ -482,6 +496,29 @@ pub(super) struct Backfill {
     ids: Vec<crate::stream::ActorId>,
     relations: Vec<ObjectId>,
     parts: Arc<crate::stream::Backfills>,
+}
+
+/// A view or sink being created while its inputs' rows come in, as `weir_catalog.backfills`
+/// shows it.
+pub(super) struct Filling {
+    pub(super) name: String,
+    pub(super) sink: bool,
+    /// When its backfill began, in microseconds since the epoch.
+    pub(super) started_us: i64,
+    pub(super) parts: Arc<crate::stream::Backfills>,
+}
+
+/// A view's place in `Database::filling`, which it leaves when this is dropped: when it is
+/// whole, or stopped, or failed.
+struct Filled<'a> {
+    db: &'a Database,
+    id: ObjectId,
+}
+
+impl Drop for Filled<'_> {
+    fn drop(&mut self) {
+        (self.db.filling.lock().unwrap_or_else(|p| p.into_inner())).remove(&self.id);
+    }
 }
 
 /// A view or sink to create, as its statement gives it.

@@ -377,6 +377,10 @@ impl Actor {
         let mut finished = Vec::new();
         for (i, b) in self.backfilling.iter_mut().enumerate() {
             let mut sent = 0;
+            if b.after.is_none() {
+                // What the view's progress is told against (`weir_catalog.backfills`).
+                b.left.counted(crate::blocking(|| m.row_count())?);
+            }
             while sent < self.backfill_bytes_per_barrier {
                 // Read off the async workers' queue: RocksDB reads can wait on the disk.
                 let part = crate::blocking(|| m.contents_part(b.after.as_deref(), rows_max))?;
@@ -385,6 +389,7 @@ impl Actor {
                     break;
                 };
                 sent += chunk.data.get_array_memory_size();
+                b.left.sent(chunk.data.num_rows() as u64);
                 if let Err(why) = deliver(&b.output, &Message::Chunk(chunk)).await {
                     tracing::warn!(actor = self.id, "no longer backfilling a new view: {why}");
                     finished.push(i);
@@ -415,6 +420,9 @@ async fn backfill_from_source(
 ) -> Result<()> {
     let mut reader = source.history.read_again(to)?;
     let mut open = vec![true; outputs.len()];
+    for (_, left) in outputs {
+        left.counted(to.offset);
+    }
     let mut read = 0;
     while read < to.offset {
         let Some(batch) = reader.next_batch().await? else {
@@ -428,11 +436,13 @@ async fn backfill_from_source(
         read += rows as u64;
         let chunk = StreamChunk::new(vec![Op::Insert; rows], batch.slice(0, rows));
         for slice in chunk.slices(rows_max) {
+            let sent = slice.data.num_rows() as u64;
             let message = Message::Chunk(slice);
-            for ((output, _), open) in outputs.iter().zip(open.iter_mut()) {
+            for ((output, left), open) in outputs.iter().zip(open.iter_mut()) {
                 if *open && deliver(output, &message).await.is_err() {
                     *open = false;
                 }
+                left.sent(sent);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! What flows on the channels between actors: chunks of changes, watermarks and barriers.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -427,26 +428,71 @@ pub struct NewOutput {
     pub backfill: Option<Arc<Backfills>>,
 }
 
-/// How many of a new view's inputs are still sending it their current contents. A relation
-/// with rows (a table, a view) sends them a part at every barrier, so that the view holds one
-/// part of them per epoch, not all; the view is whole at the epoch whose barrier follows the
-/// last part of the last of them.
+/// How many of a new view's inputs are still sending it their current contents, and how far
+/// they are. A relation with rows (a table, a view) sends them a part at every barrier, so
+/// that the view holds one part of them per epoch, not all; the view is whole at the epoch
+/// whose barrier follows the last part of the last of them.
 #[derive(Debug)]
-pub struct Backfills(std::sync::atomic::AtomicUsize);
+pub struct Backfills {
+    inputs: usize,
+    left: AtomicUsize,
+    /// Inputs that have counted the rows they will send, and the sum of their counts.
+    counted: AtomicUsize,
+    rows_total: AtomicU64,
+    /// Rows sent so far, by every input.
+    rows_sent: AtomicU64,
+}
+
+/// Where a new view's backfill stands (`weir_catalog.backfills`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackfillProgress {
+    pub inputs: usize,
+    pub inputs_done: usize,
+    pub rows_sent: u64,
+    /// The rows all inputs send, once each has counted its own.
+    pub rows_total: Option<u64>,
+}
 
 impl Backfills {
     pub fn new(count: usize) -> Backfills {
-        Backfills(std::sync::atomic::AtomicUsize::new(count))
+        Backfills {
+            inputs: count,
+            left: AtomicUsize::new(count),
+            counted: AtomicUsize::new(0),
+            rows_total: AtomicU64::new(0),
+            rows_sent: AtomicU64::new(0),
+        }
     }
 
     /// One backfill is done.
     pub fn done(&self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.left.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// The backfills still under way.
     pub fn left(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::Acquire)
+        self.left.load(Ordering::Acquire)
+    }
+
+    /// An input will send `rows` rows.
+    pub fn counted(&self, rows: u64) {
+        self.rows_total.fetch_add(rows, Ordering::AcqRel);
+        self.counted.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// An input sent `rows` more rows.
+    pub fn sent(&self, rows: u64) {
+        self.rows_sent.fetch_add(rows, Ordering::AcqRel);
+    }
+
+    pub fn progress(&self) -> BackfillProgress {
+        let counted = self.counted.load(Ordering::Acquire) >= self.inputs;
+        BackfillProgress {
+            inputs: self.inputs,
+            inputs_done: self.inputs.saturating_sub(self.left()),
+            rows_sent: self.rows_sent.load(Ordering::Acquire),
+            rows_total: counted.then(|| self.rows_total.load(Ordering::Acquire)),
+        }
     }
 }
 

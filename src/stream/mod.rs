@@ -33,7 +33,8 @@ mod subscribe;
 /// that carry a relation's changes into an actor.
 pub use self::chunk::{Op, StreamChunk};
 pub use self::message::{
-    ActorId, Backfills, Feed, FeedPosition, Mutation, Positions, Splits, Watermark, FEED_ROWS_MAX,
+    ActorId, BackfillProgress, Backfills, Feed, FeedPosition, Mutation, Positions, Splits,
+    Watermark, FEED_ROWS_MAX,
 };
 
 /// Plans and the actors built from them.

@@ -81,6 +81,17 @@ impl Materialize {
         Ok(())
     }
 
+    /// How many rows the relation holds (each distinct row as often as it occurs): a scan of
+    /// the keys and counts only, for a new view's backfill to tell its progress against.
+    pub fn row_count(&self) -> Result<u64> {
+        let mut rows: u64 = 0;
+        self.table.try_scan(&[], None, &mut |_, v| {
+            rows = rows.saturating_add(u64::try_from(decode_count(v)?).unwrap_or(0));
+            Ok(true)
+        })?;
+        Ok(rows)
+    }
+
     /// The current contents after the row key `after` (from the first without it): an insert
     /// chunk of at most `rows_max` distinct rows (and about `PART_BYTES_MAX` bytes; rows that
     /// occur several times are repeated), with the last key read to continue from; `None`
