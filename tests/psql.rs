@@ -78,6 +78,8 @@ async fn psql_meta_commands_show_what_postgresql_shows() {
         "\\dt+ orders",
         "\\di orders_pkey",
         "\\d orders_pkey",
+        // A view's column passed on from a table keeps its declared type (`varchar(40)`).
+        "\\d revenue",
     ] {
         let (ok, out, err) = run(&pg_conn, &[command]);
         // PostgreSQL knows a table's size on disk; Weir reports none (NULL).
@@ -99,13 +101,6 @@ async fn psql_meta_commands_show_what_postgresql_shows() {
     );
     let functions = psql(&weir, "\\df").unwrap();
     assert!(functions.contains("(0 rows)"), "{functions}");
-    // A view's columns have its values' types: `varchar(40)` becomes `text` (PostgreSQL keeps
-    // the modifier).
-    let described = psql(&weir, "\\d revenue").unwrap();
-    assert!(
-        described.contains("\ncustomer|text|||\norders|bigint|||\n"),
-        "{described}"
-    );
     // A materialized view shows its definition.
     let described = psql(&weir, "\\d+ revenue").unwrap();
     assert!(described.contains("\nView definition:\n"), "{described}");

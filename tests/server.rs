@@ -1050,11 +1050,24 @@ async fn show_create_gives_the_statement_that_creates_each_object() {
         let e = client.simple_query(sql).await.unwrap_err();
         assert_eq!(e.code().map(|c| c.code()), Some(code), "{sql}: {e}");
     }
+    // A view's column passed on from the table keeps its declared type, also across the
+    // restart below (which runs the view's kept plan).
+    client
+        .batch_execute(
+            "CREATE MATERIALIZED VIEW w AS SELECT name, count(*) AS n FROM t GROUP BY name",
+        )
+        .await
+        .unwrap();
+    let view_types = "SELECT format_type(atttypid, atttypmod) FROM pg_attribute \
+                      WHERE attrelid = 'w'::regclass ORDER BY attnum";
+    let declared = ["character varying(20)", "bigint"];
+    assert_eq!(common::text_rows(&client, view_types).await, declared);
     // A restart keeps them.
     drop(client);
     server.stop(15).await;
     let server = ChildServer::start(dir.path()).await;
     let client = server.connect().await;
+    assert_eq!(common::text_rows(&client, view_types).await, declared);
     assert_eq!(shown(&client, "TABLE", "t").await, table);
     assert_eq!(
         shown(&client, "SOURCE", "bids").await,

@@ -554,11 +554,19 @@ fn view_schema(plan: &LogicalPlan, types: &SchemaRef) -> Result<SchemaRef> {
     let names: Vec<String> = pg_names(plan)
         .filter(|n| n.len() == types.fields().len())
         .unwrap_or_else(|| types.fields().iter().map(|f| f.name().clone()).collect());
-    let fields: Vec<Field> = types
-        .fields()
-        .iter()
+    // A column passed on unchanged keeps its declared type (`varchar(40)`), as in PostgreSQL.
+    let declared = sql::result_schema(plan);
+    let fields: Vec<Field> = (types.fields().iter().enumerate())
         .zip(names)
-        .map(|(f, n)| Field::new(n, f.data_type().clone(), true))
+        .map(|((i, f), n)| {
+            let field = Field::new(n, f.data_type().clone(), true);
+            match declared.fields().get(i) {
+                Some(d) if d.data_type() == f.data_type() => {
+                    field.with_metadata(sql::declared_type_of(d))
+                }
+                _ => field,
+            }
+        })
         .collect();
     Ok(Arc::new(Schema::new(fields)))
 }

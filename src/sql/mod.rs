@@ -47,7 +47,8 @@ pub use self::backends::{
 /// names them.
 pub use self::context::{query_context, query_runtime, register_system_tables, PlanFunctions};
 pub use self::names::{
-    pg_column_name, pg_names, result_schema, ATTNUM, TABLE_OID, TYPE_OID, TYPMOD, UNNAMED,
+    declared_type_of, pg_column_name, pg_names, result_schema, ATTNUM, TABLE_OID, TYPE_OID, TYPMOD,
+    UNNAMED,
 };
 pub use self::provider::{RelationRows, RelationTable};
 pub use self::rules::type_integer_constants;

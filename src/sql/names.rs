@@ -125,6 +125,15 @@ pub fn declared(field: Field, oid: u32) -> Field {
     field.with_metadata([(TYPE_OID.to_string(), oid.to_string())].into())
 }
 
+/// The declared type (`TYPE_OID` and `TYPMOD`) a result column's metadata carries, without
+/// the relation it was read from: what a view's column keeps of its input's.
+pub fn declared_type_of(field: &Field) -> std::collections::HashMap<String, String> {
+    (field.metadata().iter())
+        .filter(|(k, _)| *k == TYPE_OID || *k == TYPMOD)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// PostgreSQL's `name`, the type of the catalogs' identifiers.
 pub const NAME_OID: u32 = 19;
 /// PostgreSQL's `"char"`, one byte: the catalogs' kinds and flags (`relkind`).
@@ -160,6 +169,11 @@ fn origin(plan: &LogicalPlan, i: usize) -> Option<(u32, usize, (u32, i32))> {
             LogicalPlan::Sort(s) => (s.input.as_ref(), i),
             LogicalPlan::Limit(l) => (l.input.as_ref(), i),
             LogicalPlan::SubqueryAlias(a) => (a.input.as_ref(), i),
+            // A grouping column is its input's, as PostgreSQL describes it.
+            LogicalPlan::Aggregate(a) => match a.group_expr.get(i)? {
+                Expr::Column(c) => (a.input.as_ref(), a.input.schema().index_of_column(c).ok()?),
+                _ => return None,
+            },
             LogicalPlan::TableScan(scan) => {
                 let column = match &scan.projection {
                     Some(projection) => *projection.get(i)?,

@@ -130,7 +130,20 @@ impl Column {
         }
     }
 
+    /// A view's column: of its values' type, or of the declared type its field carries (a
+    /// column passed on unchanged from a relation, `varchar(40)`).
     fn computed(f: &datafusion::arrow::datatypes::Field) -> Column {
+        let meta = |key: &str| f.metadata().get(key).and_then(|v| v.parse::<i64>().ok());
+        let declared = (meta(crate::sql::TYPE_OID).and_then(|v| u32::try_from(v).ok()))
+            .zip(meta(crate::sql::TYPMOD).and_then(|v| i32::try_from(v).ok()));
+        if let Some((type_oid, typmod)) = declared {
+            return Column {
+                name: f.name().clone(),
+                type_oid,
+                typmod,
+                not_null: false,
+            };
+        }
         let typmod = match f.data_type() {
             DataType::Decimal128(p, s) => numeric_typmod(*p, *s),
             _ => -1,
