@@ -57,12 +57,13 @@ async fn outcome(client: &tokio_postgres::Client, sql: &str) -> String {
     }
 }
 
+/// The session's process id, by a simple query: a prepared one would leave the client closing
+/// its statement afterwards, and a session terminated meanwhile would answer that instead.
 async fn pid(client: &tokio_postgres::Client) -> i32 {
-    client
-        .query_one("SELECT pg_backend_pid()", &[])
+    outcome(client, "SELECT pg_backend_pid()")
         .await
+        .parse()
         .unwrap()
-        .get(0)
 }
 
 /// The session `pid` as `pg_stat_activity` shows it to `reader`: state, query, application
