@@ -17,9 +17,15 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Catalog, table change logs and operator state live here.
     pub data_dir: PathBuf,
-    /// Without authentication (not built yet), only loopback clients are admitted unless this
-    /// is set; then every client is trusted, whatever user name it gives.
-    pub trust_remote_clients: bool,
+    /// Gone: a start with it set is refused, with a hint to the `[[auth]]` rules that replace
+    /// it (it trusted every remote client, whatever user it named).
+    pub trust_remote_clients: Option<bool>,
+    /// The bootstrap superuser `weir`'s password, set when the first start creates it (or
+    /// the `WEIR_SUPERUSER_PASSWORD` environment variable); kept only as a SCRAM verifier.
+    pub superuser_password: Option<String>,
+    /// Who may connect from where, and how (`[[auth]]`, pg_hba.conf's rules): the first rule
+    /// whose address and user match decides. Without any, `default_auth_rules`.
+    pub auth: Vec<AuthRule>,
     /// Connections beyond this many are refused with SQLSTATE 53300.
     pub connections_max: usize,
     /// Statements longer than this are refused with SQLSTATE 54000.
@@ -152,7 +158,9 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 4466)),
             data_dir: PathBuf::from("weir-data"),
-            trust_remote_clients: false,
+            trust_remote_clients: None,
+            superuser_password: None,
+            auth: Vec::new(),
             connections_max: 100,
             statement_bytes_max: 16 * 1024 * 1024,
             message_bytes_max: 64 * 1024 * 1024,
@@ -181,12 +189,156 @@ impl Config {
                 format!("cannot read config file {}: {e}", path.display()),
             )
         })?;
-        toml::from_str(&text).map_err(|e| {
+        let config: Config = toml::from_str(&text).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidParameter,
                 format!("invalid config file {}: {e}", path.display()),
             )
-        })
+        })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Refuses settings that cannot run: `trust_remote_clients`, and rules whose address or
+    /// method does not read.
+    pub fn check(&self) -> Result<()> {
+        if self.trust_remote_clients.is_some() {
+            return Err(trust_remote_clients_gone());
+        }
+        for rule in &self.auth {
+            address_range(&rule.address)?;
+        }
+        Ok(())
+    }
+
+    /// The rules that decide who connects: the configured ones, or the default ones.
+    pub fn auth_rules(&self) -> Vec<AuthRule> {
+        match self.auth.is_empty() {
+            true => default_auth_rules(),
+            false => self.auth.clone(),
+        }
+    }
+}
+
+/// Why a start with `trust_remote_clients` (or `--trust-remote-clients`) is refused.
+pub fn trust_remote_clients_gone() -> Error {
+    Error::new(
+        ErrorKind::InvalidParameter,
+        "trust_remote_clients is no longer supported: clients authenticate",
+    )
+    .with_hint(
+        "To admit remote clients with a password, add to the config file:\n\
+         [[auth]]\naddress = \"all\"\nuser = \"all\"\nmethod = \"scram-sha-256\"",
+    )
+}
+
+/// A rule of who may connect (pg_hba.conf's lines).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthRule {
+    /// The client addresses it covers: `loopback`, `all`, an address (`10.1.2.3`) or a range
+    /// (`10.0.0.0/8`, `fd00::/8`).
+    pub address: String,
+    /// The role it covers, or `all`.
+    #[serde(default = "all")]
+    pub user: String,
+    pub method: AuthMethod,
+    /// The rule covers its role only while the role has no password (the default rule that
+    /// trusts the bootstrap superuser from loopback until a password is set for it).
+    #[serde(skip)]
+    pub while_passwordless: bool,
+}
+
+fn all() -> String {
+    "all".to_string()
+}
+
+/// How a client proves who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthMethod {
+    /// No proof.
+    Trust,
+    /// SCRAM-SHA-256 (SASL).
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+    /// PostgreSQL's `md5`: with passwords kept as SCRAM verifiers, SCRAM-SHA-256, as
+    /// PostgreSQL does.
+    Md5,
+    /// The password in clear text (only sensible over TLS).
+    Password,
+    /// Refused.
+    Reject,
+}
+
+/// Without `[[auth]]` rules: the bootstrap superuser is trusted from loopback while it has no
+/// password, every other role (and it, once it has one) authenticates with SCRAM-SHA-256
+/// from loopback, and nobody connects from elsewhere.
+pub fn default_auth_rules() -> Vec<AuthRule> {
+    let rule = |user: &str, method, while_passwordless| AuthRule {
+        address: "loopback".into(),
+        user: user.into(),
+        method,
+        while_passwordless,
+    };
+    vec![
+        rule(crate::catalog::BOOTSTRAP_ROLE, AuthMethod::Trust, true),
+        rule("all", AuthMethod::ScramSha256, false),
+    ]
+}
+
+/// What an address spec covers: `None` for every address, else an address and how many of
+/// its leading bits must match; `loopback` is both loopback ranges.
+fn address_range(spec: &str) -> Result<Vec<Option<(std::net::IpAddr, u8)>>> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let bad = || {
+        Error::new(
+            ErrorKind::InvalidParameter,
+            format!("invalid address in an [[auth]] rule: \"{spec}\""),
+        )
+        .with_hint("Give loopback, all, an address or a range such as 10.0.0.0/8.")
+    };
+    Ok(match spec {
+        "all" => vec![None],
+        "loopback" => vec![
+            Some((IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8)),
+            Some((IpAddr::V6(Ipv6Addr::LOCALHOST), 128)),
+        ],
+        _ => {
+            let (addr, bits) = match spec.split_once('/') {
+                Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| bad())?)),
+                None => (spec, None),
+            };
+            let addr: IpAddr = addr.parse().map_err(|_| bad())?;
+            let max = if addr.is_ipv4() { 32 } else { 128 };
+            let bits = bits.unwrap_or(max);
+            if bits > max {
+                return Err(bad());
+            }
+            vec![Some((addr, bits))]
+        }
+    })
+}
+
+impl AuthRule {
+    /// Whether the rule covers a client at `ip` logging in as `user`.
+    pub fn covers(&self, ip: std::net::IpAddr, user: &str) -> bool {
+        let ip = ip.to_canonical();
+        let in_range = |(net, bits): (std::net::IpAddr, u8)| match (net, ip) {
+            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        };
+        let address = address_range(&self.address)
+            .map(|ranges| ranges.into_iter().any(|r| r.is_none_or(in_range)))
+            .unwrap_or(false);
+        address && (self.user == "all" || self.user == user)
     }
 }
 
@@ -211,5 +363,49 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.checkpoint.s3["endpoint"], "http://127.0.0.1:9000");
+    }
+
+    #[test]
+    fn auth_rules_read_and_cover_addresses_and_users_as_pg_hba_does() {
+        let c: Config = toml::from_str(
+            "[[auth]]\naddress = \"10.0.0.0/8\"\nuser = \"app\"\nmethod = \"password\"\n\
+             [[auth]]\naddress = \"all\"\nmethod = \"reject\"",
+        )
+        .unwrap();
+        c.check().unwrap();
+        let rules = c.auth_rules();
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert!(rules[0].covers(ip("10.9.8.7"), "app"));
+        assert!(!rules[0].covers(ip("11.0.0.1"), "app"));
+        assert!(!rules[0].covers(ip("10.9.8.7"), "other"));
+        assert!(rules[0].covers(ip("::ffff:10.1.1.1"), "app"));
+        assert!(rules[1].covers(ip("fd00::1"), "anyone"));
+        assert_eq!(rules[1].method, AuthMethod::Reject);
+        // The default rules: loopback only.
+        let d = default_auth_rules();
+        assert!(d[0].covers(ip("127.0.0.1"), "weir") && d[0].while_passwordless);
+        assert!(!d[0].covers(ip("127.0.0.1"), "app"));
+        assert!(d[1].covers(ip("::1"), "app") && d[1].covers(ip("127.1.2.3"), "app"));
+        assert!(!d.iter().any(|r| r.covers(ip("192.168.1.2"), "weir")));
+        for bad in ["10.0.0.0/33", "::/129", "nowhere", "10.0.0/8"] {
+            let c = Config {
+                auth: vec![AuthRule {
+                    address: bad.into(),
+                    ..d[1].clone()
+                }],
+                ..Config::default()
+            };
+            assert!(c.check().is_err(), "{bad}");
+        }
+        assert!(
+            toml::from_str::<Config>("[[auth]]\naddress = \"all\"\nmethod = \"ident\"").is_err()
+        );
+        // The container's configuration admits every client with a password.
+        let docker: Config = toml::from_str(include_str!("../docker/weir.toml")).unwrap();
+        docker.check().unwrap();
+        assert!(docker.auth_rules()[0].covers(ip("203.0.113.9"), "app"));
+        assert_eq!(docker.auth_rules()[0].method, AuthMethod::ScramSha256);
+        let gone: Config = toml::from_str("trust_remote_clients = true").unwrap();
+        assert!(gone.check().unwrap_err().hint.unwrap().contains("[[auth]]"));
     }
 }

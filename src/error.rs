@@ -56,6 +56,16 @@ pub enum ErrorKind {
     /// A name that cannot be used as given (42602): a file sink's relative path, as
     /// PostgreSQL's COPY to a relative file.
     InvalidName,
+    /// A name set aside for the system (42939): roles named `pg_...`.
+    ReservedName,
+    /// A role of that name exists already (42710, PostgreSQL's `duplicate_object`).
+    DuplicateRole,
+    /// The session's role may not do what it asked (42501).
+    InsufficientPrivilege,
+    /// An object is in use and cannot be changed so (55006): the session's own role dropped.
+    ObjectInUse,
+    /// A statement that cannot run inside a transaction block (25001).
+    ActiveTransaction,
     /// A table's definition cannot be what the statement asks (a table fed by a database's
     /// changes without a primary key).
     InvalidTableDefinition,
@@ -70,6 +80,8 @@ pub enum ErrorKind {
     TooManyConnections,
     /// A client may not connect as it asked (no authentication admits it).
     InvalidAuthorization,
+    /// A client's proof of who it is (its password) failed (28P01).
+    InvalidPassword,
     /// A connection asked for a database other than Weir's one.
     UndefinedDatabase,
     /// A client's message could not be read as the protocol says it must be.

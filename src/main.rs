@@ -76,8 +76,8 @@ struct ServeArgs {
     /// TOML file with settings; flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Admit clients from other hosts without authentication (loopback only otherwise).
-    #[arg(long)]
+    /// Refused: clients authenticate by the config's `[[auth]]` rules.
+    #[arg(long, hide = true)]
     trust_remote_clients: bool,
     /// Parallel actors per keyed operator of a view (default: the number of cores).
     #[arg(long)]
@@ -123,6 +123,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
+            if let Some(hint) = &e.hint {
+                eprintln!("hint: {hint}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -152,9 +155,14 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
         }
     }
     if args.trust_remote_clients {
-        config.trust_remote_clients = true;
-        tracing::warn!("trusting every client without authentication, from any host");
+        return Err(weir::config::trust_remote_clients_gone());
     }
+    // The bootstrap superuser's password, for the first start: the environment's when the
+    // config file gives none.
+    if config.superuser_password.is_none() {
+        config.superuser_password = std::env::var("WEIR_SUPERUSER_PASSWORD").ok();
+    }
+    config.check()?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| {
@@ -180,9 +188,10 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
         ));
     }
     tracing::info!(
-        "weir is ready: connect with psql -h {} -p {} -d {}",
+        "weir is ready: connect with psql -h {} -p {} -U {} -d {}",
         addr.ip(),
         addr.port(),
+        weir::catalog::BOOTSTRAP_ROLE,
         weir::DATABASE_NAME
     );
     weir::server::serve(db, listener, shutdown_signal()).await;

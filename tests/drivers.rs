@@ -236,7 +236,7 @@ async fn binary_starts_serves_and_stops_on_sigterm() {
         .unwrap()
         .get(0);
     assert!(v.starts_with("PostgreSQL 15.18 (Weir "), "{v}");
-    // Any user name is trusted on loopback; a wrong database name is refused at startup.
+    // A wrong database name is refused at startup, before the user proves who it is.
     let wrong = format!(
         "host=127.0.0.1 port={} user=anyone dbname=other",
         server.addr.port()

@@ -1,5 +1,9 @@
-//! The catalog: tables, sources, materialized views and sinks, their columns and dependencies,
-//! persisted as one JSON file in the data directory (written atomically on every DDL).
+//! The catalog: tables, sources, materialized views, sinks and roles, their columns and
+//! dependencies, persisted as one JSON file in the data directory (written atomically on DDL).
+
+mod roles;
+
+pub use roles::{RoleDef, Verifier, BOOTSTRAP_OID, BOOTSTRAP_ROLE, SCRAM_ITERATIONS};
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -334,7 +338,8 @@ impl SourceDef {
 /// 2: a source's connector is its name and options (`Connector`), no longer a typed enum.
 /// 3: a view keeps its compiled plan (`ViewDef::plan`).
 /// 4: a table may be fed by a connector (`TableDef::connector`).
-pub const CATALOG_FORMAT: u32 = 4;
+/// 5: roles, with their passwords' verifiers (`roles`): a version before would drop them.
+pub const CATALOG_FORMAT: u32 = 5;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -356,6 +361,9 @@ struct Persisted {
     /// start this one once after a crash to settle them first.)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     uncommitted: BTreeMap<ObjectId, u64>,
+    /// The roles in creation order, the bootstrap superuser first (`Catalog::bootstrap_roles`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    roles: Vec<RoleDef>,
 }
 
 /// The transaction block a lookup is made for, whose own uncommitted objects it sees and whose
@@ -496,8 +504,7 @@ impl Catalog {
                     change_log_format: crate::changelog::FORMAT,
                     state_format: crate::state::FORMAT,
                     next_id: FIRST_USER_ID,
-                    objects: Vec::new(),
-                    uncommitted: BTreeMap::new(),
+                    ..Persisted::default()
                 },
                 true,
             ),

@@ -25,6 +25,7 @@ mod ddl;
 mod lock;
 mod query;
 mod recovery;
+mod roles;
 mod subscribe;
 mod system_tables;
 mod views;
@@ -223,6 +224,12 @@ impl Database {
         }
         let mut catalog = Catalog::load(&config.data_dir)?;
         recovery::finish_commits(&mut catalog, &tables_dir)?;
+        // The first start (or the first of a catalog from before roles) creates the bootstrap
+        // superuser; later ones keep the roles the catalog holds.
+        let password = (config.superuser_password.as_deref())
+            .map(crate::catalog::Verifier::of_password)
+            .transpose()?;
+        catalog.bootstrap_roles(password)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
         let in_checkpoint = recovery::usable_objects(&store, restored.as_ref(), &objects)?;
         let (barriers, events) = Coordinator::start(
@@ -372,6 +379,11 @@ impl Database {
 }
 
 impl Database {
+    /// The role `name`, as the catalog holds it now.
+    pub fn role(&self, name: &str) -> Option<crate::catalog::RoleDef> {
+        self.catalog().role(name).cloned()
+    }
+
     fn catalog(&self) -> std::sync::RwLockReadGuard<'_, Catalog> {
         self.catalog.read().unwrap_or_else(|p| p.into_inner())
     }

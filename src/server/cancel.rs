@@ -42,6 +42,13 @@ impl Cancels {
         }
     }
 
+    /// How many sessions the role `user` holds now.
+    pub(super) fn sessions_of(&self, user: &str) -> usize {
+        (self.backends.list().iter())
+            .filter(|b| b.start.user == user)
+            .count()
+    }
+
     pub(super) fn remove(&self, pid: i32) {
         self.keys
             .lock()

@@ -169,6 +169,7 @@ impl PgWireServerHandlers for Connection {
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
         Arc::new(Startup {
             admitted: self.permit.is_some(),
+            proof: Arc::default(),
             session: self.session.clone(),
             db: self.db.clone(),
             cancels: self.cancels.clone(),

@@ -4,6 +4,7 @@
 //! Invariant: this is the only module that imports `pgwire`, and the only one that knows
 //! SQLSTATE codes.
 
+mod auth;
 mod cancel;
 mod copy;
 mod copy_fields;

@@ -166,6 +166,11 @@ impl Session {
         output
     }
 
+    /// The role the session logged in as.
+    fn session_user(&self) -> String {
+        self.interrupts.backend.start.user.clone()
+    }
+
     async fn run(&mut self, parsed: &Parsed, params: Option<&ParamValues>) -> Result<Output> {
         if let Statement::Sql(stmt) = &parsed.statement {
             match stmt.as_ref() {
@@ -309,6 +314,16 @@ impl Session {
             Statement::ShowTables => self.db.show_names(Kind::Table, scope),
             Statement::ShowMaterializedViews => self.db.show_views(scope),
             Statement::ShowCreate(kind, name) => self.db.show_create(name, *kind, scope),
+            // Roles change outside transaction blocks only: a rolled back block could not
+            // take back a password its statement set.
+            Statement::Role(role) if block.is_some() => Err(Error::new(
+                crate::error::ErrorKind::ActiveTransaction,
+                format!("{} cannot run inside a transaction block", role.tag()),
+            )),
+            Statement::Role(role) => {
+                let actor = self.session_user();
+                self.db.role_statement(&actor, role).await
+            }
             Statement::ShowSources => self.db.show_names(Kind::Source, scope),
             Statement::ShowSinks => self.db.show_names(Kind::Sink, scope),
             Statement::CreateTable {
@@ -520,7 +535,7 @@ impl Session {
         let scope = self.scope();
         let stmt = match &parsed.statement {
             Statement::Sql(s) => s,
-            Statement::Flush => return Ok(none(None)),
+            Statement::Flush | Statement::Role(_) => return Ok(none(None)),
             Statement::Checkpoint { .. } => return Ok(none(Some(crate::db::checkpoint_schema()))),
             Statement::ShowCheckpoints => {
                 return Ok(none(rows_schema(self.db.show_checkpoints()?)))
@@ -631,6 +646,7 @@ fn writes(parsed: &Parsed) -> Option<&'static str> {
         Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop { .. } => "DROP",
+        Statement::Role(role) => role.tag(),
         Statement::Sql(stmt) => match stmt.as_ref() {
             Ast::Insert(_) => "INSERT",
             Ast::Update(_) => "UPDATE",

@@ -17,6 +17,7 @@ mod parser;
 mod pg_catalog;
 mod pg_compat;
 mod provider;
+mod roles;
 pub mod rows;
 mod rules;
 mod stream_plan;
@@ -51,6 +52,7 @@ pub use self::names::{
     UNNAMED,
 };
 pub use self::provider::{RelationRows, RelationTable};
+pub use self::roles::{RoleSpec, RoleStatement};
 pub use self::rules::type_integer_constants;
 
 /// PostgreSQL's catalog spellings rewritten before planning (`pg_catalog` and

@@ -199,10 +199,7 @@ impl WeirServer {
         let task = tokio::spawn(weir::server::serve(db, listener, async {
             let _ = stopped.await;
         }));
-        let conn = format!(
-            "host=127.0.0.1 port={} user=oracle dbname=weir",
-            addr.port()
-        );
+        let conn = format!("host=127.0.0.1 port={} user=weir dbname=weir", addr.port());
         let (client, connection) = tokio_postgres::connect(&conn, NoTls)
             .await
             .map_err(describe)?;

@@ -16,6 +16,7 @@ use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Toke
 use crate::error::{Error, Result};
 use crate::sql::dialect::WeirDialect;
 use crate::sql::extensions::{self, CreateSink, CreateView, Watermark};
+use crate::sql::roles;
 
 mod cursors;
 mod limits;
@@ -41,6 +42,8 @@ pub enum Statement {
     /// `SHOW CREATE TABLE | SOURCE | MATERIALIZED VIEW | SINK name`: the statement that
     /// creates the object.
     ShowCreate(crate::catalog::Kind, String),
+    /// `CREATE`, `ALTER` and `DROP` of a `ROLE` or `USER`.
+    Role(crate::sql::RoleStatement),
     ShowSources,
     ShowSinks,
     /// `CREATE TABLE`, with its watermark, and for a table fed by a connector its `FORMAT`
@@ -211,6 +214,19 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
         return Ok(Statement::CreateSink(Box::new(sink)));
     }
     let mut tokens = group.to_vec();
+    // A user is a role that may log in (`CREATE USER`), read as PostgreSQL's `ROLE`.
+    let user = matches!(lead.as_slice(), ["CREATE" | "ALTER" | "DROP", "USER", ..]);
+    if user {
+        if let Some(t) = tokens
+            .iter_mut()
+            .find(|t| matches!(&t.token, Token::Word(w) if w.value.eq_ignore_ascii_case("user")))
+        {
+            t.token = Token::make_keyword("ROLE");
+        }
+    }
+    if matches!(lead.as_slice(), ["CREATE" | "ALTER", "USER" | "ROLE", ..]) {
+        negative_limits(&mut tokens);
+    }
     // A source is declared as a table is: its columns, a watermark, WITH options.
     let source = lead.starts_with(&["CREATE", "SOURCE"]);
     if source {
@@ -259,8 +275,37 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
             view: Box::new(cv),
             emit_on_window_close,
         })),
+        ast::Statement::CreateRole(c) => Statement::Role(roles::create_role(&c, user)?),
+        ast::Statement::AlterRole { name, operation } => {
+            Statement::Role(roles::alter_role(&name, &operation)?)
+        }
+        ast::Statement::Drop {
+            object_type: ast::ObjectType::Role | ast::ObjectType::User,
+            names,
+            if_exists,
+            ..
+        } => Statement::Role(roles::drop_roles(&names, if_exists)?),
         stmt => Statement::Sql(Box::new(stmt)),
     })
+}
+
+/// `CONNECTION LIMIT -1` (no limit) as one number, which the parser reads only unsigned.
+fn negative_limits(tokens: &mut [TokenWithSpan]) {
+    let meaningful: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_)))
+        .collect();
+    for w in meaningful.windows(3) {
+        let limit =
+            matches!(&tokens[w[0]].token, Token::Word(k) if k.value.eq_ignore_ascii_case("limit"));
+        if !limit || tokens[w[1]].token != Token::Minus {
+            continue;
+        }
+        if let Token::Number(n, long) = &tokens[w[2]].token {
+            tokens[w[2]].token = Token::Number(format!("-{n}"), *long);
+            tokens[w[1]].token =
+                Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space);
+        }
+    }
 }
 
 /// A statement of standard SQL: Flink's window syntax read as the function, and the windows

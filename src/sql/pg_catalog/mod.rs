@@ -184,6 +184,8 @@ pub struct Relations {
     pub relations: Vec<Relation>,
     pub settings: HashMap<String, String>,
     pub backend: Option<Arc<Backend>>,
+    /// The roles (`pg_roles`), without their passwords' verifiers.
+    pub roles: Vec<crate::catalog::RoleDef>,
 }
 
 impl Relations {
@@ -230,10 +232,17 @@ impl Relations {
             };
             relations.push(relation);
         }
+        let roles = (catalog.roles().iter())
+            .map(|r| crate::catalog::RoleDef {
+                password: None,
+                ..r.clone()
+            })
+            .collect();
         Relations {
             relations,
             settings: (**settings).clone(),
             backend: settings.backend.clone(),
+            roles,
         }
     }
 

@@ -419,46 +419,60 @@ fn pg_database(_: &Relations) -> Result<RecordBatch> {
     )
 }
 
-fn pg_roles(_: &Relations) -> Result<RecordBatch> {
-    let row = vec![
-        t(ROLE_NAME),
-        B(true),
-        B(true),
-        B(true),
-        B(true),
-        B(true),
-        B(true),
-        I(-1),
-        t("********"),
-        N,
-        B(true),
-        N,
-        O(ROLE_OID),
-    ];
+/// The bootstrap superuser also has REPLICATION and BYPASSRLS, as PostgreSQL's has.
+fn bootstrap(r: &crate::catalog::RoleDef) -> bool {
+    r.oid == crate::catalog::BOOTSTRAP_OID
+}
+
+fn pg_roles(r: &Relations) -> Result<RecordBatch> {
+    let rows = (r.roles.iter())
+        .map(|role| {
+            vec![
+                t(role.name.clone()),
+                B(role.superuser),
+                B(true),
+                B(role.create_role),
+                B(role.create_db),
+                B(role.login),
+                B(bootstrap(role)),
+                I(i64::from(role.connection_limit)),
+                t("********"),
+                N,
+                B(bootstrap(role)),
+                N,
+                O(role.oid),
+            ]
+        })
+        .collect();
     table(
         "rolname:name rolsuper:bool rolinherit:bool rolcreaterole:bool rolcreatedb:bool \
          rolcanlogin:bool rolreplication:bool rolconnlimit:i4 rolpassword rolvaliduntil:timestamptz \
          rolbypassrls:bool rolconfig:text[] oid:oid",
-        vec![row],
+        rows,
     )
 }
 
-fn pg_user(_: &Relations) -> Result<RecordBatch> {
-    let row = vec![
-        t(ROLE_NAME),
-        O(ROLE_OID),
-        B(true),
-        B(true),
-        B(true),
-        B(true),
-        t("********"),
-        N,
-        N,
-    ];
+/// The roles that may log in.
+fn pg_user(r: &Relations) -> Result<RecordBatch> {
+    let rows = (r.roles.iter().filter(|role| role.login))
+        .map(|role| {
+            vec![
+                t(role.name.clone()),
+                O(role.oid),
+                B(role.create_db),
+                B(role.superuser),
+                B(bootstrap(role)),
+                B(bootstrap(role)),
+                t("********"),
+                N,
+                N,
+            ]
+        })
+        .collect();
     table(
         "usename:name usesysid:oid usecreatedb:bool usesuper:bool userepl:bool usebypassrls:bool \
          passwd valuntil:timestamptz useconfig:text[]",
-        vec![row],
+        rows,
     )
 }
 

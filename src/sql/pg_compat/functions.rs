@@ -284,7 +284,15 @@ fn over_relations(relations: &Arc<Relations>) -> Vec<CatalogFn> {
             as_oid(&v[0]).map(|oid| pg_catalog::format_type(oid, typmod)),
         ))
     };
+    let r = relations.clone();
+    let userbyid = move |v: &[ScalarValue]| -> DfResult<ScalarValue> {
+        Ok(text(as_oid(&v[0]).map(|oid| {
+            (r.roles.iter().find(|role| role.oid == oid))
+                .map_or_else(|| format!("unknown (OID={oid})"), |role| role.name.clone())
+        })))
+    };
     vec![
+        f("pg_get_userbyid", any(), 1..=1, to_text, userbyid).declared(NAME_OID),
         f("format_type", any(), 2..=2, to_text, format_type),
         f("pg_get_indexdef", any(), 1..=3, to_text, indexdef),
         f("pg_get_constraintdef", any(), 1..=2, to_text, constraintdef),
@@ -329,10 +337,6 @@ fn fixed() -> Vec<CatalogFn> {
                 )))
             },
         ),
-        f("pg_get_userbyid", any(), 1..=1, to_text, |_| {
-            Ok(text(Some(pg_catalog::ROLE_NAME.into())))
-        })
-        .declared(NAME_OID),
         f("pg_table_is_visible", any(), 1..=1, to_bool, visible),
         f("pg_type_is_visible", any(), 1..=1, to_bool, visible),
         f("pg_function_is_visible", any(), 1..=1, to_bool, visible),

@@ -592,13 +592,13 @@ async fn write_until_death(
     for mut model in run.models.drain(..) {
         model.foreign_ids = foreign_ids;
         let pg = connect(pg_conn).await?;
-        let weir = format!("host=127.0.0.1 port={} user=crash dbname=weir", server.port);
+        let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
         writers.push(tokio::spawn(write_until_failure(weir, pg, model)));
     }
     let blocks = run.blocks.take().ok_or("the block writer is missing")?;
     let transactor = {
         let pg = connect(pg_conn).await?;
-        let weir = format!("host=127.0.0.1 port={} user=crash dbname=weir", server.port);
+        let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
         tokio::spawn(transact_until_failure(weir, pg, blocks, foreign_ids))
     };
     let upstream = run.upstreams.write(pg_conn).await?;

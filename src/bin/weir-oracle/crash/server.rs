@@ -105,7 +105,7 @@ impl Launcher {
 }
 
 async fn answers(port: u16) -> bool {
-    let conn = format!("host=127.0.0.1 port={port} user=crash dbname=weir");
+    let conn = format!("host=127.0.0.1 port={port} user=weir dbname=weir");
     let session = async {
         let client = connect(&conn).await.ok()?;
         client.simple_query("SELECT 1").await.ok()
@@ -123,7 +123,7 @@ fn aborted(status: ExitStatus) -> bool {
 impl Server {
     pub(super) async fn connect(&self) -> Result<Client, String> {
         connect(&format!(
-            "host=127.0.0.1 port={} user=crash dbname=weir",
+            "host=127.0.0.1 port={} user=weir dbname=weir",
             self.port
         ))
         .await

@@ -1,0 +1,166 @@
+//! `CREATE`, `ALTER` and `DROP ROLE` (and `USER`): the catalog's roles changed as the
+//! session's own role may change them, as in PostgreSQL
+//! (`docs/design/0019-authentication.md`).
+
+use crate::catalog::{RoleDef, Verifier, BOOTSTRAP_ROLE};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sql::{RoleSpec, RoleStatement};
+
+use super::{Database, Output};
+
+/// Relations' and roles' OIDs start here (PostgreSQL's first OID for user objects).
+const FIRST_USER_OID: u32 = 16384;
+
+fn denied(message: String, detail: &str) -> Error {
+    Error::new(ErrorKind::InsufficientPrivilege, message).with_detail(detail)
+}
+
+fn undefined(name: &str) -> Error {
+    Error::new(
+        ErrorKind::UndefinedObject,
+        format!("role \"{name}\" does not exist"),
+    )
+}
+
+impl Database {
+    /// Runs a role statement as the session's role `actor`.
+    pub async fn role_statement(&self, actor: &str, statement: &RoleStatement) -> Result<Output> {
+        let _ddl = self.ddl.lock().await;
+        let actor = self.role(actor).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InsufficientPrivilege,
+                format!("the session's role \"{actor}\" no longer exists"),
+            )
+        })?;
+        match statement {
+            RoleStatement::Create {
+                name,
+                if_not_exists,
+                spec,
+            } => {
+                if self.role(name).is_some() {
+                    if *if_not_exists {
+                        return Ok(Output::command("CREATE ROLE"));
+                    }
+                    return Err(Error::new(
+                        ErrorKind::DuplicateRole,
+                        format!("role \"{name}\" already exists"),
+                    ));
+                }
+                may_change(&actor, None, spec, "create")?;
+                let id = self.catalog_mut().allocate_ids(1)[0];
+                let mut role = RoleDef::new(FIRST_USER_OID.wrapping_add(id), name, false);
+                apply(&mut role, spec)?;
+                self.catalog_mut().put_role(role)?;
+                Ok(Output::command("CREATE ROLE"))
+            }
+            RoleStatement::Alter { name, spec } => {
+                let mut role = self.role(name).ok_or_else(|| undefined(name))?;
+                let own_password = actor.name == *name
+                    && *spec
+                        == RoleSpec {
+                            password: spec.password.clone(),
+                            ..RoleSpec::default()
+                        };
+                if !own_password {
+                    may_change(&actor, Some(&role), spec, "alter")?;
+                }
+                apply(&mut role, spec)?;
+                if role.name == BOOTSTRAP_ROLE && !(role.superuser && role.login) {
+                    return Err(denied(
+                        format!("permission denied to alter role \"{name}\""),
+                        "The bootstrap superuser keeps SUPERUSER and LOGIN.",
+                    ));
+                }
+                self.catalog_mut().put_role(role)?;
+                Ok(Output::command("ALTER ROLE"))
+            }
+            RoleStatement::Drop { names, if_exists } => {
+                let mut dropped = Vec::new();
+                for name in names {
+                    let Some(role) = self.role(name) else {
+                        if *if_exists {
+                            continue;
+                        }
+                        return Err(undefined(name));
+                    };
+                    if role.name == actor.name {
+                        return Err(Error::new(
+                            ErrorKind::ObjectInUse,
+                            "current user cannot be dropped",
+                        ));
+                    }
+                    if role.name == BOOTSTRAP_ROLE {
+                        return Err(Error::new(
+                            ErrorKind::ObjectInUse,
+                            format!(
+                                "cannot drop role {name} because it is required by the \
+                                 database system"
+                            ),
+                        ));
+                    }
+                    may_change(&actor, Some(&role), &RoleSpec::default(), "drop")?;
+                    dropped.push(role.name);
+                }
+                for name in dropped {
+                    self.catalog_mut().remove_role(&name)?;
+                }
+                Ok(Output::command("DROP ROLE"))
+            }
+        }
+    }
+}
+
+/// Whether `actor` may create (`target` `None`), alter or drop a role, giving it `spec`'s
+/// attributes: a superuser may do anything; a role with CREATEROLE may do it to roles that
+/// are not superusers, and give no SUPERUSER.
+fn may_change(
+    actor: &RoleDef,
+    target: Option<&RoleDef>,
+    spec: &RoleSpec,
+    verb: &str,
+) -> Result<()> {
+    if actor.superuser {
+        return Ok(());
+    }
+    let superuser = spec.superuser == Some(true) || target.is_some_and(|t| t.superuser);
+    if superuser {
+        return Err(denied(
+            format!("permission denied to {verb} role"),
+            &format!("Only roles with the SUPERUSER attribute may {verb} roles with the SUPERUSER attribute."),
+        ));
+    }
+    if !actor.create_role {
+        return Err(denied(
+            format!("permission denied to {verb} role"),
+            &format!("Only roles with the CREATEROLE attribute may {verb} roles."),
+        ));
+    }
+    Ok(())
+}
+
+/// Gives `role` the attributes `spec` sets; a password becomes its verifier.
+fn apply(role: &mut RoleDef, spec: &RoleSpec) -> Result<()> {
+    let set = |field: &mut bool, value: Option<bool>| {
+        if let Some(v) = value {
+            *field = v;
+        }
+    };
+    set(&mut role.login, spec.login);
+    set(&mut role.superuser, spec.superuser);
+    set(&mut role.create_role, spec.create_role);
+    set(&mut role.create_db, spec.create_db);
+    if let Some(limit) = spec.connection_limit {
+        role.connection_limit = limit;
+    }
+    match &spec.password {
+        Some(Some(p)) if p.is_empty() => {
+            // PostgreSQL: an empty password is no password.
+            role.password = None;
+        }
+        Some(Some(p)) => role.password = Some(Verifier::of_statement(p)?),
+        Some(None) => role.password = None,
+        None => {}
+    }
+    Ok(())
+}

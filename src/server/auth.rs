@@ -1,0 +1,180 @@
+//! Who a connecting client is (`docs/design/0019-authentication.md`): the first of the
+//! config's rules that covers its address and user decides how it proves it — `trust`,
+//! SCRAM-SHA-256 (`md5` too, as in PostgreSQL, since passwords are kept as SCRAM verifiers), a
+//! clear-text password, or refusal — and the role must then be one that may log in.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use pgwire::api::auth::mechanism::{AuthMechanism, AuthMechanismFactory, AuthState};
+use pgwire::api::auth::sasl::scram::{ScramAuth, ScramSecret};
+use pgwire::api::auth::{AuthSource, LoginInfo, Password};
+use pgwire::api::ClientInfo;
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::startup::{Authentication, PasswordMessageFamily};
+
+use super::sqlstate::sqlstate;
+use crate::catalog::{RoleDef, Verifier};
+use crate::config::AuthMethod;
+use crate::db::Database;
+use crate::error::ErrorKind;
+
+pub(super) fn fatal(kind: ErrorKind, message: String) -> PgWireError {
+    PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
+        "FATAL".into(),
+        sqlstate(kind).into(),
+        message,
+    )))
+}
+
+/// PostgreSQL's answer to any failed proof, whatever failed: the reason is the server log's.
+pub(super) fn password_failed(user: &str) -> PgWireError {
+    fatal(
+        ErrorKind::InvalidPassword,
+        format!("password authentication failed for user \"{user}\""),
+    )
+}
+
+/// How a client at `ip` logging in as `user` must prove who it is.
+pub(super) enum Proof {
+    /// None: the role is admitted as it is.
+    Trusted,
+    /// The exchange a mechanism runs.
+    Exchange(Box<dyn AuthMechanism>),
+}
+
+/// The first rule of the server's that covers the client decides; none is PostgreSQL's
+/// `no pg_hba.conf entry` (28000).
+pub(super) fn proof(db: &Database, ip: IpAddr, user: &str) -> PgWireResult<Proof> {
+    let role = db.role(user);
+    let rules = db.config.auth_rules();
+    let rule = rules.iter().find(|r| {
+        r.covers(ip, user)
+            && !(r.while_passwordless && role.as_ref().is_some_and(|r| r.password.is_some()))
+    });
+    let Some(rule) = rule else {
+        return Err(fatal(
+            ErrorKind::InvalidAuthorization,
+            format!(
+                "no pg_hba.conf entry for host \"{ip}\", user \"{user}\", database \"{}\"",
+                crate::DATABASE_NAME
+            ),
+        ));
+    };
+    // A role that does not exist, or has no password, is checked against a verifier that no
+    // password matches, so that the exchange looks the same to the client.
+    let verifier = role
+        .and_then(|r| r.password)
+        .unwrap_or_else(|| unmatched_verifier(user));
+    Ok(match rule.method {
+        AuthMethod::Trust => Proof::Trusted,
+        AuthMethod::ScramSha256 | AuthMethod::Md5 => {
+            let source = Arc::new(KnownVerifier(verifier));
+            Proof::Exchange(ScramAuth::new(source).create())
+        }
+        AuthMethod::Password => Proof::Exchange(Box::new(ClearText(verifier))),
+        AuthMethod::Reject => {
+            return Err(fatal(
+                ErrorKind::InvalidAuthorization,
+                format!(
+                    "pg_hba.conf rejects connection for host \"{ip}\", user \"{user}\", \
+                     database \"{}\"",
+                    crate::DATABASE_NAME
+                ),
+            ))
+        }
+    })
+}
+
+/// After its proof: the role must exist and may log in (28000 otherwise).
+pub(super) fn admitted(db: &Database, user: &str) -> PgWireResult<RoleDef> {
+    let role = db.role(user).ok_or_else(|| {
+        fatal(
+            ErrorKind::InvalidAuthorization,
+            format!("role \"{user}\" does not exist"),
+        )
+    })?;
+    if !role.login {
+        return Err(fatal(
+            ErrorKind::InvalidAuthorization,
+            format!("role \"{user}\" is not permitted to log in"),
+        ));
+    }
+    Ok(role)
+}
+
+/// A verifier no password matches, the same for a user name every time (its salt is derived
+/// from the name and a key of this process's), as PostgreSQL's mock authentication.
+fn unmatched_verifier(user: &str) -> Verifier {
+    use ring::digest;
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    let key = KEY.get_or_init(|| {
+        let mut key = [0u8; 32];
+        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key);
+        key
+    });
+    let salt = digest::digest(&digest::SHA256, &[key.as_slice(), user.as_bytes()].concat());
+    let random = |n: u8| {
+        digest::digest(&digest::SHA256, &[key.as_slice(), &[n]].concat())
+            .as_ref()
+            .to_vec()
+    };
+    Verifier {
+        iterations: crate::catalog::SCRAM_ITERATIONS,
+        salt: salt.as_ref()[..16].to_vec(),
+        stored_key: random(1),
+        server_key: random(2),
+    }
+}
+
+/// The one verifier a connection's SCRAM exchange checks the client's proof against.
+#[derive(Debug)]
+struct KnownVerifier(Verifier);
+
+#[async_trait]
+impl AuthSource for KnownVerifier {
+    async fn get_password(&self, _: &LoginInfo) -> PgWireResult<Password> {
+        // Only the verifier is known: SCRAM never asks for the password itself.
+        Err(PgWireError::InvalidPassword(String::new()))
+    }
+
+    async fn get_scram_secret(&self, _: &LoginInfo) -> PgWireResult<(ScramSecret, Option<()>)> {
+        let v = &self.0;
+        Ok((
+            ScramSecret::Verifier {
+                salt: v.salt.clone(),
+                iterations: v.iterations as usize,
+                stored_key: v.stored_key.clone(),
+                server_key: v.server_key.clone(),
+            },
+            None,
+        ))
+    }
+}
+
+/// The `password` method: the client sends its password in clear text, which is checked
+/// against the verifier.
+struct ClearText(Verifier);
+
+#[async_trait]
+impl AuthMechanism for ClearText {
+    async fn begin(&mut self, _: &(dyn ClientInfo + Send + Sync)) -> PgWireResult<AuthState> {
+        Ok(AuthState::InProgress(Authentication::CleartextPassword))
+    }
+
+    async fn next(
+        &mut self,
+        _: &(dyn ClientInfo + Send + Sync),
+        message: PasswordMessageFamily,
+    ) -> PgWireResult<AuthState> {
+        let password = message.into_password()?.password;
+        Ok(match self.0.accepts(&password) {
+            true => AuthState::Ok {
+                final_message: None,
+                identity: None,
+            },
+            false => AuthState::Failed(PgWireError::InvalidPassword(String::new())),
+        })
+    }
+}
