@@ -224,17 +224,18 @@ impl super::Catalog {
     }
 
     /// A catalog without roles (new, or of a version before them) gets the bootstrap
-    /// superuser, with `password`'s verifier if one is given.
-    pub fn bootstrap_roles(&mut self, password: Option<Verifier>) -> Result<()> {
+    /// superuser, with `password`'s verifier if one is given; whether it had none.
+    pub(super) fn bootstrap_roles(&mut self, password: Option<Verifier>) -> bool {
         if !self.data.roles.is_empty() {
-            return Ok(());
+            return false;
         }
         let mut weir = RoleDef::new(BOOTSTRAP_OID, BOOTSTRAP_ROLE, true);
         weir.superuser = true;
         weir.create_role = true;
         weir.create_db = true;
         weir.password = password;
-        self.put_role(weir)
+        self.data.roles.push(weir);
+        true
     }
 }
 

@@ -222,14 +222,13 @@ impl Database {
             recovery::install_from_store(&config, &storage, &contents, m, &tables_dir).await?;
             recovery.from_store_alone = true;
         }
-        let mut catalog = Catalog::load(&config.data_dir)?;
-        recovery::finish_commits(&mut catalog, &tables_dir)?;
         // The first start (or the first of a catalog from before roles) creates the bootstrap
         // superuser; later ones keep the roles the catalog holds.
         let password = (config.superuser_password.as_deref())
             .map(crate::catalog::Verifier::of_password)
             .transpose()?;
-        catalog.bootstrap_roles(password)?;
+        let mut catalog = Catalog::open(&config.data_dir, password)?;
+        recovery::finish_commits(&mut catalog, &tables_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
         let in_checkpoint = recovery::usable_objects(&store, restored.as_ref(), &objects)?;
         let (barriers, events) = Coordinator::start(
