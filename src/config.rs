@@ -26,6 +26,8 @@ pub struct Config {
     /// Who may connect from where, and how (`[[auth]]`, pg_hba.conf's rules): the first rule
     /// whose address and user match decides. Without any, `default_auth_rules`.
     pub auth: Vec<AuthRule>,
+    /// TLS on the SQL port (`[tls]`): off unless a certificate and key are given.
+    pub tls: Option<TlsConfig>,
     /// Connections beyond this many are refused with SQLSTATE 53300.
     pub connections_max: usize,
     /// Statements longer than this are refused with SQLSTATE 54000.
@@ -161,6 +163,7 @@ impl Default for Config {
             trust_remote_clients: None,
             superuser_password: None,
             auth: Vec::new(),
+            tls: None,
             connections_max: 100,
             statement_bytes_max: 16 * 1024 * 1024,
             message_bytes_max: 64 * 1024 * 1024,
@@ -232,6 +235,20 @@ pub fn trust_remote_clients_gone() -> Error {
     )
 }
 
+/// TLS on the SQL port: the server's certificate chain and private key, as PEM files, read at
+/// start. Clients ask for it with an SSLRequest (`sslmode=require`) or open with TLS at once
+/// (PostgreSQL 17's `sslnegotiation=direct`, which must name the `postgresql` ALPN protocol).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Refuse clients that do not use TLS (28000, as PostgreSQL without a `host` rule for
+    /// them).
+    #[serde(default)]
+    pub require: bool,
+}
+
 /// A rule of who may connect (pg_hba.conf's lines).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -243,6 +260,10 @@ pub struct AuthRule {
     #[serde(default = "all")]
     pub user: String,
     pub method: AuthMethod,
+    /// `true`: it covers only connections over TLS (pg_hba.conf's `hostssl`); `false`: only
+    /// plaintext ones (`hostnossl`); unset: both (`host`).
+    #[serde(default)]
+    pub tls: Option<bool>,
     /// The rule covers its role only while the role has no password (the default rule that
     /// trusts the bootstrap superuser from loopback until a password is set for it).
     #[serde(skip)]
@@ -279,6 +300,7 @@ pub fn default_auth_rules() -> Vec<AuthRule> {
         address: "loopback".into(),
         user: user.into(),
         method,
+        tls: None,
         while_passwordless,
     };
     vec![
@@ -321,8 +343,11 @@ fn address_range(spec: &str) -> Result<Vec<Option<(std::net::IpAddr, u8)>>> {
 }
 
 impl AuthRule {
-    /// Whether the rule covers a client at `ip` logging in as `user`.
-    pub fn covers(&self, ip: std::net::IpAddr, user: &str) -> bool {
+    /// Whether the rule covers a client at `ip` logging in as `user`, over TLS or not.
+    pub fn covers(&self, ip: std::net::IpAddr, user: &str, tls: bool) -> bool {
+        if self.tls.is_some_and(|t| t != tls) {
+            return false;
+        }
         let ip = ip.to_canonical();
         let in_range = |(net, bits): (std::net::IpAddr, u8)| match (net, ip) {
             (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => {
@@ -375,18 +400,27 @@ mod tests {
         c.check().unwrap();
         let rules = c.auth_rules();
         let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
-        assert!(rules[0].covers(ip("10.9.8.7"), "app"));
-        assert!(!rules[0].covers(ip("11.0.0.1"), "app"));
-        assert!(!rules[0].covers(ip("10.9.8.7"), "other"));
-        assert!(rules[0].covers(ip("::ffff:10.1.1.1"), "app"));
-        assert!(rules[1].covers(ip("fd00::1"), "anyone"));
+        assert!(rules[0].covers(ip("10.9.8.7"), "app", false));
+        assert!(!rules[0].covers(ip("11.0.0.1"), "app", false));
+        assert!(!rules[0].covers(ip("10.9.8.7"), "other", false));
+        assert!(rules[0].covers(ip("::ffff:10.1.1.1"), "app", false));
+        assert!(rules[1].covers(ip("fd00::1"), "anyone", false));
         assert_eq!(rules[1].method, AuthMethod::Reject);
+        // hostssl and hostnossl.
+        let tls = |t| AuthRule {
+            tls: Some(t),
+            ..rules[1].clone()
+        };
+        assert!(tls(true).covers(ip("10.0.0.1"), "a", true));
+        assert!(!tls(true).covers(ip("10.0.0.1"), "a", false));
+        assert!(tls(false).covers(ip("10.0.0.1"), "a", false));
+        assert!(!tls(false).covers(ip("10.0.0.1"), "a", true));
         // The default rules: loopback only.
         let d = default_auth_rules();
-        assert!(d[0].covers(ip("127.0.0.1"), "weir") && d[0].while_passwordless);
-        assert!(!d[0].covers(ip("127.0.0.1"), "app"));
-        assert!(d[1].covers(ip("::1"), "app") && d[1].covers(ip("127.1.2.3"), "app"));
-        assert!(!d.iter().any(|r| r.covers(ip("192.168.1.2"), "weir")));
+        assert!(d[0].covers(ip("127.0.0.1"), "weir", false) && d[0].while_passwordless);
+        assert!(!d[0].covers(ip("127.0.0.1"), "app", false));
+        assert!(d[1].covers(ip("::1"), "app", false) && d[1].covers(ip("127.1.2.3"), "app", false));
+        assert!(!d.iter().any(|r| r.covers(ip("192.168.1.2"), "weir", false)));
         for bad in ["10.0.0.0/33", "::/129", "nowhere", "10.0.0/8"] {
             let c = Config {
                 auth: vec![AuthRule {
@@ -403,7 +437,7 @@ mod tests {
         // The container's configuration admits every client with a password.
         let docker: Config = toml::from_str(include_str!("../docker/weir.toml")).unwrap();
         docker.check().unwrap();
-        assert!(docker.auth_rules()[0].covers(ip("203.0.113.9"), "app"));
+        assert!(docker.auth_rules()[0].covers(ip("203.0.113.9"), "app", false));
         assert_eq!(docker.auth_rules()[0].method, AuthMethod::ScramSha256);
         let gone: Config = toml::from_str("trust_remote_clients = true").unwrap();
         assert!(gone.check().unwrap_err().hint.unwrap().contains("[[auth]]"));

@@ -163,6 +163,7 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
         config.superuser_password = std::env::var("WEIR_SUPERUSER_PASSWORD").ok();
     }
     config.check()?;
+    let tls = weir::server::Tls::load(config.tls.as_ref())?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| {
@@ -194,7 +195,7 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
         weir::catalog::BOOTSTRAP_ROLE,
         weir::DATABASE_NAME
     );
-    weir::server::serve(db, listener, shutdown_signal()).await;
+    weir::server::serve(db, listener, tls, shutdown_signal()).await;
     tracing::info!("weir shut down");
     Ok(())
 }

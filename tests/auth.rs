@@ -1,7 +1,8 @@
 //! Roles and authentication (`docs/design/0019-authentication.md`): SCRAM-SHA-256 against
 //! verifiers kept in the catalog, the bootstrap superuser trusted from loopback until it has
 //! a password, `[[auth]]` rules choosing the method by address and user as pg_hba.conf does,
-//! and each refusal with PostgreSQL's SQLSTATE.
+//! and each refusal with PostgreSQL's SQLSTATE; TLS asked for by SSLRequest or begun at once
+//! (PostgreSQL 17's direct negotiation), and required.
 
 mod common;
 
@@ -229,6 +230,7 @@ fn rule(address: &str, user: &str, method: AuthMethod) -> AuthRule {
         address: address.into(),
         user: user.into(),
         method,
+        tls: None,
         while_passwordless: false,
     }
 }
@@ -287,7 +289,7 @@ async fn rules_choose_each_client_s_method_by_address_and_user() {
     }
     assert_eq!(
         login(&server, "shut", Some("pw")).await.err().unwrap(),
-        "28000 pg_hba.conf rejects connection for host \"127.0.0.1\", user \"shut\", database \"weir\""
+        "28000 pg_hba.conf rejects connection for host \"127.0.0.1\", user \"shut\", database \"weir\", no encryption"
     );
     // No rule covers another user from 127.0.0.2.
     assert_eq!(
@@ -295,7 +297,7 @@ async fn rules_choose_each_client_s_method_by_address_and_user() {
             .await
             .err()
             .unwrap(),
-        "28000 no pg_hba.conf entry for host \"127.0.0.2\", user \"weir\", database \"weir\""
+        "28000 no pg_hba.conf entry for host \"127.0.0.2\", user \"weir\", database \"weir\", no encryption"
     );
 }
 
@@ -334,4 +336,200 @@ fn a_start_that_trusts_remote_clients_is_refused_with_the_rule_that_replaces_it(
         "{log}"
     );
     assert!(log.contains("method = \"scram-sha-256\""), "{log}");
+}
+
+/// A certificate authority (`ca.crt`) and a certificate it signed for `localhost` and
+/// 127.0.0.1 (`server.crt`, key `server.key`), as PEM files in `dir`; the CA's path first.
+fn certificate(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
+    let openssl = |args: String| {
+        let out = std::process::Command::new("openssl")
+            .current_dir(dir)
+            .args(args.split(' '))
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "{out:?}");
+    };
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    openssl(format!(
+        "req -x509 {key} -days 2 -subj /CN=weir-test-ca -keyout ca.key -out ca.crt"
+    ));
+    openssl(format!(
+        "req {key} -subj /CN=localhost -keyout server.key -out server.csr"
+    ));
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    openssl(
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile ext \
+         -out server.crt"
+            .into(),
+    );
+    ["ca.crt", "server.crt", "server.key"].map(|name| dir.join(name))
+}
+
+/// A TLS client trusting only `cert`, naming the `postgresql` ALPN protocol or none.
+fn tls_client(cert: &std::path::Path, alpn: bool) -> tokio_rustls::TlsConnector {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_file(cert).unwrap())
+        .unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    if alpn {
+        config.alpn_protocols = vec![b"postgresql".to_vec()];
+    }
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+}
+
+/// How a test client begins TLS.
+#[derive(Clone, Copy)]
+enum Negotiation {
+    /// An SSLRequest, then the handshake once the server says `S`.
+    Request,
+    /// The handshake at once (`sslnegotiation=direct`), with or without ALPN.
+    Direct { alpn: bool },
+}
+
+/// A connection over TLS as `user`, or the server's error as `SQLSTATE message`.
+async fn login_tls(
+    server: &TestServer,
+    cert: &std::path::Path,
+    negotiation: Negotiation,
+    user: &str,
+    password: &str,
+) -> Result<tokio_postgres::Client, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let alpn = match negotiation {
+        Negotiation::Request => {
+            tcp.write_all(&[0, 0, 0, 8, 4, 210, 22, 47]).await.unwrap();
+            assert_eq!(tcp.read_u8().await.unwrap(), b'S');
+            true
+        }
+        Negotiation::Direct { alpn } => alpn,
+    };
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let stream = tls_client(cert, alpn).connect(name, tcp).await.unwrap();
+    let mut config = tokio_postgres::Config::new();
+    config.user(user).password(password).dbname("weir");
+    match config.connect_raw(stream, tokio_postgres::NoTls).await {
+        Ok((client, connection)) => {
+            tokio::spawn(connection);
+            Ok(client)
+        }
+        Err(e) => Err(error(&e)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_begun_by_request_or_at_once_and_can_be_required() {
+    let certs = tempfile::tempdir().unwrap();
+    let [ca, cert, key] = certificate(certs.path());
+    let tls = |require| weir::config::TlsConfig {
+        cert: cert.clone(),
+        key: key.clone(),
+        require,
+    };
+    let server = TestServer::start_with(|c| {
+        c.tls = Some(tls(false));
+        // hostssl: `app` may log in over TLS only.
+        c.auth = vec![
+            rule("loopback", "weir", AuthMethod::Trust),
+            AuthRule {
+                tls: Some(true),
+                ..rule("loopback", "app", AuthMethod::Password)
+            },
+        ];
+    })
+    .await;
+    let weir = server.connect().await;
+    outcome(&weir, "CREATE ROLE app LOGIN PASSWORD 'pw'").await;
+    for negotiation in [Negotiation::Request, Negotiation::Direct { alpn: true }] {
+        let app = login_tls(&server, &ca, negotiation, "app", "pw")
+            .await
+            .unwrap();
+        assert_eq!(one(&app, "SELECT current_user").await, "app");
+    }
+    // Direct TLS must name the protocol, as PostgreSQL 17 requires.
+    assert_eq!(
+        login_tls(
+            &server,
+            &ca,
+            Negotiation::Direct { alpn: false },
+            "app",
+            "pw"
+        )
+        .await
+        .err()
+        .unwrap(),
+        "08P01 received direct SSL connection request without ALPN protocol negotiation extension"
+    );
+    // The hostssl rule does not cover a plaintext connection.
+    assert_eq!(
+        login(&server, "app", Some("pw")).await.err().unwrap(),
+        "28000 no pg_hba.conf entry for host \"127.0.0.1\", user \"app\", database \"weir\", \
+         no encryption"
+    );
+    // libpq checks the certificate against the host's name and the root it is given.
+    let conninfo = std::process::Command::new("psql")
+        .arg(format!(
+            "host=localhost port={} user=app dbname=weir sslmode=verify-full sslrootcert={}",
+            server.addr.port(),
+            ca.display()
+        ))
+        .args(["-X", "-c", "\\conninfo", "-c", "SELECT current_user"])
+        .env("PGPASSWORD", "pw")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&conninfo.stdout);
+    assert!(conninfo.status.success(), "{conninfo:?}");
+    assert!(out.contains("SSL connection (protocol: TLSv1.3"), "{out}");
+    // Bytes sent after the SSLRequest, before the handshake, end the connection.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        tcp.write_all(&[0, 0, 0, 8, 4, 210, 22, 47, 0, 0, 0, 8])
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"S");
+    }
+    drop((weir, server));
+
+    // Required: no plaintext client gets in, whatever the rules say.
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir, |c| c.tls = Some(tls(true))).await;
+    assert_eq!(
+        login(&server, "weir", None).await.err().unwrap(),
+        "28000 no pg_hba.conf entry for host \"127.0.0.1\", user \"weir\", database \"weir\", \
+         no encryption"
+    );
+    let weir = login_tls(&server, &ca, Negotiation::Request, "weir", "")
+        .await
+        .unwrap();
+    assert_eq!(one(&weir, "SELECT 1").await, "1");
+    drop(weir);
+
+    // A certificate that cannot be read stops the start, naming the file.
+    let missing = weir::config::TlsConfig {
+        cert: certs.path().join("none.crt"),
+        ..tls(false)
+    };
+    let e = weir::server::Tls::load(Some(&missing)).err().unwrap();
+    assert!(e.message.contains("none.crt"), "{}", e.message);
+    let swapped = weir::config::TlsConfig {
+        cert: key.clone(),
+        key: cert.clone(),
+        require: false,
+    };
+    assert!(weir::server::Tls::load(Some(&swapped)).is_err());
 }

@@ -45,20 +45,26 @@ pub(super) enum Proof {
 }
 
 /// The first rule of the server's that covers the client decides; none is PostgreSQL's
-/// `no pg_hba.conf entry` (28000).
-pub(super) fn proof(db: &Database, ip: IpAddr, user: &str) -> PgWireResult<Proof> {
+/// `no pg_hba.conf entry` (28000), as is a plaintext client when TLS is required.
+pub(super) fn proof(db: &Database, ip: IpAddr, user: &str, tls: bool) -> PgWireResult<Proof> {
     let role = db.role(user);
     let rules = db.config.auth_rules();
+    let tls_refused = !tls && db.config.tls.as_ref().is_some_and(|t| t.require);
     let rule = rules.iter().find(|r| {
-        r.covers(ip, user)
+        r.covers(ip, user, tls)
             && !(r.while_passwordless && role.as_ref().is_some_and(|r| r.password.is_some()))
     });
-    let Some(rule) = rule else {
+    let Some(rule) = rule.filter(|_| !tls_refused) else {
         return Err(fatal(
             ErrorKind::InvalidAuthorization,
             format!(
-                "no pg_hba.conf entry for host \"{ip}\", user \"{user}\", database \"{}\"",
-                crate::DATABASE_NAME
+                "no pg_hba.conf entry for host \"{ip}\", user \"{user}\", database \"{}\", {}",
+                crate::DATABASE_NAME,
+                if tls {
+                    "SSL encryption"
+                } else {
+                    "no encryption"
+                }
             ),
         ));
     };
@@ -79,8 +85,13 @@ pub(super) fn proof(db: &Database, ip: IpAddr, user: &str) -> PgWireResult<Proof
                 ErrorKind::InvalidAuthorization,
                 format!(
                     "pg_hba.conf rejects connection for host \"{ip}\", user \"{user}\", \
-                     database \"{}\"",
-                    crate::DATABASE_NAME
+                     database \"{}\", {}",
+                    crate::DATABASE_NAME,
+                    if tls {
+                        "SSL encryption"
+                    } else {
+                        "no encryption"
+                    }
                 ),
             ))
         }

@@ -84,6 +84,20 @@ impl<S> Checked<S> {
         }
     }
 
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// The stream, once every byte read from it has been handed on; `None` if some is still
+    /// held (a client that sent more after an SSLRequest, before TLS began).
+    pub fn into_inner(self) -> Option<S> {
+        self.pending.is_empty().then_some(self.inner)
+    }
+
     /// The length of the whole message at the front of what is not yet ready, once it has
     /// arrived and passed the checks.
     fn next_message(&mut self) -> Result<Option<usize>, Violation> {

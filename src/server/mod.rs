@@ -16,6 +16,7 @@ mod prepared;
 mod respond;
 mod sqlstate;
 mod startup;
+mod tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,9 +41,16 @@ pub use copy::{header as copy_header, lines as copy_lines};
 /// PostgreSQL's text format of a value, which a `postgres` sink COPYs into its target.
 pub use encode::text_value;
 pub use handler::Connection;
+pub use tls::Tls;
 
-/// Serves connections on `listener` until `shutdown` completes.
-pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+/// Serves connections on `listener` until `shutdown` completes, offering `tls` to clients
+/// that ask for it.
+pub async fn serve(
+    db: Arc<Database>,
+    listener: TcpListener,
+    tls: Option<Tls>,
+    shutdown: impl Future<Output = ()>,
+) {
     let permits = Arc::new(Semaphore::new(db.config.connections_max));
     let cancels = Arc::new(Cancels::default());
     tokio::pin!(shutdown);
@@ -85,8 +93,9 @@ pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Futu
             second_handle(&socket),
         ));
         let limit = db.config.message_bytes_max;
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let served = serve_socket(socket, handlers.clone(), limit).await;
+            let served = serve_socket(socket, handlers.clone(), limit, tls).await;
             handlers.close().await;
             if let Err(e) = served {
                 tracing::debug!(%peer, "connection ended with an error: {e}");
@@ -123,26 +132,26 @@ fn second_handle(socket: &tokio::net::TcpStream) -> Option<tokio::net::TcpStream
 /// How long a client has to finish its startup (PostgreSQL's `authentication_timeout`).
 const STARTUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Serves one client: refuses TLS and GSS encryption, then hands each message to the
-/// connection's handlers until the client leaves. Messages are read through
-/// [`framing::Checked`], so one longer than `limit` ends the connection with 54000 before its
-/// body is buffered; a message that cannot be decoded ends it with 08P01, as in PostgreSQL.
+/// Serves one client: begins TLS if it opens with a handshake or asks for it (and the server
+/// has it), refuses GSS encryption, then hands each message to the connection's handlers until
+/// the client leaves. Messages are read through [`framing::Checked`], so one longer than
+/// `limit` ends the connection with 54000 before its body is buffered; a message that cannot
+/// be decoded ends it with 08P01, as in PostgreSQL.
 async fn serve_socket(
     socket: TcpStream,
     handlers: Arc<Connection>,
     limit: usize,
+    tls: Option<Tls>,
 ) -> std::io::Result<()> {
-    let client = DefaultClient::new(socket.peer_addr()?, false);
-    let mut socket = Framed::new(
-        framing::Checked::new(socket, limit),
-        PgWireMessageServerCodec::new(client),
-    );
+    let deadline = crate::clock::monotonic() + STARTUP_TIMEOUT;
+    let Some(mut socket) = open(socket, limit, tls.as_ref(), deadline).await? else {
+        return Ok(());
+    };
     let startup = handlers.startup_handler();
     let queries = handlers.simple_query_handler();
     let extended = handlers.extended_query_handler();
     let copy = handlers.copy_handler();
     let cancel = handlers.cancel_handler();
-    let deadline = crate::clock::monotonic() + STARTUP_TIMEOUT;
     // While a COPY's data comes: the session's cancel signal, watched between messages.
     let mut copy_cancel = None;
     loop {
@@ -179,9 +188,10 @@ async fn serve_socket(
         };
         match message {
             PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::PostgresSsl(_)) => {
-                socket
-                    .send(PgWireBackendMessage::SslResponse(SslResponse::Refuse))
-                    .await?;
+                socket = match ssl_request(socket, tls.as_ref(), deadline).await? {
+                    Some(socket) => socket,
+                    None => return Ok(()),
+                };
             }
             PgWireFrontendMessage::SslNegotiation(SslNegotiationMetaMessage::PostgresGss(_)) => {
                 socket
@@ -240,7 +250,120 @@ enum Waited {
     CopyCancelled,
 }
 
-type Socket<S> = Framed<framing::Checked<TcpStream>, PgWireMessageServerCodec<S>>;
+type Socket<S> = Framed<framing::Checked<tls::Stream>, PgWireMessageServerCodec<S>>;
+
+/// The client's connection, under TLS at once if it opens with a handshake (PostgreSQL 17's
+/// direct negotiation) and the server has TLS; `None` once it has ended.
+async fn open<S>(
+    socket: TcpStream,
+    limit: usize,
+    tls: Option<&Tls>,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<Option<Socket<S>>> {
+    let client = DefaultClient::new(socket.peer_addr()?, false);
+    let direct = match tls {
+        Some(_) => match tokio::time::timeout_at(deadline, tls::opens_with_tls(&socket)).await {
+            Ok(Ok(Some(direct))) => direct,
+            _ => return Ok(None),
+        },
+        None => false,
+    };
+    let socket = Framed::new(
+        framing::Checked::new(tls::Stream::Plain(socket), limit),
+        PgWireMessageServerCodec::new(client),
+    );
+    let (true, Some(tls)) = (direct, tls) else {
+        return Ok(Some(socket));
+    };
+    let Some(mut socket) = begin_tls(socket, tls, deadline).await? else {
+        return Ok(None);
+    };
+    if !socket.get_ref().get_ref().named_postgresql() {
+        fatal(
+            &mut socket,
+            crate::error::ErrorKind::ProtocolViolation,
+            "received direct SSL connection request without ALPN protocol negotiation extension"
+                .into(),
+        )
+        .await?;
+        return Ok(None);
+    }
+    Ok(Some(socket))
+}
+
+/// Answers an SSLRequest: `N` without TLS, else `S` and the handshake; one over TLS already
+/// ends the connection (08P01). `None` once the connection has ended.
+async fn ssl_request<S>(
+    mut socket: Socket<S>,
+    tls: Option<&Tls>,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<Option<Socket<S>>> {
+    if socket.get_ref().get_ref().is_tls() {
+        let message = "SSLRequest over an encrypted connection".to_string();
+        fatal(
+            &mut socket,
+            crate::error::ErrorKind::ProtocolViolation,
+            message,
+        )
+        .await?;
+        return Ok(None);
+    }
+    let Some(tls) = tls else {
+        socket
+            .send(PgWireBackendMessage::SslResponse(SslResponse::Refuse))
+            .await?;
+        return Ok(Some(socket));
+    };
+    socket
+        .send(PgWireBackendMessage::SslResponse(SslResponse::Accept))
+        .await?;
+    begin_tls(socket, tls, deadline).await
+}
+
+/// The client's connection under TLS, its handshake done, awaiting the startup message;
+/// `None` when the handshake failed or did not end by `deadline`, or the client sent more
+/// after its SSLRequest before TLS began (which PostgreSQL refuses too: an attacker in the
+/// middle could have put it there).
+async fn begin_tls<S>(
+    socket: Socket<S>,
+    tls: &Tls,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<Option<Socket<S>>> {
+    let parts = socket.into_parts();
+    if !parts.read_buf.is_empty() {
+        return Ok(None);
+    }
+    let limit = parts.io.limit();
+    let Some(tls::Stream::Plain(tcp)) = parts.io.into_inner() else {
+        return Ok(None);
+    };
+    let stream = match tokio::time::timeout_at(deadline, tls.accept(tcp)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::debug!("TLS handshake failed: {e}");
+            return Ok(None);
+        }
+        Err(_) => return Ok(None),
+    };
+    let mut codec = parts.codec;
+    codec.client_info.is_secure = true;
+    let mut socket = Framed::new(framing::Checked::new(stream, limit), codec);
+    socket.set_state(PgWireConnectionState::AwaitingStartup);
+    Ok(Some(socket))
+}
+
+/// Ends the connection with a FATAL error of `kind`.
+async fn fatal<S>(
+    socket: &mut Socket<S>,
+    kind: crate::error::ErrorKind,
+    message: String,
+) -> std::io::Result<()> {
+    let info = ErrorInfo::new("FATAL".into(), sqlstate::sqlstate(kind).into(), message);
+    socket
+        .send(PgWireBackendMessage::ErrorResponse(info.into()))
+        .await?;
+    socket.close().await
+}
 
 /// Waits for the client's next message, the session's end, or a cancel of its COPY.
 async fn wait<S>(
@@ -306,26 +429,21 @@ async fn terminate<S>(socket: &mut Socket<S>, handlers: &Connection) -> std::io:
 }
 
 /// Answers a message that could not be read with a FATAL error, and ends the connection.
-async fn refuse<S>(
-    socket: &mut Framed<framing::Checked<TcpStream>, PgWireMessageServerCodec<S>>,
-    error: PgWireError,
-) -> std::io::Result<()> {
-    let violation = sqlstate::sqlstate(crate::error::ErrorKind::ProtocolViolation);
-    let (code, message) = match &error {
+async fn refuse<S>(socket: &mut Socket<S>, error: PgWireError) -> std::io::Result<()> {
+    use crate::error::ErrorKind;
+    let (kind, message) = match &error {
         PgWireError::IoError(e) => match e.get_ref().and_then(|e| e.downcast_ref()) {
-            Some(v @ framing::Violation::TooLong { .. }) => (
-                sqlstate::sqlstate(crate::error::ErrorKind::ProgramLimitExceeded),
-                v.to_string(),
-            ),
-            Some(v) => (violation, v.to_string()),
+            Some(v @ framing::Violation::TooLong { .. }) => {
+                (ErrorKind::ProgramLimitExceeded, v.to_string())
+            }
+            Some(v) => (ErrorKind::ProtocolViolation, v.to_string()),
             // The connection itself failed: nobody to answer.
             None => return Ok(()),
         },
-        e => (violation, format!("invalid message: {e}")),
+        e => (
+            ErrorKind::ProtocolViolation,
+            format!("invalid message: {e}"),
+        ),
     };
-    let info = ErrorInfo::new("FATAL".into(), code.into(), message);
-    socket
-        .send(PgWireBackendMessage::ErrorResponse(info.into()))
-        .await?;
-    socket.close().await
+    fatal(socket, kind, message).await
 }

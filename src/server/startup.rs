@@ -58,7 +58,12 @@ impl StartupHandler for Startup {
                 save_startup_parameters_to_metadata(client, startup);
                 self.check_startup(client)?;
                 let user = user_of(client);
-                let mut proof = match auth::proof(&self.db, client.socket_addr().ip(), &user)? {
+                let mut proof = match auth::proof(
+                    &self.db,
+                    client.socket_addr().ip(),
+                    &user,
+                    client.is_secure(),
+                )? {
                     auth::Proof::Trusted => return self.start(client, &user).await,
                     auth::Proof::Exchange(mechanism) => mechanism,
                 };

@@ -39,9 +39,10 @@ impl TestServer {
         adjust(&mut config);
         let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let tls = weir::server::Tls::load(config.tls.as_ref()).expect("TLS certificate");
         let db: Arc<Database> = Database::open(config).await.expect("open database");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(weir::server::serve(db.clone(), listener, async {
+        let task = tokio::spawn(weir::server::serve(db.clone(), listener, tls, async {
             let _ = rx.await;
         }));
         TestServer {

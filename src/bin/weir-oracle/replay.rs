@@ -196,7 +196,7 @@ impl WeirServer {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let db: Arc<Database> = Database::open(config).await.map_err(|e| e.to_string())?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(weir::server::serve(db, listener, async {
+        let task = tokio::spawn(weir::server::serve(db, listener, None, async {
             let _ = stopped.await;
         }));
         let conn = format!("host=127.0.0.1 port={} user=weir dbname=weir", addr.port());
