@@ -26,6 +26,9 @@ pub struct Config {
     /// Who may connect from where, and how (`[[auth]]`, pg_hba.conf's rules): the first rule
     /// whose address and user match decides. Without any, `default_auth_rules`.
     pub auth: Vec<AuthRule>,
+    /// The directories `file` sources and sinks may use, for every role; without any, only
+    /// superusers may name the server's files (`connector/paths.rs`).
+    pub allowed_paths: Vec<PathBuf>,
     /// TLS on the SQL port (`[tls]`): off unless a certificate and key are given.
     pub tls: Option<TlsConfig>,
     /// Connections beyond this many are refused with SQLSTATE 53300.
@@ -164,6 +167,7 @@ impl Default for Config {
             superuser_password: None,
             auth: Vec::new(),
             tls: None,
+            allowed_paths: Vec::new(),
             connections_max: 100,
             statement_bytes_max: 16 * 1024 * 1024,
             message_bytes_max: 64 * 1024 * 1024,

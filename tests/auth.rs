@@ -533,3 +533,88 @@ async fn tls_is_begun_by_request_or_at_once_and_can_be_required() {
     };
     assert!(weir::server::Tls::load(Some(&swapped)).is_err());
 }
+
+/// The server's files: without `allowed_paths` only superusers name them (as PostgreSQL lets
+/// only superusers COPY from them); with it, every role is confined to its directories, links
+/// followed and `..` refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_s_files_are_for_superusers_or_under_allowed_paths() {
+    let files = tempfile::tempdir().unwrap();
+    let allowed = files.path().join("allowed");
+    let elsewhere = files.path().join("elsewhere");
+    std::fs::create_dir_all(&allowed).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(allowed.join("a.csv"), "1\n").unwrap();
+    std::fs::write(elsewhere.join("b.csv"), "2\n").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, allowed.join("out")).unwrap();
+    let source = |name: &str, path: &std::path::Path| {
+        format!(
+            "CREATE SOURCE {name} (a int) WITH (connector = 'file', path = '{}') \
+             FORMAT PLAIN ENCODE CSV",
+            path.display()
+        )
+    };
+    let sink = |name: &str, path: &std::path::Path| {
+        format!(
+            "CREATE SINK {name} AS SELECT * FROM t WITH (connector = 'file', path = '{}', \
+             force_append_only = 'true') FORMAT PLAIN ENCODE CSV",
+            path.display()
+        )
+    };
+
+    let server = TestServer::start().await;
+    let weir = server.connect().await;
+    outcome(&weir, "CREATE ROLE app LOGIN PASSWORD 'pw'").await;
+    let app = login(&server, "app", Some("pw")).await.unwrap();
+    assert_eq!(outcome(&weir, &source("s1", &elsewhere)).await, "ok");
+    assert_eq!(
+        outcome(&app, &source("s2", &allowed)).await,
+        format!(
+            "42501 permission denied to use the server's file \"{}\"",
+            allowed.display()
+        )
+    );
+    drop((app, weir, server));
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir, |c| c.allowed_paths = vec![allowed.clone()]).await;
+    let weir = server.connect().await;
+    outcome(&weir, "CREATE TABLE t (a int)").await;
+    outcome(&weir, "CREATE ROLE app LOGIN PASSWORD 'pw'").await;
+    let app = login(&server, "app", Some("pw")).await.unwrap();
+    assert_eq!(outcome(&app, &source("s1", &allowed)).await, "ok");
+    assert_eq!(
+        outcome(&weir, &sink("k1", &allowed.join("out-dir"))).await,
+        "ok"
+    );
+    let outside = |path: &std::path::Path| {
+        format!(
+            "42501 permission denied for path \"{}\": it is outside the directories of \
+             allowed_paths",
+            path.display()
+        )
+    };
+    // A superuser is confined too.
+    for (sql, expected) in [
+        (source("s2", &elsewhere), outside(&elsewhere)),
+        (
+            source("s3", &allowed.join("out")),
+            outside(&allowed.join("out")),
+        ),
+        (sink("k2", &elsewhere), outside(&elsewhere)),
+        (
+            source("s4", &allowed.join("../elsewhere")),
+            format!(
+                "42501 permission denied for path \"{}\": it must not contain \"..\"",
+                allowed.join("../elsewhere").display()
+            ),
+        ),
+    ] {
+        assert_eq!(outcome(&weir, &sql).await, expected, "{sql}");
+        assert_eq!(outcome(&app, &sql).await, expected, "{sql}");
+    }
+    assert_eq!(
+        one(&weir, "SELECT count(*) FROM weir_catalog.sources").await,
+        "1"
+    );
+}

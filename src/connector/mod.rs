@@ -6,8 +6,27 @@
 
 mod objects;
 mod options;
+mod paths;
 mod postgres;
 pub mod sink;
 pub mod source;
 
 pub use self::options::Options;
+pub use self::paths::FileAccess;
+
+/// Checks that `access` lets its role use the server's files a new source's, table's
+/// (`sink == false`) or sink's connector names (42501: `connector/paths.rs`).
+pub fn check_server_files(
+    connector: &crate::catalog::Connector,
+    sink: bool,
+    access: &FileAccess<'_>,
+) -> crate::error::Result<()> {
+    let path = match sink {
+        true => self::sink::connector(&connector.name)?.server_path(&connector.options),
+        false => self::source::connector(&connector.name)?.server_path(&connector.options),
+    };
+    match path {
+        Some(path) => paths::check(path, access),
+        None => Ok(()),
+    }
+}

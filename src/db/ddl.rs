@@ -93,12 +93,13 @@ impl Database {
         Ok(())
     }
 
+    /// `CREATE TABLE`, by role `actor`.
     pub async fn create_table(
         &self,
         ct: &ast::CreateTable,
         clauses: (Option<&Watermark>, Option<&Format>, &[Include]),
         from: Option<&FromSource>,
-        text: &str,
+        (text, actor): (&str, &str),
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
@@ -110,6 +111,9 @@ impl Database {
         self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
         let mut def = sql::create_table(ct, clauses, id)?;
+        if let Some(c) = &def.connector {
+            self.check_server_files(c, false, self.is_superuser(actor))?;
+        }
         def.create_sql = Some(text.to_string());
         if let Some(from) = from {
             self.read_from_source(&mut def, from, scope).await?;
@@ -340,11 +344,12 @@ impl Database {
         }
     }
 
+    /// `CREATE SOURCE`, by role `actor`.
     pub async fn create_source(
         &self,
         ct: &ast::CreateTable,
         clauses: (Option<&Watermark>, Option<&Format>, &[Include]),
-        text: &str,
+        (text, actor): (&str, &str),
         block: Option<&mut Block>,
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
@@ -356,6 +361,7 @@ impl Database {
         self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
         let mut def = sql::create_source(ct, clauses, id)?;
+        self.check_server_files(&def.connector, false, self.is_superuser(actor))?;
         def.create_sql = Some(text.to_string());
         self.start_source(def.clone(), FeedPosition::default())
             .await?;

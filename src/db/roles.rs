@@ -23,6 +23,26 @@ fn undefined(name: &str) -> Error {
 }
 
 impl Database {
+    /// Whether role `name` is a superuser (false for a role that no longer exists).
+    pub(super) fn is_superuser(&self, name: &str) -> bool {
+        self.catalog().role(name).is_some_and(|r| r.superuser)
+    }
+
+    /// Whether a role (a superuser or not) may use the server's files a new source's, table's
+    /// or sink's connector names (`allowed_paths`; 42501 otherwise).
+    pub(super) fn check_server_files(
+        &self,
+        connector: &crate::catalog::Connector,
+        sink: bool,
+        superuser: bool,
+    ) -> Result<()> {
+        let access = crate::connector::FileAccess {
+            allowed: &self.config.allowed_paths,
+            superuser,
+        };
+        crate::connector::check_server_files(connector, sink, &access)
+    }
+
     /// Runs a role statement as the session's role `actor`.
     pub async fn role_statement(&self, actor: &str, statement: &RoleStatement) -> Result<Output> {
         let _ddl = self.ddl.lock().await;

@@ -327,7 +327,7 @@ impl Database {
     pub async fn create_sink(
         &self,
         sink: &CreateSink,
-        settings: &Settings,
+        (settings, actor): (&Settings, &str),
         block: Option<&mut Block>,
         stop: impl std::future::Future<Output = Error> + Send,
     ) -> Result<Output> {
@@ -359,7 +359,7 @@ impl Database {
             columns: &[],
             query: &sink.query,
             emit_on_window_close,
-            sink: Some((connector, pairs)),
+            sink: Some((connector, pairs, self.is_superuser(actor))),
         };
         self.create_view_or_sink(new, settings, block, stop).await
     }
@@ -394,7 +394,7 @@ impl Database {
         }
         check_unique_names(&plan.schema)?;
         let sink_to = match &cv.sink {
-            Some((connector, pairs)) => {
+            Some((connector, pairs, superuser)) => {
                 let shape = crate::connector::sink::Shape {
                     schema: &plan.schema,
                     key: plan.key.as_deref(),
@@ -406,6 +406,7 @@ impl Database {
                     pairs.clone(),
                     &shape,
                 )?;
+                self.check_server_files(&c, true, *superuser)?;
                 Some(c)
             }
             None => None,
@@ -531,8 +532,9 @@ struct NewView<'a> {
     sink: Option<NewSink>,
 }
 
-/// A sink's connector name and options (the FORMAT clause's as `format` and `encode`).
-type NewSink = (Option<String>, Vec<(String, String)>);
+/// A sink's connector name and options (the FORMAT clause's as `format` and `encode`), and
+/// whether the role creating it is a superuser (`connector::FileAccess`).
+type NewSink = (Option<String>, Vec<(String, String)>, bool);
 
 /// The query a catalog of format 2 or before keeps as a view's definition.
 fn stored_query(text: &str) -> Result<ast::Query> {

@@ -303,6 +303,7 @@ impl Session {
         params: Option<&ParamValues>,
     ) -> Result<Output> {
         let scope = self.scope();
+        let actor = self.session_user();
         let block = match &mut self.transaction {
             Transaction::Open(b) => Some(b),
             _ => None,
@@ -320,10 +321,7 @@ impl Session {
                 crate::error::ErrorKind::ActiveTransaction,
                 format!("{} cannot run inside a transaction block", role.tag()),
             )),
-            Statement::Role(role) => {
-                let actor = self.session_user();
-                self.db.role_statement(&actor, role).await
-            }
+            Statement::Role(role) => self.db.role_statement(&actor, role).await,
             Statement::ShowSources => self.db.show_names(Kind::Source, scope),
             Statement::ShowSinks => self.db.show_names(Kind::Sink, scope),
             Statement::CreateTable {
@@ -335,7 +333,7 @@ impl Session {
             } => {
                 let clauses = (watermark.as_deref(), format.as_ref(), include.as_slice());
                 self.db
-                    .create_table(table, clauses, from.as_ref(), &parsed.text, block)
+                    .create_table(table, clauses, from.as_ref(), (&parsed.text, &actor), block)
                     .await
             }
             Statement::CreateSource {
@@ -346,7 +344,7 @@ impl Session {
             } => {
                 let clauses = (watermark.as_deref(), format.as_ref(), include.as_slice());
                 (self.db)
-                    .create_source(table, clauses, &parsed.text, block)
+                    .create_source(table, clauses, (&parsed.text, &actor), block)
                     .await
             }
             Statement::CreateView(cv) => {
@@ -357,7 +355,9 @@ impl Session {
             Statement::CreateSink(sink) => {
                 crate::sql::check_supported(sink.query.as_ref())?;
                 let stop = Stops::new(&self.settings, &self.interrupts)?.stopped();
-                self.db.create_sink(sink, &self.settings, block, stop).await
+                (self.db)
+                    .create_sink(sink, (&self.settings, &actor), block, stop)
+                    .await
             }
             Statement::Drop {
                 kind,

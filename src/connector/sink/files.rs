@@ -251,6 +251,10 @@ impl super::Connector for FileSink {
         Some(Format::Plain)
     }
 
+    fn server_path<'a>(&self, kept: &'a BTreeMap<String, String>) -> Option<&'a str> {
+        (self.0 == "file").then(|| kept.get("path").map(String::as_str))?
+    }
+
     fn create(
         &self,
         name: &str,

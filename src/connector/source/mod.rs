@@ -82,6 +82,11 @@ pub trait Connector: Send + Sync {
         keep: Option<Keep<'_>>,
     ) -> Result<Box<dyn Reader>>;
 
+    /// The path on the server's file system the kept options name, if they name one.
+    fn server_path<'a>(&self, _kept: &'a BTreeMap<String, String>) -> Option<&'a str> {
+        None
+    }
+
     /// Removes what source `id` kept in `dir` (it was dropped).
     fn forget(&self, _dir: &Path, _id: ObjectId) -> Result<()> {
         Ok(())

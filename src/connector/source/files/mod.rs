@@ -220,6 +220,10 @@ impl super::Connector for Files {
     fn forget(&self, dir: &Path, id: ObjectId) -> Result<()> {
         FileLedger::remove(dir, id)
     }
+
+    fn server_path<'a>(&self, kept: &'a BTreeMap<String, String>) -> Option<&'a str> {
+        kept.get("path").map(String::as_str)
+    }
 }
 
 impl super::Connector for S3 {
