@@ -6,21 +6,39 @@
 //! - `GET /api/v1/checkpoints`: the checkpoints, newest first, as JSON.
 //! - `GET /metrics`: Prometheus' text format.
 //!
-//! One request per connection; HTTP/1.1 with `Connection: close`.
+//! One request per connection; HTTP/1.1 with `Connection: close`, or HTTPS with the SQL port's
+//! certificate when the config has `[tls]` (plain HTTP is then refused if TLS is required).
+//!
+//! Every request proves who sends it (`docs/design/0019-authentication.md`): the config's
+//! `admin_token` as `Authorization: Bearer ...` may do everything, its `admin_read_token` may
+//! read (GET); `Authorization: Basic` with a role's name and password, checked as the SQL
+//! port's `[[auth]]` rules would check that role from that address, may do everything for a
+//! superuser and read for another role. A request without credentials is the bootstrap
+//! superuser's, admitted only where the rules trust it without a password (the default:
+//! loopback, while it has none). Otherwise 401; a reader asking to change something, 403.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use base64::Engine;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::checkpoint::Kind;
+use crate::config::AuthMethod;
 use crate::db::Database;
+use crate::server::Tls;
 
 /// Request heads longer than this are refused.
 const HEAD_BYTES_MAX: usize = 16 * 1024;
 
-pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+pub async fn serve(
+    db: Arc<Database>,
+    listener: TcpListener,
+    tls: Option<Tls>,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -28,10 +46,11 @@ pub async fn serve(db: Arc<Database>, listener: TcpListener, shutdown: impl Futu
             a = listener.accept() => a,
         };
         match accepted {
-            Ok((socket, _)) => {
+            Ok((socket, peer)) => {
                 let db = db.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = handle(db, socket).await {
+                    if let Err(e) = accept(db, socket, peer.ip(), tls).await {
                         tracing::debug!("admin request failed: {e}");
                     }
                 });
@@ -64,33 +83,94 @@ impl Response {
     }
 }
 
-async fn handle(db: Arc<Database>, mut socket: TcpStream) -> std::io::Result<()> {
+/// How long a client has to send its request head.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serves one connection, over TLS if it opens with a handshake and the server has TLS.
+async fn accept(
+    db: Arc<Database>,
+    socket: TcpStream,
+    peer: IpAddr,
+    tls: Option<Tls>,
+) -> std::io::Result<()> {
+    let deadline = crate::clock::monotonic() + REQUEST_TIMEOUT;
+    let Some(tls) = tls else {
+        let request = Request { peer, tls: false };
+        return handle(&db, socket, request, deadline).await;
+    };
+    let opens = tokio::time::timeout_at(deadline, crate::server::opens_with_tls(&socket)).await;
+    match opens {
+        Ok(Ok(Some(true))) => {
+            let Ok(Ok(stream)) = tokio::time::timeout_at(deadline, tls.accept_http(socket)).await
+            else {
+                return Ok(());
+            };
+            handle(&db, stream, Request { peer, tls: true }, deadline).await
+        }
+        Ok(Ok(Some(false))) if tls.required() => {
+            let refused = Response::error(403, "TLS is required: use https");
+            respond(socket, refused).await
+        }
+        Ok(Ok(Some(false))) => handle(&db, socket, Request { peer, tls: false }, deadline).await,
+        _ => Ok(()),
+    }
+}
+
+/// Where a request comes from.
+#[derive(Clone, Copy)]
+struct Request {
+    peer: IpAddr,
+    tls: bool,
+}
+
+async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
+    db: &Database,
+    mut socket: S,
+    request: Request,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
     let response = loop {
-        let n = socket.read(&mut buf).await?;
+        let n = match tokio::time::timeout_at(deadline, socket.read(&mut buf)).await {
+            Ok(read) => read?,
+            Err(_) => return Ok(()),
+        };
         if n == 0 {
             return Ok(());
         }
         head.extend_from_slice(&buf[..n]);
         if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
             head.truncate(end);
-            break route(&db, &String::from_utf8_lossy(&head)).await;
+            let head = String::from_utf8_lossy(&head);
+            let access = access(db, &head, request);
+            break route(db, &head, access).await;
         }
         if head.len() > HEAD_BYTES_MAX {
             break Response::error(431, "request head too large");
         }
     };
+    respond(socket, response).await
+}
+
+async fn respond<S: AsyncWrite + Unpin>(mut socket: S, response: Response) -> std::io::Result<()> {
     let reason = match response.status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         431 => "Request Header Fields Too Large",
         _ => "Internal Server Error",
     };
+    let challenge = match response.status {
+        401 => "WWW-Authenticate: Basic realm=\"weir\", Bearer realm=\"weir\"\r\n",
+        _ => "",
+    };
     let out = format!(
-        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        "HTTP/1.1 {} {reason}\r\n{challenge}Content-Type: {}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{}",
         response.status,
         response.content_type,
         response.body.len(),
@@ -100,12 +180,102 @@ async fn handle(db: Arc<Database>, mut socket: TcpStream) -> std::io::Result<()>
     socket.shutdown().await
 }
 
-async fn route(db: &Database, head: &str) -> Response {
+/// What a request may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Access {
+    None,
+    Read,
+    Admin,
+}
+
+/// What the request whose head is `head` may do, by its `Authorization` header.
+fn access(db: &Database, head: &str, request: Request) -> Access {
+    let authorization = head.lines().skip(1).find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("authorization")
+            .then(|| value.trim())
+    });
+    let Some(authorization) = authorization else {
+        // The bootstrap superuser, where the rules trust it without a password.
+        let user = crate::catalog::BOOTSTRAP_ROLE;
+        return match signs_in(db, request, user, None) {
+            true => Access::Admin,
+            false => Access::None,
+        };
+    };
+    let (scheme, credentials) = authorization.split_once(' ').unwrap_or((authorization, ""));
+    let credentials = credentials.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        let config = &db.config;
+        return match (&config.admin_token, &config.admin_read_token) {
+            (Some(t), _) if same(t, credentials) => Access::Admin,
+            (_, Some(t)) if same(t, credentials) => Access::Read,
+            _ => Access::None,
+        };
+    }
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Access::None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(credentials)
+        .ok()
+        .and_then(|d| String::from_utf8(d).ok());
+    let Some((user, password)) = decoded.as_deref().and_then(|d| d.split_once(':')) else {
+        return Access::None;
+    };
+    if !signs_in(db, request, user, Some(password)) {
+        return Access::None;
+    }
+    match db.role(user).is_some_and(|r| r.superuser) {
+        true => Access::Admin,
+        false => Access::Read,
+    }
+}
+
+/// Whether `user` may sign in from the request's address with `password` (or none) as the
+/// SQL port's rules would let it: trusted, or its password matching its verifier.
+fn signs_in(db: &Database, request: Request, user: &str, password: Option<&str>) -> bool {
+    let Some(role) = db.role(user).filter(|r| r.login) else {
+        return false;
+    };
+    let has_password = role.password.is_some();
+    let method = db
+        .config
+        .auth_method(request.peer, user, request.tls, has_password);
+    match (method, password, &role.password) {
+        (Some(AuthMethod::Trust), _, _) => true,
+        (
+            Some(AuthMethod::ScramSha256 | AuthMethod::Md5 | AuthMethod::Password),
+            Some(password),
+            Some(verifier),
+        ) => verifier.accepts(password),
+        _ => false,
+    }
+}
+
+/// Compares a token in time independent of where it differs.
+fn same(expected: &str, given: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), given.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+async fn route(db: &Database, head: &str, access: Access) -> Response {
     let mut parts = head.lines().next().unwrap_or_default().split_whitespace();
     let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
         return Response::error(400, "malformed request line");
     };
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let needs = match method {
+        "GET" | "HEAD" => Access::Read,
+        _ => Access::Admin,
+    };
+    if access == Access::None {
+        return Response::error(401, "authentication required");
+    }
+    if access < needs {
+        return Response::error(403, "this token or role may only read");
+    }
     match (method, path) {
         ("POST", "/api/v1/checkpoints") => {
             let label = query

@@ -60,6 +60,10 @@ pub struct Config {
     pub read_after_write: bool,
     /// The admin HTTP port (checkpoint triggers, `/metrics`); off unless set.
     pub admin_listen: Option<SocketAddr>,
+    /// A bearer token that may do everything on the admin port (`Authorization: Bearer ...`).
+    pub admin_token: Option<String>,
+    /// A bearer token that may only read the admin port (GET).
+    pub admin_read_token: Option<String>,
     /// Checkpoints of operator state to an object store (`[checkpoint]` in the TOML file).
     pub checkpoint: CheckpointConfig,
     /// The time barriers carry (what `now()` is in a view's temporal filter); tests inject one.
@@ -181,6 +185,8 @@ impl Default for Config {
                 .unwrap_or(1),
             read_after_write: true,
             admin_listen: None,
+            admin_token: None,
+            admin_read_token: None,
             checkpoint: CheckpointConfig::default(),
             clock: system_clock(),
         }
@@ -224,6 +230,26 @@ impl Config {
             true => default_auth_rules(),
             false => self.auth.clone(),
         }
+    }
+
+    /// The method of the first rule that covers a client at `ip` logging in as `user`, over
+    /// TLS or not, whose role has a password or not; `None` when no rule covers it, or when
+    /// TLS is required and the client is plaintext.
+    pub fn auth_method(
+        &self,
+        ip: std::net::IpAddr,
+        user: &str,
+        tls: bool,
+        has_password: bool,
+    ) -> Option<AuthMethod> {
+        if !tls && self.tls.as_ref().is_some_and(|t| t.require) {
+            return None;
+        }
+        let rules = self.auth_rules();
+        let rule = rules
+            .iter()
+            .find(|r| r.covers(ip, user, tls) && !(r.while_passwordless && has_password))?;
+        Some(rule.method)
     }
 }
 

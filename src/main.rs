@@ -185,6 +185,7 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
         tokio::spawn(weir::admin::serve(
             db.clone(),
             admin,
+            tls.clone(),
             std::future::pending(),
         ));
     }
@@ -213,17 +214,23 @@ fn nexmark_json(args: &NexmarkArgs) -> ExitCode {
 }
 
 /// `weir checkpoint`: runs `CHECKPOINT` on the server and prints the checkpoint's id.
+/// Connects as PGUSER (default `weir`) with PGPASSWORD, when set.
 async fn request_checkpoint(args: CheckpointArgs) -> weir::error::Result<()> {
-    let conn = format!(
-        "host={} port={} user=weir dbname={}",
-        args.server.ip(),
-        args.server.port(),
-        weir::DATABASE_NAME
-    );
+    // As libpq's clients: the role and password from PGUSER and PGPASSWORD when set.
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(args.server.ip().to_string())
+        .port(args.server.port())
+        .dbname(weir::DATABASE_NAME)
+        .user(std::env::var("PGUSER").unwrap_or_else(|_| weir::catalog::BOOTSTRAP_ROLE.into()));
+    if let Ok(password) = std::env::var("PGPASSWORD") {
+        config.password(password);
+    }
     let unavailable = |e: tokio_postgres::Error| {
         weir::error::Error::unavailable(format!("checkpoint on {}: {e}", args.server))
     };
-    let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
         .await
         .map_err(unavailable)?;
     tokio::spawn(connection);

@@ -618,3 +618,148 @@ async fn the_server_s_files_are_for_superusers_or_under_allowed_paths() {
         "1"
     );
 }
+
+/// The admin port of `server`, with the server's TLS, on a free loopback port.
+async fn admin_port(server: &TestServer, tls: Option<weir::server::Tls>) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let db = server.db.clone();
+    tokio::spawn(weir::admin::serve(
+        db,
+        listener,
+        tls,
+        std::future::pending(),
+    ));
+    addr
+}
+
+/// An admin request's status and response head, over TLS trusting `ca` when given.
+async fn admin(
+    addr: std::net::SocketAddr,
+    request_line: &str,
+    authorization: Option<&str>,
+    ca: Option<&std::path::Path>,
+) -> (u16, String) {
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, request: String) -> String {
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut response = Vec::new();
+        let _ = s.read_to_end(&mut response).await;
+        String::from_utf8_lossy(&response).into_owned()
+    }
+    let authorization = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "{request_line} HTTP/1.1\r\nHost: localhost\r\n{authorization}Content-Length: 0\r\n\r\n"
+    );
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let response = match ca {
+        None => exchange(tcp, request).await,
+        Some(ca) => {
+            use tokio_rustls::rustls;
+            use tokio_rustls::rustls::pki_types::pem::PemObject;
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(rustls::pki_types::CertificateDer::from_pem_file(ca).unwrap())
+                .unwrap();
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+            exchange(connector.connect(name, tcp).await.unwrap(), request).await
+        }
+    };
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let head = response.split("\r\n\r\n").next().unwrap_or("").to_string();
+    (status, head)
+}
+
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {encoded}")
+}
+
+/// The admin port: each request proves who sends it, by a token or a role's password (the
+/// SQL port's rules deciding), and only a superuser or the admin token changes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_takes_tokens_or_a_role_s_password() {
+    let server = TestServer::start_with(|c| {
+        c.admin_token = Some("admin-secret".into());
+        c.admin_read_token = Some("read-secret".into());
+    })
+    .await;
+    let port = admin_port(&server, None).await;
+    let checkpoint = "POST /api/v1/checkpoints";
+    let metrics = "GET /metrics";
+    // As on the SQL port, the bootstrap superuser is trusted from loopback while it has no
+    // password: a request without credentials is its.
+    assert_eq!(admin(port, metrics, None, None).await.0, 200);
+    assert_eq!(admin(port, checkpoint, None, None).await.0, 200);
+    let weir = server.connect().await;
+    outcome(&weir, "ALTER ROLE weir PASSWORD 'boot'").await;
+    outcome(&weir, "CREATE ROLE app LOGIN PASSWORD 'pw'").await;
+    outcome(&weir, "CREATE ROLE quiet PASSWORD 'pw'").await;
+    let (status, head) = admin(port, metrics, None, None).await;
+    assert_eq!(status, 401);
+    assert!(
+        head.contains("WWW-Authenticate: Basic realm=\"weir\""),
+        "{head}"
+    );
+    for (request, authorization, expected) in [
+        (checkpoint, "Bearer admin-secret".to_string(), 200),
+        (metrics, "Bearer admin-secret".to_string(), 200),
+        (metrics, "Bearer read-secret".to_string(), 200),
+        (checkpoint, "Bearer read-secret".to_string(), 403),
+        (metrics, "Bearer admin-secre".to_string(), 401),
+        (metrics, "Bearer".to_string(), 401),
+        (checkpoint, basic("weir", "boot"), 200),
+        (metrics, basic("app", "pw"), 200),
+        (checkpoint, basic("app", "pw"), 403),
+        (metrics, basic("app", "wrong"), 401),
+        (metrics, basic("quiet", "pw"), 401),
+        (metrics, basic("nobody", "pw"), 401),
+        (metrics, "Basic !!!".to_string(), 401),
+        (metrics, "Negotiate abc".to_string(), 401),
+    ] {
+        assert_eq!(
+            admin(port, request, Some(&authorization), None).await.0,
+            expected,
+            "{request} with {authorization}"
+        );
+    }
+    drop((weir, server));
+
+    // HTTPS with the SQL port's certificate; plain HTTP refused when TLS is required.
+    let certs = tempfile::tempdir().unwrap();
+    let [ca, cert, key] = certificate(certs.path());
+    let config = weir::config::TlsConfig {
+        cert,
+        key,
+        require: true,
+    };
+    let tls = weir::server::Tls::load(Some(&config)).unwrap();
+    let server = TestServer::start_with(|c| {
+        c.tls = Some(config);
+        c.admin_read_token = Some("read-secret".into());
+    })
+    .await;
+    let port = admin_port(&server, tls).await;
+    let read = Some("Bearer read-secret");
+    assert_eq!(admin(port, metrics, read, Some(&ca)).await.0, 200);
+    assert_eq!(admin(port, metrics, read, None).await.0, 403);
+    // Over TLS from loopback the bootstrap superuser without a password is trusted, as on
+    // the SQL port; without TLS nobody is.
+    assert_eq!(admin(port, checkpoint, None, Some(&ca)).await.0, 200);
+    assert_eq!(admin(port, checkpoint, None, None).await.0, 403);
+}

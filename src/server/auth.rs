@@ -48,13 +48,8 @@ pub(super) enum Proof {
 /// `no pg_hba.conf entry` (28000), as is a plaintext client when TLS is required.
 pub(super) fn proof(db: &Database, ip: IpAddr, user: &str, tls: bool) -> PgWireResult<Proof> {
     let role = db.role(user);
-    let rules = db.config.auth_rules();
-    let tls_refused = !tls && db.config.tls.as_ref().is_some_and(|t| t.require);
-    let rule = rules.iter().find(|r| {
-        r.covers(ip, user, tls)
-            && !(r.while_passwordless && role.as_ref().is_some_and(|r| r.password.is_some()))
-    });
-    let Some(rule) = rule.filter(|_| !tls_refused) else {
+    let has_password = role.as_ref().is_some_and(|r| r.password.is_some());
+    let Some(method) = db.config.auth_method(ip, user, tls, has_password) else {
         return Err(fatal(
             ErrorKind::InvalidAuthorization,
             format!(
@@ -73,7 +68,7 @@ pub(super) fn proof(db: &Database, ip: IpAddr, user: &str, tls: bool) -> PgWireR
     let verifier = role
         .and_then(|r| r.password)
         .unwrap_or_else(|| unmatched_verifier(user));
-    Ok(match rule.method {
+    Ok(match method {
         AuthMethod::Trust => Proof::Trusted,
         AuthMethod::ScramSha256 | AuthMethod::Md5 => {
             let source = Arc::new(KnownVerifier(verifier));

@@ -41,7 +41,7 @@ pub use copy::{header as copy_header, lines as copy_lines};
 /// PostgreSQL's text format of a value, which a `postgres` sink COPYs into its target.
 pub use encode::text_value;
 pub use handler::Connection;
-pub use tls::Tls;
+pub use tls::{opens_with_tls, Stream, Tls};
 
 /// Serves connections on `listener` until `shutdown` completes, offering `tls` to clients
 /// that ask for it.

@@ -23,10 +23,13 @@ const ALPN: &[u8] = b"postgresql";
 /// The first byte of a TLS handshake record: a client opening with TLS at once.
 const HANDSHAKE_RECORD: u8 = 0x16;
 
-/// The server's TLS acceptor.
+/// The server's TLS acceptors: the SQL port's, and the admin port's (HTTP, whose clients
+/// name `http/1.1`).
 #[derive(Clone)]
 pub struct Tls {
     acceptor: tokio_rustls::TlsAcceptor,
+    http: tokio_rustls::TlsAcceptor,
+    require: bool,
 }
 
 impl Tls {
@@ -54,9 +57,13 @@ impl Tls {
             .with_safe_default_protocol_versions()
             .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
             .map_err(|e| bad("key", &config.key, &e))?;
+        let mut http = server.clone();
         server.alpn_protocols = vec![ALPN.to_vec()];
+        http.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Some(Tls {
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            http: tokio_rustls::TlsAcceptor::from(Arc::new(http)),
+            require: config.require,
         }))
     }
 
@@ -64,6 +71,17 @@ impl Tls {
     pub async fn accept(&self, socket: TcpStream) -> io::Result<Stream> {
         let stream = self.acceptor.accept(socket).await?;
         Ok(Stream::Tls(Box::new(stream)))
+    }
+
+    /// The admin port's side of a handshake on `socket`.
+    pub async fn accept_http(&self, socket: TcpStream) -> io::Result<Stream> {
+        let stream = self.http.accept(socket).await?;
+        Ok(Stream::Tls(Box::new(stream)))
+    }
+
+    /// Whether plaintext clients are refused (`[tls] require`).
+    pub fn required(&self) -> bool {
+        self.require
     }
 }
 

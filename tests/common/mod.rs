@@ -316,7 +316,7 @@ pub async fn http(addr: std::net::SocketAddr, request_line: &str) -> (u16, Strin
 }
 
 /// The addresses a server names in `log` past its first `from` bytes, once it is ready:
-/// its own ("weir is ready: connect with psql -h 127.0.0.1 -p 5432 -d weir") and its admin
+/// its own ("weir is ready: connect with psql -h 127.0.0.1 -p 5432 -U weir -d weir") and its admin
 /// port's ("admin HTTP port on 127.0.0.1:8080"), if it has one.
 fn ready(log: &std::path::Path, from: u64) -> Option<(SocketAddr, Option<SocketAddr>)> {
     let text = std::fs::read(log).ok()?;
