@@ -31,6 +31,9 @@ pub struct Config {
     pub allowed_paths: Vec<PathBuf>,
     /// TLS on the SQL port (`[tls]`): off unless a certificate and key are given.
     pub tls: Option<TlsConfig>,
+    /// How long a client has to finish its startup (TLS, the startup message, its password)
+    /// before it is disconnected (PostgreSQL's `authentication_timeout`).
+    pub authentication_timeout_ms: u64,
     /// Connections beyond this many are refused with SQLSTATE 53300.
     pub connections_max: usize,
     /// Statements longer than this are refused with SQLSTATE 54000.
@@ -172,6 +175,7 @@ impl Default for Config {
             auth: Vec::new(),
             tls: None,
             allowed_paths: Vec::new(),
+            authentication_timeout_ms: 60_000,
             connections_max: 100,
             statement_bytes_max: 16 * 1024 * 1024,
             message_bytes_max: 64 * 1024 * 1024,

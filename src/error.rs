@@ -62,6 +62,8 @@ pub enum ErrorKind {
     DuplicateRole,
     /// The session's role may not do what it asked (42501).
     InsufficientPrivilege,
+    /// A setting fixed while the server runs (55P02): `SET server_version`.
+    CantChangeRuntimeParam,
     /// An object is in use and cannot be changed so (55006): the session's own role dropped.
     ObjectInUse,
     /// A statement that cannot run inside a transaction block (25001).
@@ -107,6 +109,9 @@ pub enum ErrorKind {
     ConnectionFailure,
     /// A statement that only a transaction block can run, outside one (25P01): DECLARE.
     NoActiveTransaction,
+    /// A session idle in a transaction block past `idle_in_transaction_session_timeout`
+    /// (25P03).
+    IdleInTransactionTimeout,
     /// A cursor named that the session has not declared (34000).
     UndefinedCursor,
     /// A cursor declared under a name the session already has (42P03).

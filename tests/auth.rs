@@ -763,3 +763,128 @@ async fn the_admin_port_takes_tokens_or_a_role_s_password() {
     assert_eq!(admin(port, checkpoint, None, Some(&ca)).await.0, 200);
     assert_eq!(admin(port, checkpoint, None, None).await.0, 403);
 }
+
+/// A role's settings (`ALTER ROLE ... SET`) are its sessions' from their start: its
+/// `statement_timeout` stops its queries. Setting them follows the role rules, and a value
+/// the setting cannot take is refused as `SET` refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_s_settings_start_each_of_its_sessions() {
+    let server = TestServer::start().await;
+    let weir = server.connect().await;
+    for sql in [
+        "CREATE ROLE app LOGIN PASSWORD 'pw'",
+        "CREATE ROLE other LOGIN PASSWORD 'pw'",
+        "ALTER ROLE app SET statement_timeout = '150ms'",
+        "ALTER ROLE app SET application_name TO 'reports'",
+    ] {
+        assert_eq!(outcome(&weir, sql).await, "ok", "{sql}");
+    }
+    assert_eq!(
+        outcome(&weir, "ALTER ROLE app SET statement_timeout = 'soon'").await,
+        "22023 invalid value for parameter \"statement_timeout\": \"soon\""
+    );
+    assert_eq!(
+        outcome(&weir, "ALTER ROLE app SET server_version = '9'").await[..5].to_string(),
+        "55P02"
+    );
+    let app = login(&server, "app", Some("pw")).await.unwrap();
+    assert_eq!(one(&app, "SHOW statement_timeout").await, "150ms");
+    assert_eq!(one(&app, "SHOW is_superuser").await, "off");
+    assert_eq!(one(&weir, "SHOW is_superuser").await, "on");
+    let endless =
+        "SELECT sum(a * b) FROM generate_series(1, 100000) AS a, generate_series(1, 100000) AS b";
+    assert_eq!(
+        outcome(&app, endless).await,
+        "57014 canceling statement due to statement timeout"
+    );
+    // RESET comes back to the role's value, not the server's.
+    outcome(&app, "SET statement_timeout = 0").await;
+    outcome(&app, "RESET statement_timeout").await;
+    assert_eq!(one(&app, "SHOW statement_timeout").await, "150ms");
+    // A role sets its own; another's only with CREATEROLE.
+    assert_eq!(
+        outcome(&app, "ALTER ROLE app RESET application_name").await,
+        "ok"
+    );
+    assert_eq!(
+        outcome(&app, "ALTER ROLE other SET statement_timeout = 1").await,
+        "42501 permission denied to alter role"
+    );
+    outcome(&weir, "ALTER ROLE app RESET ALL").await;
+    let app = login(&server, "app", Some("pw")).await.unwrap();
+    assert_eq!(one(&app, "SHOW statement_timeout").await, "0");
+}
+
+/// A client that sends nothing is disconnected after `authentication_timeout_ms`, and its
+/// connection slot is free again; a session idle in a transaction block past
+/// `idle_in_transaction_session_timeout` ends with 25P03 and its block rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_clients_and_idle_blocks_are_ended() {
+    use tokio::io::AsyncReadExt;
+    let server = TestServer::start_with(|c| {
+        c.authentication_timeout_ms = 300;
+        c.connections_max = 1;
+    })
+    .await;
+    let mut silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    // Its slot is taken: PostgreSQL's "too many clients".
+    assert_eq!(
+        login(&server, "weir", None).await.err().unwrap()[..5].to_string(),
+        "53300"
+    );
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        silent.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(matches!(read, Ok(Ok(0))), "{read:?}");
+    // The slot comes free once the closed connection is gone.
+    let weir = loop {
+        match login(&server, "weir", None).await {
+            Ok(client) => break client,
+            Err(e) if e.starts_with("53300") => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    drop(weir);
+
+    let server = TestServer::start().await;
+    let weir = server.connect().await;
+    outcome(&weir, "CREATE TABLE t (a int)").await;
+    let conn = format!(
+        "host=127.0.0.1 port={} user=weir dbname=weir",
+        server.addr.port()
+    );
+    let (idle, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let ended = tokio::spawn(connection);
+    for sql in [
+        "SET idle_in_transaction_session_timeout = '200ms'",
+        // Outside a block the session may wait as long as it likes.
+        "SELECT 1",
+    ] {
+        assert_eq!(outcome(&idle, sql).await, "ok");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(
+        outcome(&idle, "BEGIN; INSERT INTO t VALUES (1)").await,
+        "ok"
+    );
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), ended)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        error(&ended.unwrap_err()),
+        "25P03 terminating connection due to idle-in-transaction timeout"
+    );
+    assert_eq!(one(&weir, "SELECT count(*) FROM t").await, "0");
+    assert_eq!(
+        outcome(&weir, "SET idle_in_transaction_session_timeout = 'later'").await,
+        "22023 invalid value for parameter \"idle_in_transaction_session_timeout\": \"later\""
+    );
+}

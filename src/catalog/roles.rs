@@ -41,6 +41,9 @@ pub struct RoleDef {
     /// `trust` rule admits it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<Verifier>,
+    /// `ALTER ROLE ... SET name = value`: settings each of its sessions starts with.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub settings: std::collections::BTreeMap<String, String>,
 }
 
 impl RoleDef {
@@ -55,6 +58,7 @@ impl RoleDef {
             create_db: false,
             connection_limit: -1,
             password: None,
+            settings: Default::default(),
         }
     }
 }

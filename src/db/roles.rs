@@ -95,6 +95,27 @@ impl Database {
                 self.catalog_mut().put_role(role)?;
                 Ok(Output::command("ALTER ROLE"))
             }
+            RoleStatement::Set {
+                name,
+                setting,
+                value,
+            } => {
+                let mut role = self.role(name).ok_or_else(|| undefined(name))?;
+                if actor.name != *name {
+                    may_change(&actor, Some(&role), &RoleSpec::default(), "alter")?;
+                }
+                match (setting, value) {
+                    (Some(setting), Some(value)) => {
+                        role.settings.insert(setting.clone(), value.clone());
+                    }
+                    (Some(setting), None) => {
+                        role.settings.remove(setting);
+                    }
+                    (None, _) => role.settings.clear(),
+                }
+                self.catalog_mut().put_role(role)?;
+                Ok(Output::command("ALTER ROLE"))
+            }
             RoleStatement::Drop { names, if_exists } => {
                 let mut dropped = Vec::new();
                 for name in names {

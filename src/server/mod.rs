@@ -24,7 +24,7 @@ use std::sync::Arc;
 use futures::{SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, DefaultClient, PgWireConnectionState, PgWireServerHandlers};
 use pgwire::error::{ErrorInfo, PgWireError};
-use pgwire::messages::response::{GssEncResponse, SslResponse};
+use pgwire::messages::response::{GssEncResponse, SslResponse, TransactionStatus};
 use pgwire::messages::SslNegotiationMetaMessage;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{process_error, process_message, PgWireMessageServerCodec};
@@ -93,9 +93,11 @@ pub async fn serve(
             second_handle(&socket),
         ));
         let limit = db.config.message_bytes_max;
+        let startup = std::time::Duration::from_millis(db.config.authentication_timeout_ms);
+        let deadline = crate::clock::monotonic() + startup;
         let tls = tls.clone();
         tokio::spawn(async move {
-            let served = serve_socket(socket, handlers.clone(), limit, tls).await;
+            let served = serve_socket(socket, handlers.clone(), (limit, deadline), tls).await;
             handlers.close().await;
             if let Err(e) = served {
                 tracing::debug!(%peer, "connection ended with an error: {e}");
@@ -129,21 +131,19 @@ fn second_handle(socket: &tokio::net::TcpStream) -> Option<tokio::net::TcpStream
     tokio::net::TcpStream::from_std(socket).ok()
 }
 
-/// How long a client has to finish its startup (PostgreSQL's `authentication_timeout`).
-const STARTUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// Serves one client: begins TLS if it opens with a handshake or asks for it (and the server
 /// has it), refuses GSS encryption, then hands each message to the connection's handlers until
 /// the client leaves. Messages are read through [`framing::Checked`], so one longer than
 /// `limit` ends the connection with 54000 before its body is buffered; a message that cannot
-/// be decoded ends it with 08P01, as in PostgreSQL.
+/// be decoded ends it with 08P01, as in PostgreSQL. A client that has not finished its startup
+/// (TLS, the startup message, its proof) by `deadline` is disconnected, as PostgreSQL's
+/// `authentication_timeout` does, so that silent sockets cannot keep connection slots.
 async fn serve_socket(
     socket: TcpStream,
     handlers: Arc<Connection>,
-    limit: usize,
+    (limit, deadline): (usize, tokio::time::Instant),
     tls: Option<Tls>,
 ) -> std::io::Result<()> {
-    let deadline = crate::clock::monotonic() + STARTUP_TIMEOUT;
     let Some(mut socket) = open(socket, limit, tls.as_ref(), deadline).await? else {
         return Ok(());
     };
@@ -170,6 +170,11 @@ async fn serve_socket(
             match wait(&mut socket, handlers.backend(), &mut copy_cancel).await {
                 Waited::Message(next) => next,
                 Waited::Terminated => return terminate(&mut socket, &handlers).await,
+                Waited::IdleInTransaction => {
+                    let message = "terminating connection due to idle-in-transaction timeout";
+                    let kind = crate::error::ErrorKind::IdleInTransactionTimeout;
+                    return fatal(&mut socket, kind, message.into()).await;
+                }
                 Waited::CopyCancelled => {
                     copy_cancel = None;
                     let extended =
@@ -248,6 +253,8 @@ enum Waited {
     Terminated,
     /// A CancelRequest came during a `COPY ... FROM STDIN`.
     CopyCancelled,
+    /// The session waited in a transaction block past `idle_in_transaction_session_timeout`.
+    IdleInTransaction,
 }
 
 type Socket<S> = Framed<framing::Checked<tls::Stream>, PgWireMessageServerCodec<S>>;
@@ -380,10 +387,26 @@ async fn wait<S>(
             None => std::future::pending().await,
         }
     };
+    // Only between statements, in a block (PostgreSQL's `idle in transaction`).
+    let in_block = matches!(
+        socket.transaction_status(),
+        TransactionStatus::Transaction | TransactionStatus::Error
+    );
+    let idle_limit = match socket.state() {
+        PgWireConnectionState::ReadyForQuery if in_block => backend.idle_in_transaction_timeout(),
+        _ => None,
+    };
+    let idle_too_long = async {
+        match idle_limit {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         biased;
         _ = backend.terminated() => Waited::Terminated,
         _ = copy_cancelled => Waited::CopyCancelled,
+        _ = idle_too_long => Waited::IdleInTransaction,
         next = socket.next() => Waited::Message(next),
     }
 }

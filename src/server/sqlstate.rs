@@ -58,6 +58,8 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::ConnectionFailure => "08001",
         ErrorKind::InFailedTransaction => "25P02",
         ErrorKind::NoActiveTransaction => "25P01",
+        ErrorKind::CantChangeRuntimeParam => "55P02",
+        ErrorKind::IdleInTransactionTimeout => "25P03",
         ErrorKind::UndefinedCursor => "34000",
         ErrorKind::DuplicateCursor => "42P03",
         ErrorKind::SerializationFailure => "40001",

@@ -189,8 +189,9 @@ impl Startup {
                 .take()
                 .map(Arc::new),
         };
-        *self.session.lock().await =
-            Some(Session::new(self.db.clone(), client.metadata(), interrupts));
+        let mut session = Session::new(self.db.clone(), client.metadata(), interrupts);
+        session.start_as(&role);
+        *self.session.lock().await = Some(session);
         finish_authentication(
             client,
             &Parameters {

@@ -163,6 +163,12 @@ impl Session {
         self.interrupts
             .backend
             .set_application_name(name.map_or("", String::as_str));
+        let idle = (self.settings.get("idle_in_transaction_session_timeout"))
+            .and_then(|t| parse_timeout("idle_in_transaction_session_timeout", t).ok())
+            .unwrap_or_default();
+        self.interrupts
+            .backend
+            .set_idle_in_transaction_timeout(idle);
         output
     }
 
@@ -321,7 +327,17 @@ impl Session {
                 crate::error::ErrorKind::ActiveTransaction,
                 format!("{} cannot run inside a transaction block", role.tag()),
             )),
-            Statement::Role(role) => self.db.role_statement(&actor, role).await,
+            Statement::Role(role) => {
+                if let crate::sql::RoleStatement::Set {
+                    setting: Some(setting),
+                    value: Some(value),
+                    ..
+                } = role
+                {
+                    self.check_setting(setting, value)?;
+                }
+                self.db.role_statement(&actor, role).await
+            }
             Statement::ShowSources => self.db.show_names(Kind::Source, scope),
             Statement::ShowSinks => self.db.show_names(Kind::Sink, scope),
             Statement::CreateTable {

@@ -10,7 +10,7 @@ use datafusion::sql::sqlparser::ast;
 
 use crate::db::{text_rows, Output};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::setting_name;
+use crate::sql::{setting_name, setting_value};
 
 use super::Session;
 
@@ -38,6 +38,7 @@ pub(super) fn default_settings() -> HashMap<String, String> {
         ("session_authorization", crate::sql::ROLE_NAME),
         ("standard_conforming_strings", "on"),
         ("statement_timeout", "0"),
+        ("idle_in_transaction_session_timeout", "0"),
         ("timezone", "UTC"),
         ("transaction_isolation", "read committed"),
         ("transaction_read_only", "off"),
@@ -60,6 +61,27 @@ fn fixed_setting(name: &str) -> Option<&'static [&'static str]> {
 }
 
 impl Session {
+    /// Starts the session as `role`: `is_superuser` says whether it is one, and the settings
+    /// `ALTER ROLE ... SET` gave it are the session's from the start (and what `RESET` comes
+    /// back to); one no longer valid is skipped, with a warning in the log.
+    pub fn start_as(&mut self, role: &crate::catalog::RoleDef) {
+        (self.settings).insert("is_superuser".into(), on_off(role.superuser).into());
+        for (name, value) in &role.settings {
+            if let Err(e) = self.assign(name, value.clone()) {
+                tracing::warn!(role = %role.name, "role setting {name} skipped: {}", e.message);
+            }
+        }
+        self.initial = self.settings.clone();
+    }
+
+    /// Checks that `value` is one `name` can take, as `SET` would, changing nothing.
+    pub(super) fn check_setting(&mut self, name: &str, value: &str) -> Result<()> {
+        let kept = self.settings.clone();
+        let checked = self.assign(name, value.to_string());
+        self.settings = kept;
+        checked
+    }
+
     pub(super) fn set(&mut self, set: &ast::Set) -> Result<Output> {
         match set {
             ast::Set::SingleAssignment {
@@ -193,8 +215,11 @@ impl Session {
         if name == "streaming_parallelism" {
             crate::db::parse_parallelism(&value)?;
         }
-        if name == "statement_timeout" {
-            parse_timeout(&value)?;
+        if matches!(
+            name,
+            "statement_timeout" | "idle_in_transaction_session_timeout"
+        ) {
+            parse_timeout(name, &value)?;
         }
         if matches!(
             name,
@@ -219,7 +244,7 @@ impl Session {
                 | "session_authorization"
         ) {
             return Err(Error::new(
-                ErrorKind::InvalidParameter,
+                ErrorKind::CantChangeRuntimeParam,
                 format!("parameter \"{name}\" cannot be changed"),
             ));
         }
@@ -277,17 +302,6 @@ fn transaction_mode(mode: &ast::TransactionMode) -> (&'static str, String) {
     }
 }
 
-fn setting_value(e: &ast::Expr) -> String {
-    match e {
-        ast::Expr::Value(v) => match &v.value {
-            ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
-            other => other.to_string(),
-        },
-        ast::Expr::Identifier(i) => i.value.clone(),
-        other => other.to_string(),
-    }
-}
-
 /// A Boolean setting as PostgreSQL reads one: `on`, `off`, `true`, `false`, `yes`, `no`, `1`,
 /// `0`, or a unique prefix of the words (any case).
 fn parse_bool(name: &str, value: &str) -> Result<bool> {
@@ -316,13 +330,14 @@ pub(super) fn on_off(on: bool) -> &'static str {
 /// The longest `statement_timeout` PostgreSQL accepts: 2^31 - 1 milliseconds.
 const TIMEOUT_MAX_MS: u64 = i32::MAX as u64;
 
-/// A `statement_timeout` as PostgreSQL reads it: milliseconds, or a number with a unit (`us`,
-/// `ms`, `s`, `min`, `h`, `d`); 0 turns it off.
-pub fn parse_timeout(value: &str) -> Result<std::time::Duration> {
+/// A timeout setting `name` (`statement_timeout`, `idle_in_transaction_session_timeout`) as
+/// PostgreSQL reads it: milliseconds, or a number with a unit (`us`, `ms`, `s`, `min`, `h`,
+/// `d`); 0 turns it off.
+pub fn parse_timeout(name: &str, value: &str) -> Result<std::time::Duration> {
     let invalid = |hint: &str| {
         Error::new(
             ErrorKind::InvalidParameter,
-            format!("invalid value for parameter \"statement_timeout\": \"{value}\""),
+            format!("invalid value for parameter \"{name}\": \"{value}\""),
         )
         .with_hint(hint.to_string())
     };
@@ -352,7 +367,7 @@ pub fn parse_timeout(value: &str) -> Result<std::time::Duration> {
         return Err(Error::new(
             ErrorKind::InvalidParameter,
             format!(
-                "{ms} ms is outside the valid range for parameter \"statement_timeout\" (0 .. {TIMEOUT_MAX_MS})"
+                "{ms} ms is outside the valid range for parameter \"{name}\" (0 .. {TIMEOUT_MAX_MS})"
             ),
         ));
     }

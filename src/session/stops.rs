@@ -88,7 +88,7 @@ impl Stops {
     pub(super) fn new(settings: &Settings, interrupts: &Interrupts) -> Result<Stops> {
         let timeout = settings
             .get("statement_timeout")
-            .map(|v| parse_timeout(v))
+            .map(|v| parse_timeout("statement_timeout", v))
             .transpose()?
             .unwrap_or_default();
         let backend = interrupts.backend.clone();

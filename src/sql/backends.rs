@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
@@ -42,6 +42,9 @@ pub struct Backend {
     terminate: Notify,
     /// Set once the session's client has been told that it is terminated (57P01).
     told: AtomicBool,
+    /// `idle_in_transaction_session_timeout` in milliseconds (0: none), as the session last
+    /// set it.
+    idle_in_transaction_ms: AtomicU64,
     registry: Weak<Backends>,
 }
 
@@ -115,6 +118,7 @@ impl Backends {
             terminating: AtomicBool::new(false),
             terminate: Notify::new(),
             told: AtomicBool::new(false),
+            idle_in_transaction_ms: AtomicU64::new(0),
             registry: Arc::downgrade(self),
         });
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -178,6 +182,20 @@ impl Backend {
         if a.state != state {
             a.state = state;
             a.state_change_us = now;
+        }
+    }
+
+    /// `SET idle_in_transaction_session_timeout` (0: none).
+    pub fn set_idle_in_transaction_timeout(&self, timeout: std::time::Duration) {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.idle_in_transaction_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// How long the session may wait idle in a transaction block, if it is bounded.
+    pub fn idle_in_transaction_timeout(&self) -> Option<std::time::Duration> {
+        match self.idle_in_transaction_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
         }
     }
 

@@ -52,7 +52,7 @@ pub use self::names::{
     UNNAMED,
 };
 pub use self::provider::{RelationRows, RelationTable};
-pub use self::roles::{RoleSpec, RoleStatement};
+pub use self::roles::{setting_value, RoleSpec, RoleStatement};
 pub use self::rules::type_integer_constants;
 
 /// PostgreSQL's catalog spellings rewritten before planning (`pg_catalog` and

@@ -34,6 +34,13 @@ pub enum RoleStatement {
         names: Vec<String>,
         if_exists: bool,
     },
+    /// `ALTER ROLE name SET setting = value` (`value` `None`: `RESET setting` or `SET setting
+    /// TO DEFAULT`; `setting` `None`: `RESET ALL`).
+    Set {
+        name: String,
+        setting: Option<String>,
+        value: Option<String>,
+    },
 }
 
 impl RoleStatement {
@@ -41,7 +48,7 @@ impl RoleStatement {
     pub fn tag(&self) -> &'static str {
         match self {
             RoleStatement::Create { .. } => "CREATE ROLE",
-            RoleStatement::Alter { .. } => "ALTER ROLE",
+            RoleStatement::Alter { .. } | RoleStatement::Set { .. } => "ALTER ROLE",
             RoleStatement::Drop { .. } => "DROP ROLE",
         }
     }
@@ -133,8 +140,41 @@ pub fn create_role(c: &ast::CreateRole, user: bool) -> Result<RoleStatement> {
 
 /// `ALTER ROLE name [WITH] options`.
 pub fn alter_role(name: &ast::Ident, operation: &ast::AlterRoleOperation) -> Result<RoleStatement> {
-    let ast::AlterRoleOperation::WithOptions { options } = operation else {
-        return Err(unsupported(&format!("ALTER ROLE {operation}")));
+    let options = match operation {
+        ast::AlterRoleOperation::WithOptions { options } => options,
+        ast::AlterRoleOperation::Set {
+            config_name,
+            config_value,
+            in_database: None,
+        } => {
+            let value = match config_value {
+                ast::SetConfigValue::Default => None,
+                ast::SetConfigValue::Value(v) => Some(setting_value(v)),
+                ast::SetConfigValue::FromCurrent => {
+                    return Err(unsupported("SET ... FROM CURRENT"))
+                }
+            };
+            return Ok(RoleStatement::Set {
+                name: ident_name(name),
+                setting: Some(config_name.to_string().to_lowercase()),
+                value,
+            });
+        }
+        ast::AlterRoleOperation::Reset {
+            config_name,
+            in_database: None,
+        } => {
+            let setting = match config_name {
+                ast::ResetConfig::ALL => None,
+                ast::ResetConfig::ConfigName(n) => Some(n.to_string().to_lowercase()),
+            };
+            return Ok(RoleStatement::Set {
+                name: ident_name(name),
+                setting,
+                value: None,
+            });
+        }
+        _ => return Err(unsupported(&format!("ALTER ROLE {operation}"))),
     };
     let mut spec = RoleSpec::default();
     for option in options {
@@ -155,6 +195,18 @@ pub fn alter_role(name: &ast::Ident, operation: &ast::AlterRoleOperation) -> Res
         name: ident_name(name),
         spec,
     })
+}
+
+/// A setting's value as `SET` reads it: a string's contents, anything else as written.
+pub fn setting_value(e: &ast::Expr) -> String {
+    match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        ast::Expr::Identifier(i) => i.value.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// `DROP ROLE [IF EXISTS] names`.
