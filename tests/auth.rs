@@ -338,37 +338,6 @@ fn a_start_that_trusts_remote_clients_is_refused_with_the_rule_that_replaces_it(
     assert!(log.contains("method = \"scram-sha-256\""), "{log}");
 }
 
-/// A certificate authority (`ca.crt`) and a certificate it signed for `localhost` and
-/// 127.0.0.1 (`server.crt`, key `server.key`), as PEM files in `dir`; the CA's path first.
-fn certificate(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
-    let openssl = |args: String| {
-        let out = std::process::Command::new("openssl")
-            .current_dir(dir)
-            .args(args.split(' '))
-            .output()
-            .expect("openssl");
-        assert!(out.status.success(), "{out:?}");
-    };
-    let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-    openssl(format!(
-        "req -x509 {key} -days 2 -subj /CN=weir-test-ca -keyout ca.key -out ca.crt"
-    ));
-    openssl(format!(
-        "req {key} -subj /CN=localhost -keyout server.key -out server.csr"
-    ));
-    std::fs::write(
-        dir.join("ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    openssl(
-        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile ext \
-         -out server.crt"
-            .into(),
-    );
-    ["ca.crt", "server.crt", "server.key"].map(|name| dir.join(name))
-}
-
 /// A TLS client trusting only `cert`, naming the `postgresql` ALPN protocol or none.
 fn tls_client(cert: &std::path::Path, alpn: bool) -> tokio_rustls::TlsConnector {
     use tokio_rustls::rustls;
@@ -432,7 +401,7 @@ async fn login_tls(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_is_begun_by_request_or_at_once_and_can_be_required() {
     let certs = tempfile::tempdir().unwrap();
-    let [ca, cert, key] = certificate(certs.path());
+    let [ca, cert, key] = common::certificate(certs.path());
     let tls = |require| weir::config::TlsConfig {
         cert: cert.clone(),
         key: key.clone(),
@@ -742,7 +711,7 @@ async fn the_admin_port_takes_tokens_or_a_role_s_password() {
 
     // HTTPS with the SQL port's certificate; plain HTTP refused when TLS is required.
     let certs = tempfile::tempdir().unwrap();
-    let [ca, cert, key] = certificate(certs.path());
+    let [ca, cert, key] = common::certificate(certs.path());
     let config = weir::config::TlsConfig {
         cert,
         key,

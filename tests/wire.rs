@@ -582,3 +582,358 @@ async fn a_query_message_of_many_statements_costs_the_server_little_memory() {
     let expected: Vec<String> = (1..=40).map(|i| i.to_string()).collect();
     assert_eq!(values, expected);
 }
+
+/// The SCRAM-SHA-256 client's proof for `password` over an exchange's `auth_message`, with
+/// the server's `salt` and `iterations` (RFC 5802).
+fn scram_proof(password: &str, salt: &[u8], iterations: u32, auth_message: &str) -> Vec<u8> {
+    use ring::{digest, hmac, pbkdf2};
+    let mut salted = [0u8; 32];
+    let rounds = std::num::NonZeroU32::new(iterations).unwrap();
+    pbkdf2::derive(
+        pbkdf2::PBKDF2_HMAC_SHA256,
+        rounds,
+        salt,
+        password.as_bytes(),
+        &mut salted,
+    );
+    let key = hmac::Key::new(hmac::HMAC_SHA256, &salted);
+    let client_key = hmac::sign(&key, b"Client Key");
+    let stored = digest::digest(&digest::SHA256, client_key.as_ref());
+    let signature = hmac::sign(
+        &hmac::Key::new(hmac::HMAC_SHA256, stored.as_ref()),
+        auth_message.as_bytes(),
+    );
+    (client_key.as_ref().iter())
+        .zip(signature.as_ref())
+        .map(|(a, b)| a ^ b)
+        .collect()
+}
+
+/// Random bytes, sometimes printable.
+fn junk(rng: &mut Rng, most: u64) -> Vec<u8> {
+    let printable = rng.chance(50);
+    (0..rng.below(most + 1))
+        .map(|_| match printable {
+            true => b' ' + rng.below(95) as u8,
+            false => rng.next_u64() as u8,
+        })
+        .collect()
+}
+
+/// `text` with a random change: a byte replaced, a piece cut, junk put in (which may leave it
+/// as it was).
+fn garbled(rng: &mut Rng, text: &[u8]) -> Vec<u8> {
+    let mut b = text.to_vec();
+    let at = rng.below(b.len() as u64 + 1) as usize;
+    match rng.below(3) {
+        0 if !b.is_empty() => {
+            let last = b.len() - 1;
+            b[at.min(last)] = rng.next_u64() as u8;
+        }
+        1 => b.truncate(at),
+        _ => {
+            let extra = junk(rng, 40);
+            b.splice(at..at, extra);
+        }
+    }
+    b
+}
+
+/// A SASLInitialResponse: the mechanism and the client-first message.
+fn sasl_initial(mechanism: &[u8], first: &[u8]) -> Vec<u8> {
+    let mut body = mechanism.to_vec();
+    body.push(0);
+    body.extend((first.len() as i32).to_be_bytes());
+    body.extend(first);
+    message(b'p', &body)
+}
+
+/// The outcome of one authentication fuzz case.
+#[derive(Debug, PartialEq, Eq)]
+enum Admitted {
+    /// AuthenticationOk: the client got in.
+    Yes,
+    No,
+}
+
+/// Reads replies until the connection ends or `until` matches one; every ErrorResponse must
+/// carry a SQLSTATE other than XX000.
+async fn replies_until(
+    socket: &mut TcpStream,
+    until: impl Fn(&Reply) -> bool,
+    case: u64,
+) -> (Vec<Reply>, Admitted) {
+    let mut replies = Vec::new();
+    let mut admitted = Admitted::No;
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(reply) = read_reply(socket).await {
+            if reply.0 == b'R' && reply.1.get(..4) == Some(&[0, 0, 0, 0]) {
+                admitted = Admitted::Yes;
+            }
+            if reply.0 == b'E' {
+                let code = sqlstate(&reply.1);
+                assert!(code.is_some(), "case {case}: an error without a SQLSTATE");
+                assert_ne!(code.as_deref(), Some("XX000"), "case {case}");
+            }
+            let done = until(&reply);
+            replies.push(reply);
+            if done {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "case {case}: the server neither answered nor closed"
+    );
+    (replies, admitted)
+}
+
+/// One SCRAM exchange for `user`, honest or not: the client-first and client-final messages
+/// are sometimes garbled, the proof sometimes wrong. Returns whether the server let the
+/// client in and whether it should have (the right password, nothing garbled).
+async fn scram_case(rng: &mut Rng, addr: SocketAddr, case: u64) -> (Admitted, bool, String) {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let users = ["app", "weir", "nobody", "", "quiet"];
+    let user = *rng.pick(&users);
+    let password = match rng.chance(50) {
+        true => "s3cret pw",
+        false => "wrong",
+    };
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    let mut params = vec![("database", "weir")];
+    if !user.is_empty() {
+        params.push(("user", user));
+    }
+    let _ = socket.write_all(&startup_message(&params)).await;
+    let (replies, _) = replies_until(&mut socket, |r| r.0 == b'R' || r.0 == b'E', case).await;
+    if !matches!(replies.last(), Some((b'R', body)) if body.get(..4) == Some(&[0, 0, 0, 10])) {
+        return (Admitted::No, false, String::new());
+    }
+    let mut honest = true;
+    let nonce = b64.encode(rng.next_u64().to_be_bytes());
+    let first_bare = format!("n=,r={nonce}");
+    let mut first = format!("n,,{first_bare}").into_bytes();
+    let mut mechanism = b"SCRAM-SHA-256".to_vec();
+    match rng.below(8) {
+        0 => {
+            let changed = garbled(rng, &first);
+            honest &= changed == first;
+            first = changed;
+        }
+        1 => {
+            mechanism = garbled(rng, b"SCRAM-SHA-256-PLUS");
+            honest &= mechanism == b"SCRAM-SHA-256";
+        }
+        _ => {}
+    }
+    let mut initial = sasl_initial(&mechanism, &first);
+    if rng.chance(5) {
+        let changed = garbled(rng, &initial);
+        honest &= changed == initial;
+        initial = changed;
+    }
+    let _ = socket.write_all(&initial).await;
+    // A garbled message may claim more bytes than it has: the client sends nothing more, so
+    // that the server sees the end of its stream instead of waiting for them.
+    if !honest {
+        let _ = socket.shutdown().await;
+    }
+    let (replies, _) = replies_until(&mut socket, |r| r.0 == b'R' || r.0 == b'E', case).await;
+    let server_first = match replies.last() {
+        Some((b'R', body)) if body.get(..4) == Some(&[0, 0, 0, 11]) => {
+            String::from_utf8_lossy(&body[4..]).into_owned()
+        }
+        _ => return (Admitted::No, false, String::new()),
+    };
+    let field = |name: &str| {
+        server_first
+            .split(',')
+            .find_map(|f| f.strip_prefix(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let combined = field("r=");
+    let salt = b64.decode(field("s=")).unwrap_or_default();
+    let iterations: u32 = field("i=").parse().unwrap_or(4096);
+    let without_proof = format!("c=biws,r={combined}");
+    let auth_message = format!("{first_bare},{server_first},{without_proof}");
+    let mut proof = scram_proof(password, &salt, iterations.max(1), &auth_message);
+    if rng.chance(20) {
+        let i = rng.below(proof.len() as u64) as usize;
+        proof[i] ^= 1 << rng.below(8);
+        honest = false;
+    }
+    let mut last = format!("{without_proof},p={}", b64.encode(&proof)).into_bytes();
+    if rng.chance(15) {
+        let changed = garbled(rng, &last);
+        honest &= changed == last;
+        last = changed;
+    }
+    let _ = socket.write_all(&message(b'p', &last)).await;
+    let _ = socket.shutdown().await;
+    let (_, admitted) = replies_until(&mut socket, |r| r.0 == b'Z' || r.0 == b'E', case).await;
+    let should = honest && password == "s3cret pw" && matches!(user, "app" | "weir");
+    let sent = format!(
+        "{user} {password:?}: {:?} {:?} then {:?}",
+        String::from_utf8_lossy(&mechanism),
+        String::from_utf8_lossy(&first),
+        String::from_utf8_lossy(&last)
+    );
+    (admitted, should, sent)
+}
+
+/// A TLS ClientHello, as rustls writes it.
+fn client_hello() -> Vec<u8> {
+    use tokio_rustls::rustls;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"postgresql".to_vec()];
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut client = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let mut hello = Vec::new();
+    client.write_tls(&mut hello).unwrap();
+    hello
+}
+
+/// Garbled TLS openings, after an SSLRequest or at once: the server closes the connection
+/// (after a TLS alert, or an ErrorResponse before TLS began) and goes on.
+async fn tls_case(rng: &mut Rng, addr: SocketAddr, hello: &[u8], case: u64) {
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    let mut bytes = Vec::new();
+    if rng.chance(50) {
+        bytes.extend([0, 0, 0, 8, 4, 210, 22, 47]);
+    }
+    let mut hello = hello.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        let i = rng.below(hello.len() as u64) as usize;
+        match rng.below(3) {
+            0 => hello[i] = rng.next_u64() as u8,
+            1 => hello.truncate(i.max(1)),
+            _ => hello.splice(i..i, junk(rng, 64)).for_each(drop),
+        }
+    }
+    bytes.extend(hello);
+    let _ = socket.write_all(&bytes).await;
+    let _ = socket.shutdown().await;
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), socket.read_to_end(&mut rest)).await;
+    assert!(
+        read.is_ok(),
+        "case {case}: the server neither answered nor closed"
+    );
+}
+
+/// The startup, SCRAM and TLS exchanges fuzzed on a live socket against a server with TLS,
+/// SCRAM and clear-text rules: no case panics the server, hangs or gets an internal error;
+/// a client gets in exactly when it proved the right password without garbling anything;
+/// and the server keeps serving. `WEIR_AUTH_FUZZ_CASES` and `WEIR_AUTH_FUZZ_SEED` choose the
+/// run (CI runs 3,000 cases, in seconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_fuzzer_lets_in_only_the_right_password() {
+    let cases: u64 = std::env::var("WEIR_AUTH_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3_000);
+    let seed: u64 = std::env::var("WEIR_AUTH_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5c4a_0023);
+    let dir = tempfile::tempdir().unwrap();
+    let [_, cert, key] = common::certificate(dir.path());
+    let config = dir.path().join("weir.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[tls]\ncert = \"{}\"\nkey = \"{}\"\n\
+             [[auth]]\naddress = \"loopback\"\nuser = \"clear\"\nmethod = \"password\"\n\
+             [[auth]]\naddress = \"loopback\"\nmethod = \"scram-sha-256\"\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let config = config.to_str().unwrap();
+    let server = ChildServer::start_with_env(
+        &data,
+        &["--config", config],
+        &[("WEIR_SUPERUSER_PASSWORD", "s3cret pw")],
+    )
+    .await;
+    let conn = format!(
+        "host=127.0.0.1 port={} user=weir password='s3cret pw' dbname=weir",
+        server.addr.port()
+    );
+    let setup = common::connect(&conn).await;
+    setup
+        .batch_execute(
+            "CREATE ROLE app LOGIN PASSWORD 's3cret pw'; \
+             CREATE ROLE clear LOGIN PASSWORD 's3cret pw'; \
+             CREATE ROLE quiet PASSWORD 's3cret pw'",
+        )
+        .await
+        .unwrap();
+    let hello = client_hello();
+    let mut rng = Rng::new(seed);
+    let (mut admitted, mut honest, mut clear_text, mut tls) = (0u64, 0u64, 0u64, 0u64);
+    for i in 0..cases {
+        match rng.below(10) {
+            0..=5 => {
+                let (got, should, sent) = scram_case(&mut rng, server.addr, i).await;
+                assert_eq!(
+                    got == Admitted::Yes,
+                    should,
+                    "case {i} (seed {seed}): admitted {got:?}, should be {should}: {sent}"
+                );
+                admitted += u64::from(got == Admitted::Yes);
+                honest += u64::from(should);
+            }
+            6 | 7 => {
+                // A clear-text password, right or garbled.
+                let right = rng.chance(40);
+                let password = match right {
+                    true => b"s3cret pw".to_vec(),
+                    false => garbled(&mut rng, b"s3cret pw"),
+                };
+                let mut socket = TcpStream::connect(server.addr).await.unwrap();
+                let start = startup_message(&[("user", "clear"), ("database", "weir")]);
+                let _ = socket.write_all(&start).await;
+                let mut body = password.clone();
+                body.push(0);
+                let _ = socket.write_all(&message(b'p', &body)).await;
+                let _ = socket.shutdown().await;
+                let (_, got) = replies_until(&mut socket, |r| r.0 == b'Z' || r.0 == b'E', i).await;
+                let should = password == b"s3cret pw";
+                assert_eq!(got == Admitted::Yes, should, "case {i} (seed {seed})");
+                clear_text += 1;
+            }
+            _ => {
+                tls_case(&mut rng, server.addr, &hello, i).await;
+                tls += 1;
+            }
+        }
+        if i % 100 == 99 {
+            setup.simple_query("SELECT 1").await.unwrap_or_else(|e| {
+                panic!("the server stopped answering after case {i} (seed {seed}): {e}")
+            });
+        }
+    }
+    assert!(
+        admitted > 0 && honest == admitted,
+        "{admitted} admitted, {honest} honest"
+    );
+    setup.simple_query("SELECT 1").await.unwrap();
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert!(!log.contains("panicked"), "the server panicked:\n{log}");
+    println!(
+        "authentication fuzzer: {cases} cases (seed {seed}): {admitted} SCRAM logins of \
+         {honest} honest ones, {clear_text} clear-text, {tls} TLS openings; no panic"
+    );
+}

@@ -72,7 +72,10 @@ pub(super) fn proof(db: &Database, ip: IpAddr, user: &str, tls: bool) -> PgWireR
         AuthMethod::Trust => Proof::Trusted,
         AuthMethod::ScramSha256 | AuthMethod::Md5 => {
             let source = Arc::new(KnownVerifier(verifier));
-            Proof::Exchange(ScramAuth::new(source).create())
+            Proof::Exchange(Box::new(Sasl {
+                inner: ScramAuth::new(source).create(),
+                started: false,
+            }))
         }
         AuthMethod::Password => Proof::Exchange(Box::new(ClearText(verifier))),
         AuthMethod::Reject => {
@@ -156,6 +159,55 @@ impl AuthSource for KnownVerifier {
             },
             None,
         ))
+    }
+}
+
+/// pgwire's SCRAM exchange, with the client's first message (SASLInitialResponse) checked
+/// before pgwire decodes it: pgwire reads its length fields as given, and a client whose
+/// lengths do not match the message would panic the connection's task.
+struct Sasl {
+    inner: Box<dyn AuthMechanism>,
+    started: bool,
+}
+
+#[async_trait]
+impl AuthMechanism for Sasl {
+    async fn begin(&mut self, client: &(dyn ClientInfo + Send + Sync)) -> PgWireResult<AuthState> {
+        self.inner.begin(client).await
+    }
+
+    async fn next(
+        &mut self,
+        client: &(dyn ClientInfo + Send + Sync),
+        message: PasswordMessageFamily,
+    ) -> PgWireResult<AuthState> {
+        if !std::mem::replace(&mut self.started, true) {
+            if let PasswordMessageFamily::Raw(body) = &message {
+                if !sasl_initial_layout(body) {
+                    return Err(fatal(
+                        ErrorKind::ProtocolViolation,
+                        "malformed SASLInitialResponse message".into(),
+                    ));
+                }
+            }
+        }
+        self.inner.next(client, message).await
+    }
+}
+
+/// Whether `body` has a SASLInitialResponse's layout: a mechanism's name ended by a zero
+/// byte, then the length of the data that follows (-1: none), then exactly that data.
+fn sasl_initial_layout(body: &[u8]) -> bool {
+    let Some(end) = body.iter().position(|b| *b == 0) else {
+        return false;
+    };
+    let rest = &body[end + 1..];
+    let Some((length, data)) = rest.split_first_chunk::<4>() else {
+        return false;
+    };
+    match i32::from_be_bytes(*length) {
+        -1 => data.is_empty(),
+        n => usize::try_from(n).is_ok_and(|n| n == data.len()),
     }
 }
 

@@ -102,6 +102,11 @@ impl StartupHandler for Startup {
                 }
                 self.start(client, &user).await
             }
+            // A message that breaks the protocol is refused as such (08P01).
+            Err(e @ PgWireError::UserError(_)) => {
+                tracing::info!(user, "authentication failed: {e}");
+                Err(e)
+            }
             Ok(AuthState::Failed(e)) | Err(e) => {
                 tracing::info!(user, "authentication failed: {e}");
                 Err(auth::password_failed(&user))

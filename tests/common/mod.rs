@@ -382,3 +382,34 @@ impl S3Server {
         assert_eq!(status, 200, "create bucket: {body}");
     }
 }
+
+/// A certificate authority (`ca.crt`) and a certificate it signed for `localhost` and
+/// 127.0.0.1 (`server.crt`, key `server.key`), as PEM files in `dir`; the CA's path first.
+pub fn certificate(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
+    let openssl = |args: String| {
+        let out = std::process::Command::new("openssl")
+            .current_dir(dir)
+            .args(args.split(' '))
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "{out:?}");
+    };
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    openssl(format!(
+        "req -x509 {key} -days 2 -subj /CN=weir-test-ca -keyout ca.key -out ca.crt"
+    ));
+    openssl(format!(
+        "req {key} -subj /CN=localhost -keyout server.key -out server.csr"
+    ));
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    openssl(
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile ext \
+         -out server.crt"
+            .into(),
+    );
+    ["ca.crt", "server.crt", "server.key"].map(|name| dir.join(name))
+}
