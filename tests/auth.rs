@@ -414,7 +414,7 @@ async fn tls_is_begun_by_request_or_at_once_and_can_be_required() {
             rule("loopback", "weir", AuthMethod::Trust),
             AuthRule {
                 tls: Some(true),
-                ..rule("loopback", "app", AuthMethod::Password)
+                ..rule("loopback", "app", AuthMethod::ScramSha256)
             },
         ];
     })
@@ -447,10 +447,12 @@ async fn tls_is_begun_by_request_or_at_once_and_can_be_required() {
         "28000 no pg_hba.conf entry for host \"127.0.0.1\", user \"app\", database \"weir\", \
          no encryption"
     );
-    // libpq checks the certificate against the host's name and the root it is given.
+    // libpq checks the certificate against the host's name and the root it is given, and
+    // binds SCRAM to it (SCRAM-SHA-256-PLUS: it refuses to go on if the server offers none).
     let conninfo = std::process::Command::new("psql")
         .arg(format!(
-            "host=localhost port={} user=app dbname=weir sslmode=verify-full sslrootcert={}",
+            "host=localhost port={} user=app dbname=weir sslmode=verify-full sslrootcert={} \
+             channel_binding=require",
             server.addr.port(),
             ca.display()
         ))

@@ -46,7 +46,14 @@ pub(super) enum Proof {
 
 /// The first rule of the server's that covers the client decides; none is PostgreSQL's
 /// `no pg_hba.conf entry` (28000), as is a plaintext client when TLS is required.
-pub(super) fn proof(db: &Database, ip: IpAddr, user: &str, tls: bool) -> PgWireResult<Proof> {
+/// `channel_binding`: the server's certificate chain (PEM) over TLS, which SCRAM-SHA-256-PLUS
+/// binds the exchange to.
+pub(super) fn proof(
+    db: &Database,
+    (ip, user): (IpAddr, &str),
+    tls: bool,
+    channel_binding: Option<&[u8]>,
+) -> PgWireResult<Proof> {
     let role = db.role(user);
     let has_password = role.as_ref().is_some_and(|r| r.password.is_some());
     let Some(method) = db.config.auth_method(ip, user, tls, has_password) else {
@@ -72,8 +79,12 @@ pub(super) fn proof(db: &Database, ip: IpAddr, user: &str, tls: bool) -> PgWireR
         AuthMethod::Trust => Proof::Trusted,
         AuthMethod::ScramSha256 | AuthMethod::Md5 => {
             let source = Arc::new(KnownVerifier(verifier));
+            let mut scram = ScramAuth::new(source);
+            if let Some(cert) = channel_binding {
+                scram.configure_certificate(cert)?;
+            }
             Proof::Exchange(Box::new(Sasl {
-                inner: ScramAuth::new(source).create(),
+                inner: scram.create(),
                 started: false,
             }))
         }

@@ -48,6 +48,8 @@ use crate::sql::{parse_message, Backend, BackendState, Parsed, Registered};
 pub struct Connection {
     db: Arc<Database>,
     cancels: Arc<Cancels>,
+    /// The server's certificate chain when it has TLS (SCRAM's channel binding).
+    cert_pem: Option<Arc<Vec<u8>>>,
     /// The session's place in the registry of sessions, once started.
     backend: Arc<std::sync::Mutex<Option<Registered>>>,
     /// The connection's place under the connection limit; `None` when it is over the limit
@@ -67,7 +69,7 @@ impl Connection {
     pub fn new(
         db: Arc<Database>,
         permit: Option<OwnedSemaphorePermit>,
-        cancels: Arc<Cancels>,
+        (cancels, cert_pem): (Arc<Cancels>, Option<Arc<Vec<u8>>>),
         socket: Option<tokio::net::TcpStream>,
     ) -> Connection {
         let session = Arc::new(Mutex::new(None));
@@ -78,6 +80,7 @@ impl Connection {
             }),
             db,
             cancels,
+            cert_pem,
             backend: Arc::new(std::sync::Mutex::new(None)),
             permit,
             session,
@@ -173,6 +176,7 @@ impl PgWireServerHandlers for Connection {
             session: self.session.clone(),
             db: self.db.clone(),
             cancels: self.cancels.clone(),
+            cert_pem: self.cert_pem.clone(),
             backend: self.backend.clone(),
             socket: self.socket.clone(),
         })

@@ -89,7 +89,7 @@ pub async fn serve(
         let handlers = Arc::new(Connection::new(
             db.clone(),
             permit,
-            cancels.clone(),
+            (cancels.clone(), tls.as_ref().map(Tls::cert_pem)),
             second_handle(&socket),
         ));
         let limit = db.config.message_bytes_max;

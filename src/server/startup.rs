@@ -34,6 +34,8 @@ pub(super) struct Startup {
     pub(super) session: Arc<Mutex<Option<Session>>>,
     pub(super) db: Arc<Database>,
     pub(super) cancels: Arc<Cancels>,
+    /// The server's certificate chain when it has TLS (SCRAM's channel binding).
+    pub(super) cert_pem: Option<Arc<Vec<u8>>>,
     pub(super) backend: Arc<std::sync::Mutex<Option<Registered>>>,
     pub(super) socket: Arc<std::sync::Mutex<Option<tokio::net::TcpStream>>>,
 }
@@ -58,11 +60,13 @@ impl StartupHandler for Startup {
                 save_startup_parameters_to_metadata(client, startup);
                 self.check_startup(client)?;
                 let user = user_of(client);
+                // Over TLS, SCRAM may bind the exchange to the server's certificate.
+                let binding = (self.cert_pem.as_deref()).filter(|_| client.is_secure());
                 let mut proof = match auth::proof(
                     &self.db,
-                    client.socket_addr().ip(),
-                    &user,
+                    (client.socket_addr().ip(), &user),
                     client.is_secure(),
+                    binding.map(Vec::as_slice),
                 )? {
                     auth::Proof::Trusted => return self.start(client, &user).await,
                     auth::Proof::Exchange(mechanism) => mechanism,

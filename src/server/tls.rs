@@ -30,6 +30,8 @@ pub struct Tls {
     acceptor: tokio_rustls::TlsAcceptor,
     http: tokio_rustls::TlsAcceptor,
     require: bool,
+    /// The certificate chain as read (PEM), for SCRAM's channel binding.
+    cert_pem: Arc<Vec<u8>>,
 }
 
 impl Tls {
@@ -44,6 +46,8 @@ impl Tls {
                 format!("cannot read the TLS {what} {}: {e}", path.display()),
             )
         };
+        let cert_pem =
+            std::fs::read(&config.cert).map_err(|e| bad("certificate", &config.cert, &e))?;
         let certs = CertificateDer::pem_file_iter(&config.cert)
             .and_then(|certs| certs.collect::<std::result::Result<Vec<_>, _>>())
             .map_err(|e| bad("certificate", &config.cert, &e))?;
@@ -64,6 +68,7 @@ impl Tls {
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
             http: tokio_rustls::TlsAcceptor::from(Arc::new(http)),
             require: config.require,
+            cert_pem: Arc::new(cert_pem),
         }))
     }
 
@@ -77,6 +82,11 @@ impl Tls {
     pub async fn accept_http(&self, socket: TcpStream) -> io::Result<Stream> {
         let stream = self.http.accept(socket).await?;
         Ok(Stream::Tls(Box::new(stream)))
+    }
+
+    /// The server's certificate chain (PEM), which SCRAM-SHA-256-PLUS binds the exchange to.
+    pub fn cert_pem(&self) -> Arc<Vec<u8>> {
+        self.cert_pem.clone()
     }
 
     /// Whether plaintext clients are refused (`[tls] require`).
