@@ -758,6 +758,15 @@ async fn a_role_s_settings_start_each_of_its_sessions() {
         outcome(&weir, "ALTER ROLE app SET server_version = '9'").await[..5].to_string(),
         "55P02"
     );
+    // Listed as PostgreSQL lists them, in the order they were set.
+    assert_eq!(
+        one(
+            &weir,
+            "SELECT rolconfig FROM pg_roles WHERE rolname = 'app'"
+        )
+        .await,
+        "{statement_timeout=150ms,application_name=reports}"
+    );
     let app = login(&server, "app", Some("pw")).await.unwrap();
     assert_eq!(one(&app, "SHOW statement_timeout").await, "150ms");
     assert_eq!(one(&app, "SHOW is_superuser").await, "off");

@@ -41,9 +41,31 @@ pub struct RoleDef {
     /// `trust` rule admits it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<Verifier>,
-    /// `ALTER ROLE ... SET name = value`: settings each of its sessions starts with.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub settings: std::collections::BTreeMap<String, String>,
+    /// `ALTER ROLE ... SET name = value`: settings each of its sessions starts with, in the
+    /// order they were first set (as `pg_roles.rolconfig` lists them).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "settings_in_either_form"
+    )]
+    pub settings: Vec<(String, String)>,
+}
+
+/// A role's settings as a list of pairs, or as the object by name an earlier build of this
+/// catalog format wrote.
+fn settings_in_either_form<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<(String, String)>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        List(Vec<(String, String)>),
+        ByName(std::collections::BTreeMap<String, String>),
+    }
+    Ok(match Either::deserialize(d)? {
+        Either::List(list) => list,
+        Either::ByName(map) => map.into_iter().collect(),
+    })
 }
 
 impl RoleDef {
@@ -245,6 +267,25 @@ impl super::Catalog {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn settings_read_as_a_list_or_by_name() {
+        let role = |settings: &str| {
+            let text = format!(
+                "{{\"oid\":20,\"name\":\"a\",\"superuser\":false,\"login\":true,\
+                 \"create_role\":false,\"create_db\":false,\"connection_limit\":-1,\
+                 \"settings\":{settings}}}"
+            );
+            serde_json::from_str::<RoleDef>(&text).unwrap().settings
+        };
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            role("[[\"x\",\"1\"],[\"a\",\"2\"]]"),
+            [pair("x", "1"), pair("a", "2")]
+        );
+        assert_eq!(role("{\"x\":\"1\"}"), [pair("x", "1")]);
+    }
+
     use super::*;
 
     #[test]

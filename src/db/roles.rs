@@ -106,11 +106,12 @@ impl Database {
                 }
                 match (setting, value) {
                     (Some(setting), Some(value)) => {
-                        role.settings.insert(setting.clone(), value.clone());
+                        match role.settings.iter_mut().find(|(k, _)| k == setting) {
+                            Some((_, v)) => *v = value.clone(),
+                            None => role.settings.push((setting.clone(), value.clone())),
+                        }
                     }
-                    (Some(setting), None) => {
-                        role.settings.remove(setting);
-                    }
+                    (Some(setting), None) => role.settings.retain(|(k, _)| k != setting),
                     (None, _) => role.settings.clear(),
                 }
                 self.catalog_mut().put_role(role)?;

@@ -46,6 +46,8 @@ pub(super) enum V {
     O(u32),
     /// An array of numbers (`i2[]`, `oid[]`).
     L(Vec<i64>),
+    /// A text array (`text[]`).
+    S(Vec<String>),
     T(String),
     B(bool),
     I(i64),
@@ -151,10 +153,19 @@ pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
                 datafusion::arrow::compute::cast(&b.finish(), &to)?
             }
             "text[]" | "aclitem[]" | "char[]" => {
-                // Text arrays the catalogs hold are NULL here (no ACLs, no options).
+                // Only `text[]` holds values (a role's settings); ACLs are NULL here.
                 let mut b = ListBuilder::new(StringBuilder::new());
-                for _ in 0..rows.len() {
-                    b.append_null();
+                for cell in cells {
+                    match cell {
+                        V::S(values) => {
+                            for v in values {
+                                b.values().append_value(v);
+                            }
+                            b.append(true);
+                        }
+                        N => b.append_null(),
+                        _ => return Err(bad()),
+                    }
                 }
                 Arc::new(b.finish())
             }

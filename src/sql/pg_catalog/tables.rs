@@ -439,7 +439,7 @@ fn pg_roles(r: &Relations) -> Result<RecordBatch> {
                 t("********"),
                 N,
                 B(bootstrap(role)),
-                N,
+                config(role),
                 O(role.oid),
             ]
         })
@@ -450,6 +450,20 @@ fn pg_roles(r: &Relations) -> Result<RecordBatch> {
          rolbypassrls:bool rolconfig:text[] oid:oid",
         rows,
     )
+}
+
+/// A role's settings (`ALTER ROLE ... SET`) as PostgreSQL lists them, `name=value`; NULL
+/// without any.
+fn config(role: &crate::catalog::RoleDef) -> V {
+    match role.settings.is_empty() {
+        true => N,
+        false => V::S(
+            role.settings
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+        ),
+    }
 }
 
 /// The roles that may log in.
@@ -465,7 +479,7 @@ fn pg_user(r: &Relations) -> Result<RecordBatch> {
                 B(bootstrap(role)),
                 t("********"),
                 N,
-                N,
+                config(role),
             ]
         })
         .collect();
