@@ -245,6 +245,19 @@ async fn login_from(
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
     let stream = socket.connect(server.addr).await.unwrap();
+    login_over(stream, user, password).await
+}
+
+/// A login as `user` with `password` over a connection already made, or the server's error
+/// as `SQLSTATE message`.
+async fn login_over<S>(
+    stream: S,
+    user: &str,
+    password: &str,
+) -> Result<tokio_postgres::Client, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let mut config = tokio_postgres::Config::new();
     config.user(user).password(password).dbname("weir");
     match config.connect_raw(stream, tokio_postgres::NoTls).await {
@@ -338,8 +351,8 @@ fn a_start_that_trusts_remote_clients_is_refused_with_the_rule_that_replaces_it(
     assert!(log.contains("method = \"scram-sha-256\""), "{log}");
 }
 
-/// A TLS client trusting only `cert`, naming the `postgresql` ALPN protocol or none.
-fn tls_client(cert: &std::path::Path, alpn: bool) -> tokio_rustls::TlsConnector {
+/// A TLS client trusting only `cert`, naming the ALPN protocol `alpn` (none if empty).
+fn tls_client(cert: &std::path::Path, alpn: &[u8]) -> tokio_rustls::TlsConnector {
     use tokio_rustls::rustls;
     use tokio_rustls::rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
@@ -352,8 +365,8 @@ fn tls_client(cert: &std::path::Path, alpn: bool) -> tokio_rustls::TlsConnector 
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    if alpn {
-        config.alpn_protocols = vec![b"postgresql".to_vec()];
+    if !alpn.is_empty() {
+        config.alpn_protocols = vec![alpn.to_vec()];
     }
     tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
 }
@@ -386,16 +399,9 @@ async fn login_tls(
         Negotiation::Direct { alpn } => alpn,
     };
     let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let stream = tls_client(cert, alpn).connect(name, tcp).await.unwrap();
-    let mut config = tokio_postgres::Config::new();
-    config.user(user).password(password).dbname("weir");
-    match config.connect_raw(stream, tokio_postgres::NoTls).await {
-        Ok((client, connection)) => {
-            tokio::spawn(connection);
-            Ok(client)
-        }
-        Err(e) => Err(error(&e)),
-    }
+    let protocol: &[u8] = if alpn { b"postgresql" } else { b"" };
+    let stream = tls_client(cert, protocol).connect(name, tcp).await.unwrap();
+    login_over(stream, user, password).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -628,21 +634,8 @@ async fn admin(
     let response = match ca {
         None => exchange(tcp, request).await,
         Some(ca) => {
-            use tokio_rustls::rustls;
-            use tokio_rustls::rustls::pki_types::pem::PemObject;
-            let mut roots = rustls::RootCertStore::empty();
-            roots
-                .add(rustls::pki_types::CertificateDer::from_pem_file(ca).unwrap())
-                .unwrap();
-            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-            let mut config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-            let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+            let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let connector = tls_client(ca, b"http/1.1");
             exchange(connector.connect(name, tcp).await.unwrap(), request).await
         }
     };
