@@ -69,6 +69,15 @@ fn sqlstate(body: &[u8]) -> Option<String> {
     })
 }
 
+/// The number the environment variable `name` holds, or `default`: how a fuzzer's run is
+/// chosen (its cases and its seed).
+fn from_env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Reads one message; `None` at the end of the stream (or a reset).
 async fn read_reply(socket: &mut TcpStream) -> Option<Reply> {
     let mut header = [0u8; 5];
@@ -424,14 +433,8 @@ fn case(rng: &mut Rng) -> (bool, Vec<u8>) {
 /// (CI runs 10,000 cases, in seconds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wire_fuzzer_finds_no_panic_and_no_hang() {
-    let cases: u64 = std::env::var("WEIR_WIRE_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let seed: u64 = std::env::var("WEIR_WIRE_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x3a5e_0017);
+    let cases: u64 = from_env("WEIR_WIRE_FUZZ_CASES", 10_000);
+    let seed: u64 = from_env("WEIR_WIRE_FUZZ_SEED", 0x3a5e_0017);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let server = ChildServer::start(&data).await;
@@ -837,14 +840,8 @@ async fn tls_case(rng: &mut Rng, addr: SocketAddr, hello: &[u8], case: u64) {
 /// run (CI runs 3,000 cases, in seconds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authentication_fuzzer_lets_in_only_the_right_password() {
-    let cases: u64 = std::env::var("WEIR_AUTH_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3_000);
-    let seed: u64 = std::env::var("WEIR_AUTH_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5c4a_0023);
+    let cases: u64 = from_env("WEIR_AUTH_FUZZ_CASES", 3_000);
+    let seed: u64 = from_env("WEIR_AUTH_FUZZ_SEED", 0x5c4a_0023);
     let dir = tempfile::tempdir().unwrap();
     let [_, cert, key] = common::certificate(dir.path());
     let config = dir.path().join("weir.toml");
