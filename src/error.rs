@@ -62,6 +62,9 @@ pub enum ErrorKind {
     DuplicateRole,
     /// The session's role may not do what it asked (42501).
     InsufficientPrivilege,
+    /// A GRANT or REVOKE that cannot be done (0LP01): a privilege its object does not have, a
+    /// membership that would make a cycle.
+    InvalidGrantOperation,
     /// A setting fixed while the server runs (55P02): `SET server_version`.
     CantChangeRuntimeParam,
     /// An object is in use and cannot be changed so (55006): the session's own role dropped.

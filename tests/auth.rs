@@ -542,6 +542,7 @@ async fn the_server_s_files_are_for_superusers_or_under_allowed_paths() {
     let server = TestServer::start().await;
     let weir = server.connect().await;
     outcome(&weir, "CREATE ROLE app LOGIN PASSWORD 'pw'").await;
+    outcome(&weir, "GRANT CREATE ON SCHEMA public TO app").await;
     let app = login(&server, "app", Some("pw")).await.unwrap();
     assert_eq!(outcome(&weir, &source("s1", &elsewhere)).await, "ok");
     assert_eq!(
@@ -558,6 +559,8 @@ async fn the_server_s_files_are_for_superusers_or_under_allowed_paths() {
     let weir = server.connect().await;
     outcome(&weir, "CREATE TABLE t (a int)").await;
     outcome(&weir, "CREATE ROLE app LOGIN PASSWORD 'pw'").await;
+    outcome(&weir, "GRANT SELECT ON t TO app").await;
+    outcome(&weir, "GRANT CREATE ON SCHEMA public TO app").await;
     let app = login(&server, "app", Some("pw")).await.unwrap();
     assert_eq!(outcome(&app, &source("s1", &allowed)).await, "ok");
     assert_eq!(
@@ -859,5 +862,182 @@ async fn silent_clients_and_idle_blocks_are_ended() {
     assert_eq!(
         outcome(&weir, "SET idle_in_transaction_session_timeout = 'later'").await,
         "22023 invalid value for parameter \"idle_in_transaction_session_timeout\": \"later\""
+    );
+}
+
+/// What `sql` answers as `client`: its rows joined, or `SQLSTATE message`.
+async fn answer(client: &tokio_postgres::Client, sql: &str) -> String {
+    match client.simple_query(sql).await {
+        Ok(messages) => messages
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                    (0..r.len())
+                        .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => error(&e),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn privileges_are_granted_by_owners_and_refused_with_42501_otherwise() {
+    let server = TestServer::start().await;
+    let weir = login(&server, "weir", None).await.unwrap();
+    for sql in [
+        "CREATE USER alice PASSWORD 'a'",
+        "CREATE USER bob PASSWORD 'b'",
+        "CREATE ROLE readers",
+        "CREATE TABLE t (k INT PRIMARY KEY, v INT)",
+        "INSERT INTO t VALUES (1, 10), (2, 20)",
+        "CREATE MATERIALIZED VIEW total AS SELECT sum(v) AS s FROM t",
+    ] {
+        assert_eq!(outcome(&weir, sql).await, "ok", "{sql}");
+    }
+    let alice = login(&server, "alice", Some("a")).await.unwrap();
+    let bob = login(&server, "bob", Some("b")).await.unwrap();
+    // Nothing granted: every read and write of the superuser's relations is refused, and
+    // PostgreSQL 15's public schema takes no new relations from other roles.
+    for (sql, expected) in [
+        ("SELECT * FROM t", "42501 permission denied for table t"),
+        (
+            "SELECT s FROM total",
+            "42501 permission denied for materialized view total",
+        ),
+        (
+            "SELECT 1 FROM (SELECT k FROM t) AS x",
+            "42501 permission denied for table t",
+        ),
+        (
+            "INSERT INTO t VALUES (3, 30)",
+            "42501 permission denied for table t",
+        ),
+        ("UPDATE t SET v = 0", "42501 permission denied for table t"),
+        ("DELETE FROM t", "42501 permission denied for table t"),
+        ("COPY t TO STDOUT", "42501 permission denied for table t"),
+        (
+            "SUBSCRIBE TO total",
+            "42501 permission denied for materialized view total",
+        ),
+        ("DROP TABLE t CASCADE", "42501 must be owner of table t"),
+        (
+            "CREATE TABLE mine (x INT)",
+            "42501 permission denied for schema public",
+        ),
+        (
+            "GRANT SELECT ON t TO alice",
+            "42501 permission denied for table t",
+        ),
+        (
+            "GRANT CREATE ON SCHEMA public TO alice",
+            "42501 permission denied for schema public",
+        ),
+        (
+            "GRANT readers TO alice",
+            "42501 must have admin option on role \"readers\"",
+        ),
+    ] {
+        assert_eq!(answer(&alice, sql).await, expected, "{sql}");
+    }
+    // The catalog's names stay visible to everyone, as in PostgreSQL.
+    assert_eq!(
+        answer(&alice, "SELECT relname, pg_get_userbyid(relowner) FROM pg_class WHERE relname IN ('t', 'total') ORDER BY 1").await,
+        "t weir\ntotal weir"
+    );
+    // Granted through a role: alice reads what readers may read; bob, not a member, still
+    // cannot. INSERT lets her add rows, and UPDATE without SELECT may set constants only.
+    for sql in [
+        "GRANT SELECT ON total TO readers",
+        "GRANT readers TO alice",
+        "GRANT INSERT, UPDATE ON t TO alice",
+        "GRANT CREATE ON SCHEMA public TO alice",
+    ] {
+        assert_eq!(outcome(&weir, sql).await, "ok", "{sql}");
+    }
+    assert_eq!(answer(&alice, "SELECT s FROM total").await, "30");
+    assert_eq!(answer(&alice, "INSERT INTO t VALUES (3, 30)").await, "");
+    assert_eq!(answer(&alice, "UPDATE t SET v = 5").await, "");
+    assert_eq!(
+        answer(&alice, "UPDATE t SET v = 5 WHERE k = 1").await,
+        "42501 permission denied for table t"
+    );
+    assert_eq!(
+        answer(&alice, "SELECT * FROM t").await,
+        "42501 permission denied for table t"
+    );
+    assert_eq!(
+        answer(&bob, "SELECT s FROM total").await,
+        "42501 permission denied for materialized view total"
+    );
+    assert_eq!(
+        answer(&weir, "SELECT relacl FROM pg_class WHERE relname = 'total'").await,
+        "{weir=arwd/weir,readers=r/weir}"
+    );
+    assert_eq!(
+        answer(&weir, "SELECT pg_get_userbyid(roleid), pg_get_userbyid(member), admin_option FROM pg_auth_members").await,
+        "readers alice f"
+    );
+    // A view reads with its owner's privileges: alice may not build one on t, which she
+    // cannot read, but one on total, which she may; what she owns she grants and drops.
+    assert_eq!(
+        answer(&alice, "CREATE MATERIALIZED VIEW peek AS SELECT k FROM t").await,
+        "42501 permission denied for table t"
+    );
+    for sql in [
+        "CREATE MATERIALIZED VIEW doubled AS SELECT s * 2 AS d FROM total",
+        "CREATE TABLE notes (n TEXT)",
+        "GRANT SELECT ON doubled TO bob",
+    ] {
+        assert_eq!(answer(&alice, sql).await, "", "{sql}");
+    }
+    assert_eq!(answer(&bob, "FLUSH").await, "");
+    assert_eq!(answer(&bob, "SELECT d FROM doubled").await, "30");
+    assert_eq!(
+        answer(&bob, "DROP MATERIALIZED VIEW doubled").await,
+        "42501 must be owner of materialized view doubled"
+    );
+    // Revoked, the membership no longer gives SELECT; a cycle of memberships is refused;
+    // a role that owns relations cannot be dropped.
+    for sql in ["REVOKE readers FROM alice"] {
+        assert_eq!(outcome(&weir, sql).await, "ok", "{sql}");
+    }
+    assert_eq!(
+        answer(&alice, "SELECT s FROM total").await,
+        "42501 permission denied for materialized view total"
+    );
+    assert_eq!(outcome(&weir, "GRANT alice TO readers").await, "ok");
+    assert_eq!(
+        answer(&weir, "GRANT readers TO alice").await,
+        "0LP01 role \"readers\" is a member of role \"alice\""
+    );
+    assert_eq!(
+        answer(&weir, "DROP ROLE alice").await,
+        "2BP01 role \"alice\" cannot be dropped because some objects depend on it"
+    );
+    assert_eq!(
+        answer(&weir, "GRANT DELETE ON SCHEMA public TO bob").await,
+        "0LP01 invalid privilege type DELETE for schema"
+    );
+    assert_eq!(answer(&alice, "DROP MATERIALIZED VIEW doubled").await, "");
+    assert_eq!(answer(&weir, "DROP TABLE notes").await, "");
+    assert_eq!(answer(&weir, "REVOKE ALL ON t FROM alice").await, "");
+    assert_eq!(
+        answer(&weir, "REVOKE CREATE ON SCHEMA public FROM alice").await,
+        ""
+    );
+    assert_eq!(answer(&weir, "DROP ROLE alice").await, "");
+    // Grants are in the catalog: they hold after a restart.
+    drop((alice, bob, weir));
+    let dir = server.stop_and_close().await;
+    let server = TestServer::start_in(dir, |_| {}).await;
+    let weir = login(&server, "weir", None).await.unwrap();
+    assert_eq!(
+        answer(&weir, "SELECT relacl FROM pg_class WHERE relname = 'total'").await,
+        "{weir=arwd/weir,readers=r/weir}"
     );
 }

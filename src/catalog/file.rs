@@ -70,6 +70,7 @@ impl Catalog {
                     change_log_format: crate::changelog::FORMAT,
                     state_format: crate::state::FORMAT,
                     next_id: FIRST_USER_ID,
+                    schema_grants: super::privileges::default_schema_grants(),
                     ..Persisted::default()
                 },
                 true,

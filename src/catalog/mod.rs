@@ -2,8 +2,12 @@
 //! dependencies, persisted as one JSON file in the data directory (written atomically on DDL).
 
 mod file;
+mod privileges;
 mod roles;
 
+pub use privileges::{
+    acl_text, change_acl, denied, is_member_of, Access, AclItem, Membership, Privilege, PUBLIC,
+};
 pub use roles::{RoleDef, Verifier, BOOTSTRAP_OID, BOOTSTRAP_ROLE, SCRAM_ITERATIONS};
 
 use std::collections::BTreeMap;
@@ -339,7 +343,9 @@ impl SourceDef {
 /// 3: a view keeps its compiled plan (`ViewDef::plan`).
 /// 4: a table may be fed by a connector (`TableDef::connector`).
 /// 5: roles, with their passwords' verifiers (`roles`): a version before would drop them.
-pub const CATALOG_FORMAT: u32 = 5;
+/// 6: owners, grants and role memberships (`access`, `schema_grants`, `members`): a version
+/// before would drop them and let every role read and change everything.
+pub const CATALOG_FORMAT: u32 = 6;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -364,6 +370,16 @@ struct Persisted {
     /// The roles in creation order, the bootstrap superuser first (`Catalog::bootstrap_roles`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     roles: Vec<RoleDef>,
+    /// Each relation's owner and grants, by id; a relation without an entry (created before
+    /// Weir kept them) belongs to the bootstrap superuser and has no grants.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    access: BTreeMap<ObjectId, Access>,
+    /// What the public schema grants (`GRANT CREATE ON SCHEMA public`).
+    #[serde(default = "privileges::default_schema_grants")]
+    schema_grants: Vec<AclItem>,
+    /// `GRANT role TO role`, in the order granted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    members: Vec<Membership>,
 }
 
 /// The transaction block a lookup is made for, whose own uncommitted objects it sees and whose
@@ -535,19 +551,29 @@ impl Catalog {
         Ok(())
     }
 
-    /// Adds an object; with `scope` a block, as that block's until it commits.
-    pub fn add(&mut self, object: Object, scope: Scope) -> Result<()> {
+    /// Adds an object owned by role `owner`; with `scope` a block, as that block's until it
+    /// commits.
+    pub fn add(&mut self, object: Object, scope: Scope, owner: u32) -> Result<()> {
         let id = object.id();
         self.data.objects.push(object);
         if let Some(block) = scope {
             self.data.uncommitted.insert(id, block);
         }
+        let grants = None;
+        self.data.access.insert(id, Access { owner, grants });
         if let Err(e) = self.save() {
             self.data.objects.pop();
             self.data.uncommitted.remove(&id);
+            self.data.access.remove(&id);
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Forgets the owners and grants of relations no longer in the catalog.
+    fn prune_access(&mut self) {
+        let objects = &self.data.objects;
+        (self.data.access).retain(|id, _| objects.iter().any(|o| o.id() == *id));
     }
 
     /// Hides objects from block `block`, which dropped them; the others see them until the
@@ -585,6 +611,7 @@ impl Catalog {
         self.data.uncommitted.retain(|_, b| *b != block);
         self.hidden.retain(|_, b| *b != block);
         self.data.objects.retain(|o| !dropped.contains(&o.id()));
+        self.prune_access();
         if let Err(e) = self.save() {
             (self.data, self.hidden) = before;
             return Err(e);
@@ -616,6 +643,7 @@ impl Catalog {
                         .is_some_and(|b| !committed.contains_key(b))
             });
         self.data.objects = kept;
+        self.prune_access();
         self.save()?;
         Ok(gone)
     }
@@ -640,6 +668,7 @@ impl Catalog {
         let before = self.data.clone();
         self.data.objects.retain(|o| !ids.contains(&o.id()));
         self.data.uncommitted.retain(|id, _| !ids.contains(id));
+        self.prune_access();
         if let Err(e) = self.save() {
             self.data = before;
             return Err(e);
@@ -751,11 +780,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Catalog::load(dir.path()).unwrap();
         let ids = c.allocate_ids(4);
-        c.add(table(ids[0], "t"), None).unwrap();
+        c.add(table(ids[0], "t"), None, BOOTSTRAP_OID).unwrap();
         // Block 1 creates a table and drops t; block 2 creates one too.
-        c.add(table(ids[1], "mine"), Some(1)).unwrap();
+        c.add(table(ids[1], "mine"), Some(1), BOOTSTRAP_OID)
+            .unwrap();
         c.hide(&[ids[0]], 1);
-        c.add(table(ids[2], "theirs"), Some(2)).unwrap();
+        c.add(table(ids[2], "theirs"), Some(2), BOOTSTRAP_OID)
+            .unwrap();
         let names = |c: &Catalog, scope: Scope| -> Vec<String> {
             c.visible_objects(scope)
                 .map(|o| o.name().to_string())
@@ -777,7 +808,8 @@ mod tests {
         let gone = c.settle_blocks(&BTreeMap::new()).unwrap();
         assert_eq!(gone.iter().map(Object::id).collect::<Vec<_>>(), [ids[2]]);
         // A block whose commit file remains is applied at start.
-        c.add(table(ids[3], "late"), Some(7)).unwrap();
+        c.add(table(ids[3], "late"), Some(7), BOOTSTRAP_OID)
+            .unwrap();
         let mut c = Catalog::load(dir.path()).unwrap();
         let gone = c
             .settle_blocks(&BTreeMap::from([(7, vec![ids[1]])]))
@@ -792,10 +824,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Catalog::load(dir.path()).unwrap();
         let ids = c.allocate_ids(4);
-        c.add(table(ids[0], "t"), None).unwrap();
-        c.add(view(ids[1], "v1", &[ids[0]]), None).unwrap();
-        c.add(view(ids[2], "v2", &[ids[1]]), None).unwrap();
-        c.add(view(ids[3], "v3", &[ids[0]]), None).unwrap();
+        c.add(table(ids[0], "t"), None, BOOTSTRAP_OID).unwrap();
+        c.add(view(ids[1], "v1", &[ids[0]]), None, BOOTSTRAP_OID)
+            .unwrap();
+        c.add(view(ids[2], "v2", &[ids[1]]), None, BOOTSTRAP_OID)
+            .unwrap();
+        c.add(view(ids[3], "v3", &[ids[0]]), None, BOOTSTRAP_OID)
+            .unwrap();
         let mut c = Catalog::load(dir.path()).unwrap();
         assert_eq!(c.dependents(ids[0]), vec![ids[1], ids[2], ids[3]]);
         assert_eq!(c.dependents(ids[2]), Vec::<ObjectId>::new());
@@ -814,7 +849,7 @@ mod tests {
         std::fs::write(&path, r#"{"next_id": 1000, "objects": []}"#).unwrap();
         let mut c = Catalog::load(dir.path()).unwrap();
         let ids = c.allocate_ids(1);
-        c.add(view(ids[0], "v", &[]), None).unwrap();
+        c.add(view(ids[0], "v", &[]), None, BOOTSTRAP_OID).unwrap();
         let saved: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(saved["format"], CATALOG_FORMAT);

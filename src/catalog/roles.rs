@@ -37,6 +37,10 @@ pub struct RoleDef {
     pub create_db: bool,
     /// The most connections the role may hold at once; -1: no limit.
     pub connection_limit: i32,
+    /// Whether the role has the privileges of the roles it is a member of (`INHERIT`, the
+    /// default) or only may be granted them.
+    #[serde(default = "inherits")]
+    pub inherit: bool,
     /// The password's SCRAM-SHA-256 verifier; `None`: the role has no password, and only a
     /// `trust` rule admits it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +53,10 @@ pub struct RoleDef {
         deserialize_with = "settings_in_either_form"
     )]
     pub settings: Vec<(String, String)>,
+}
+
+fn inherits() -> bool {
+    true
 }
 
 /// A role's settings as a list of pairs, or as the object by name an earlier build of this
@@ -79,6 +87,7 @@ impl RoleDef {
             create_role: false,
             create_db: false,
             connection_limit: -1,
+            inherit: true,
             password: None,
             settings: Default::default(),
         }
@@ -242,11 +251,16 @@ impl super::Catalog {
         self.save().inspect_err(|_| self.data.roles = before)
     }
 
-    /// Removes the role `name` and saves the catalog; on failure the catalog is as before.
+    /// Removes the role `name`, and its memberships, and saves the catalog; on failure the
+    /// catalog is as before.
     pub fn remove_role(&mut self, name: &str) -> Result<()> {
-        let before = self.data.roles.clone();
+        let before = (self.data.roles.clone(), self.data.members.clone());
+        if let Some(oid) = self.role(name).map(|r| r.oid) {
+            (self.data.members).retain(|m| m.role != oid && m.member != oid);
+        }
         self.data.roles.retain(|r| r.name != name);
-        self.save().inspect_err(|_| self.data.roles = before)
+        self.save()
+            .inspect_err(|_| (self.data.roles, self.data.members) = before)
     }
 
     /// A catalog without roles (new, or of a version before them) gets the bootstrap

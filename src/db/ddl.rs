@@ -105,6 +105,8 @@ impl Database {
         let _ddl = self.ddl.lock().await;
         let scope = block.as_ref().map(|b| b.number);
         let name = relation_name(&ct.name)?;
+        let role = self.acting(actor)?;
+        self.check_create(&role)?;
         if self.catalog().get(&name, scope).is_some() && ct.if_not_exists {
             return Ok(Output::command("CREATE TABLE"));
         }
@@ -112,7 +114,7 @@ impl Database {
         let id = self.catalog_mut().allocate_ids(1)[0];
         let mut def = sql::create_table(ct, clauses, id)?;
         if let Some(c) = &def.connector {
-            self.check_server_files(c, false, self.is_superuser(actor))?;
+            self.check_server_files(c, false, role.superuser)?;
         }
         def.create_sql = Some(text.to_string());
         if let Some(from) = from {
@@ -121,7 +123,8 @@ impl Database {
         if def.connector.is_some() {
             self.start_connector_table(def.clone(), FeedPosition::default())
                 .await?;
-            self.add_started(Object::Table(def), block).await?;
+            self.add_started(Object::Table(def), block, role.oid)
+                .await?;
             // A source of several tables' stream runs once a table reads it.
             self.run_sources_read();
             return Ok(Output::command("CREATE TABLE"));
@@ -131,7 +134,8 @@ impl Database {
         TableWriter::remove(&self.tables_dir, id)?;
         let replay = self.start_table(def.clone(), None).await?;
         self.replay(replay).await?;
-        self.add_started(Object::Table(def), block).await?;
+        self.add_started(Object::Table(def), block, role.oid)
+            .await?;
         Ok(Output::command("CREATE TABLE"))
     }
 
@@ -355,17 +359,20 @@ impl Database {
         let _ddl = self.ddl.lock().await;
         let scope = block.as_ref().map(|b| b.number);
         let name = relation_name(&ct.name)?;
+        let role = self.acting(actor)?;
+        self.check_create(&role)?;
         if self.catalog().get(&name, scope).is_some() && ct.if_not_exists {
             return Ok(Output::command("CREATE SOURCE"));
         }
         self.catalog().check_free(&name, scope)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
         let mut def = sql::create_source(ct, clauses, id)?;
-        self.check_server_files(&def.connector, false, self.is_superuser(actor))?;
+        self.check_server_files(&def.connector, false, role.superuser)?;
         def.create_sql = Some(text.to_string());
         self.start_source(def.clone(), FeedPosition::default())
             .await?;
-        self.add_started(Object::Source(def), block).await?;
+        self.add_started(Object::Source(def), block, role.oid)
+            .await?;
         Ok(Output::command("CREATE SOURCE"))
     }
 
@@ -376,10 +383,11 @@ impl Database {
         &self,
         kind: Kind,
         (names, if_exists, cascade): (&[String], bool, bool),
-        block: Option<&mut Block>,
+        (block, actor): (Option<&mut Block>, &str),
     ) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
         let scope = block.as_ref().map(|b| b.number);
+        let role = self.acting(actor)?;
         let tag = match kind {
             Kind::Table => "DROP TABLE",
             Kind::MaterializedView => "DROP MATERIALIZED VIEW",
@@ -414,6 +422,9 @@ impl Database {
                         format!("\"{name}\" is not a {}", kind.name()),
                     )
                     .with_hint(format!("Use DROP {}.", statement(object.kind()))));
+                }
+                if !catalog.owns(&role, object.id()) {
+                    return Err(super::privileges::not_owner(object));
                 }
                 let dependents: Vec<ObjectId> = catalog
                     .dependents(object.id())
@@ -660,17 +671,19 @@ impl Database {
         }
     }
 
-    /// Adds an object whose actors already run to the catalog. When its entry cannot be
-    /// saved, the statement is refused and what it started stops and leaves nothing behind
-    /// (its actors drop their state; a table's log goes), as if it had never run.
+    /// Adds an object whose actors already run to the catalog, owned by role `owner`. When its
+    /// entry cannot be saved, the statement is refused and what it started stops and leaves
+    /// nothing behind (its actors drop their state; a table's log goes), as if it had never
+    /// run.
     /// In a transaction block, the object is the block's until it commits.
     pub(super) async fn add_started(
         &self,
         object: Object,
         block: Option<&mut Block>,
+        owner: u32,
     ) -> Result<()> {
         let scope = block.as_ref().map(|b| b.number);
-        let Err(e) = self.catalog_mut().add(object.clone(), scope) else {
+        let Err(e) = self.catalog_mut().add(object.clone(), scope, owner) else {
             if let Some(block) = block {
                 block.ddl = true;
             }

@@ -23,6 +23,7 @@ use crate::table::TableWriter;
 
 mod ddl;
 mod lock;
+mod privileges;
 mod query;
 mod recovery;
 mod roles;

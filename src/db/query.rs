@@ -116,13 +116,21 @@ impl Database {
     ) -> Result<Output> {
         let scope = block.as_ref().map(|b| b.number);
         let (def, writer) = self.writer(table, scope)?;
+        let role = self.acting_for(settings)?;
+        let references = references(statement)?;
+        self.check_dml(
+            &role,
+            &Object::Table(def.clone()),
+            statement,
+            &references,
+            scope,
+        )?;
         // Tables are read at their latest rows, as PostgreSQL reads every change committed
         // before the statement; views at the last sealed epoch. VALUES-only inserts read
         // nothing.
         let reads = dml::reads(statement);
         let mut latest: Vec<(ObjectId, Arc<dyn TableProvider>)> = Vec::new();
         if reads {
-            let references = references(statement)?;
             // Views are read at the last sealed epoch: one that holds every earlier write.
             self.read_fence(&references, true, settings, scope).await?;
             // Other tables first, each locked alone: never while holding the target's lock,
@@ -170,9 +178,15 @@ impl Database {
     }
 
     /// The table a `COPY ... FROM STDIN` fills, refused as INSERT refuses it (a view, a
-    /// connector's table) before the client sends anything.
-    pub fn copy_target(&self, table: &str, scope: Scope) -> Result<TableDef> {
+    /// connector's table, a role without INSERT on it) before the client sends anything.
+    pub fn copy_target(&self, table: &str, settings: &Settings, scope: Scope) -> Result<TableDef> {
         let (def, _) = self.writer(table, scope)?;
+        let role = self.acting_for(settings)?;
+        self.check_object(
+            &role,
+            &Object::Table(def.clone()),
+            crate::catalog::Privilege::Insert,
+        )?;
         Ok(def)
     }
 
@@ -310,6 +324,8 @@ impl Database {
     ) -> Result<Output> {
         let scope = block.map(|b| b.number);
         let references = references(statement)?;
+        let role = self.acting_for(settings)?;
+        self.check_references(&role, &references, crate::catalog::Privilege::Select, scope)?;
         self.read_fence(&references, false, settings, scope).await?;
         let mut overrides: Vec<(ObjectId, Arc<dyn TableProvider>)> = Vec::new();
         // Only when the block wrote a table: most blocks' reads (a driver's implicit BEGIN

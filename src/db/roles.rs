@@ -23,11 +23,6 @@ fn undefined(name: &str) -> Error {
 }
 
 impl Database {
-    /// Whether role `name` is a superuser (false for a role that no longer exists).
-    pub(super) fn is_superuser(&self, name: &str) -> bool {
-        self.catalog().role(name).is_some_and(|r| r.superuser)
-    }
-
     /// Whether a role (a superuser or not) may use the server's files a new source's, table's
     /// or sink's connector names (`allowed_paths`; 42501 otherwise).
     pub(super) fn check_server_files(
@@ -46,12 +41,7 @@ impl Database {
     /// Runs a role statement as the session's role `actor`.
     pub async fn role_statement(&self, actor: &str, statement: &RoleStatement) -> Result<Output> {
         let _ddl = self.ddl.lock().await;
-        let actor = self.role(actor).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InsufficientPrivilege,
-                format!("the session's role \"{actor}\" no longer exists"),
-            )
-        })?;
+        let actor = self.acting(actor)?;
         match statement {
             RoleStatement::Create {
                 name,
@@ -142,6 +132,17 @@ impl Database {
                         ));
                     }
                     may_change(&actor, Some(&role), &RoleSpec::default(), "drop")?;
+                    let held = self.catalog().held_by(role.oid);
+                    if !held.is_empty() {
+                        return Err(Error::new(
+                            ErrorKind::DependentObjects,
+                            format!(
+                                "role \"{name}\" cannot be dropped because some objects depend \
+                                 on it"
+                            ),
+                        )
+                        .with_detail(held.join("\n")));
+                    }
                     dropped.push(role.name);
                 }
                 for name in dropped {
@@ -192,6 +193,7 @@ fn apply(role: &mut RoleDef, spec: &RoleSpec) -> Result<()> {
     set(&mut role.superuser, spec.superuser);
     set(&mut role.create_role, spec.create_role);
     set(&mut role.create_db, spec.create_db);
+    set(&mut role.inherit, spec.inherit);
     if let Some(limit) = spec.connection_limit {
         role.connection_limit = limit;
     }

@@ -189,9 +189,19 @@ impl Database {
     /// Starts a subscription to the table or view `sub.name`: the rows' schema (the
     /// relation's columns, `weir_op`, `weir_epoch`) and the rows, which never end unless the
     /// relation is dropped or the client falls too far behind.
-    pub async fn subscribe(&self, sub: &Subscribe, scope: Scope) -> Result<Output> {
+    pub async fn subscribe(
+        &self,
+        sub: &Subscribe,
+        settings: &crate::sql::Settings,
+        scope: Scope,
+    ) -> Result<Output> {
         let options = options(&sub.options)?;
         let (relation, schema, order, key) = self.subscribed(sub, scope)?;
+        let role = self.acting_for(settings)?;
+        let object = self.catalog().by_id(relation).cloned();
+        if let Some(object) = object {
+            self.check_object(&role, &object, crate::catalog::Privilege::Select)?;
+        }
         if let Some(e) = (self.barriers.failed.lock())
             .unwrap_or_else(|p| p.into_inner())
             .get(&relation)

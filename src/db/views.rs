@@ -359,7 +359,7 @@ impl Database {
             columns: &[],
             query: &sink.query,
             emit_on_window_close,
-            sink: Some((connector, pairs, self.is_superuser(actor))),
+            sink: Some((connector, pairs, self.acting(actor)?.superuser)),
         };
         self.create_view_or_sink(new, settings, block, stop).await
     }
@@ -379,6 +379,10 @@ impl Database {
         let _ddl = self.ddl.lock().await;
         let scope = block.as_ref().map(|b| b.number);
         let name = relation_name(cv.name)?;
+        let role = self.acting_for(settings)?;
+        if let Some(role) = &role {
+            self.check_create(role)?;
+        }
         if self.catalog().get(&name, scope).is_some() && cv.if_not_exists {
             return Ok(Output::command(tag));
         }
@@ -389,6 +393,7 @@ impl Database {
             .plan_view(cv.query, settings, (emit_on_window_close, true), scope)
             .await?;
         self.check_sources_read_again(&deps)?;
+        self.check_inputs(&role, &deps)?;
         if !cv.columns.is_empty() {
             plan.schema = rename_columns(&plan.schema, cv.columns)?;
         }
@@ -469,7 +474,8 @@ impl Database {
             return Err(e);
         }
         drop(filling);
-        self.add_started(view, block).await?;
+        let owner = role.map_or(crate::catalog::BOOTSTRAP_OID, |r| r.oid);
+        self.add_started(view, block, owner).await?;
         self.run_sources_read();
         Ok(Output::command(tag))
     }

@@ -34,6 +34,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::ReservedName => "42939",
         ErrorKind::DuplicateRole => "42710",
         ErrorKind::InsufficientPrivilege => "42501",
+        ErrorKind::InvalidGrantOperation => "0LP01",
         ErrorKind::ObjectInUse => "55006",
         ErrorKind::ActiveTransaction => "25001",
         ErrorKind::InvalidTableDefinition => "42P16",

@@ -61,7 +61,7 @@ impl Session {
                 .with_hint("COPY FROM fills a table: COPY t [(columns)] FROM STDIN."));
         };
         let name = relation_name(table_name)?;
-        let table = self.db.copy_target(&name, self.scope())?;
+        let table = self.db.copy_target(&name, &self.settings, self.scope())?;
         let mut given = Vec::with_capacity(columns.len());
         for column in columns {
             let wanted = ident_name(column);
@@ -126,7 +126,9 @@ impl Session {
             };
         };
         let format = format(options, legacy_options, false)?;
-        let output = self.bounded(self.db.subscribe(sub, self.scope())).await?;
+        let output = self
+            .bounded(self.db.subscribe(sub, &self.settings, self.scope()))
+            .await?;
         let Output::Stream { schema, rows } = output else {
             return Err(Error::internal("a subscription gave no rows"));
         };

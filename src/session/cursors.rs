@@ -63,7 +63,10 @@ impl Session {
                     .await?;
                 (out, false)
             }
-            CursorQuery::Subscribe(s) => (self.db.subscribe(s, self.scope()).await?, true),
+            CursorQuery::Subscribe(s) => (
+                self.db.subscribe(s, &self.settings, self.scope()).await?,
+                true,
+            ),
         };
         let (schema, rows): (SchemaRef, RowStream) = match output {
             Output::Stream { schema, rows } => (schema, rows),

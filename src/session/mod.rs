@@ -338,6 +338,12 @@ impl Session {
                 }
                 self.db.role_statement(&actor, role).await
             }
+            // As roles, privileges change outside transaction blocks only.
+            Statement::Grant(grant) if block.is_some() => Err(Error::new(
+                crate::error::ErrorKind::ActiveTransaction,
+                format!("{} cannot run inside a transaction block", grant.tag()),
+            )),
+            Statement::Grant(grant) => self.db.grant_statement(&actor, grant).await,
             Statement::ShowSources => self.db.show_names(Kind::Source, scope),
             Statement::ShowSinks => self.db.show_names(Kind::Sink, scope),
             Statement::CreateTable {
@@ -382,10 +388,13 @@ impl Session {
                 cascade,
             } => {
                 self.db
-                    .drop_objects(*kind, (names, *if_exists, *cascade), block)
+                    .drop_objects(*kind, (names, *if_exists, *cascade), (block, &actor))
                     .await
             }
-            Statement::Subscribe(sub) => self.bounded(self.db.subscribe(sub, scope)).await,
+            Statement::Subscribe(sub) => {
+                self.bounded(self.db.subscribe(sub, &self.settings, scope))
+                    .await
+            }
             Statement::CopySubscribe { subscribe, copy } => {
                 self.copy_subscribe(subscribe, copy).await
             }
@@ -426,6 +435,7 @@ impl Session {
 
     async fn execute_sql(&mut self, stmt: &Ast, params: Option<&ParamValues>) -> Result<Output> {
         let db = self.db.clone();
+        let actor = self.session_user();
         let mut block = match &mut self.transaction {
             Transaction::Open(b) => Some(b),
             _ => None,
@@ -458,7 +468,7 @@ impl Session {
                     .iter()
                     .map(relation_name)
                     .collect::<Result<Vec<String>>>()?;
-                db.drop_objects(kind, (&names, *if_exists, *cascade), block)
+                db.drop_objects(kind, (&names, *if_exists, *cascade), (block, &actor))
                     .await
             }
             Ast::Insert(i) => {
@@ -551,7 +561,7 @@ impl Session {
         let scope = self.scope();
         let stmt = match &parsed.statement {
             Statement::Sql(s) => s,
-            Statement::Flush | Statement::Role(_) => return Ok(none(None)),
+            Statement::Flush | Statement::Role(_) | Statement::Grant(_) => return Ok(none(None)),
             Statement::Checkpoint { .. } => return Ok(none(Some(crate::db::checkpoint_schema()))),
             Statement::ShowCheckpoints => {
                 return Ok(none(rows_schema(self.db.show_checkpoints()?)))
@@ -663,6 +673,7 @@ fn writes(parsed: &Parsed) -> Option<&'static str> {
         Statement::CreateSink(_) => "CREATE SINK",
         Statement::Drop { .. } => "DROP",
         Statement::Role(role) => role.tag(),
+        Statement::Grant(grant) => grant.tag(),
         Statement::Sql(stmt) => match stmt.as_ref() {
             Ast::Insert(_) => "INSERT",
             Ast::Update(_) => "UPDATE",

@@ -4,7 +4,7 @@
 use std::any::TypeId;
 use std::cell::Cell;
 
-use datafusion::sql::sqlparser::ast::Expr;
+use datafusion::sql::sqlparser::ast::{Expr, GranteesType};
 use datafusion::sql::sqlparser::dialect::{Dialect, PostgreSqlDialect, Precedence};
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -161,6 +161,21 @@ impl Dialect for WeirDialect {
 
     fn supports_comment_on(&self) -> bool {
         self.pg.supports_comment_on()
+    }
+
+    /// Every grantee is read as a name (`PUBLIC` among them, which `sql::grants` knows), as
+    /// PostgreSQL reads them: sqlparser would otherwise take `TO PUBLIC, alice` as two PUBLICs.
+    fn get_reserved_grantees_types(&self) -> &[GranteesType] {
+        &[
+            GranteesType::Public,
+            GranteesType::Role,
+            GranteesType::User,
+            GranteesType::Group,
+            GranteesType::Share,
+            GranteesType::DatabaseRole,
+            GranteesType::Application,
+            GranteesType::ApplicationRole,
+        ]
     }
 
     fn supports_load_extension(&self) -> bool {

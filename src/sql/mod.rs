@@ -12,6 +12,7 @@ mod ddl;
 mod dialect;
 pub mod dml;
 mod extensions;
+mod grants;
 mod names;
 mod parser;
 mod pg_catalog;
@@ -47,6 +48,7 @@ pub use self::backends::{
 /// Batch queries: DataFusion over Weir's relations, and their results named as PostgreSQL
 /// names them.
 pub use self::context::{query_context, query_runtime, register_system_tables, PlanFunctions};
+pub use self::grants::{GrantOn, GrantStatement, Grantee};
 pub use self::names::{
     declared_type_of, pg_column_name, pg_names, result_schema, ATTNUM, TABLE_OID, TYPE_OID, TYPMOD,
     UNNAMED,

@@ -16,6 +16,7 @@ pub struct RoleSpec {
     /// `PASSWORD 'x'`: `Some(Some(x))`; `PASSWORD NULL`: `Some(None)`.
     pub password: Option<Option<String>>,
     pub connection_limit: Option<i32>,
+    pub inherit: Option<bool>,
 }
 
 /// A role statement.
@@ -129,6 +130,7 @@ pub fn create_role(c: &ast::CreateRole, user: bool) -> Result<RoleStatement> {
         create_db: c.create_db,
         password: c.password.as_ref().map(password).transpose()?,
         connection_limit: c.connection_limit.as_ref().map(limit).transpose()?,
+        inherit: c.inherit,
     };
     let name = super::relation_name(name)?;
     Ok(RoleStatement::Create {
@@ -185,8 +187,7 @@ pub fn alter_role(name: &ast::Ident, operation: &ast::AlterRoleOperation) -> Res
             ast::RoleOption::CreateDB(v) => spec.create_db = Some(*v),
             ast::RoleOption::Password(p) => spec.password = Some(password(p)?),
             ast::RoleOption::ConnectionLimit(e) => spec.connection_limit = Some(limit(e)?),
-            // Without memberships, inheriting changes nothing.
-            ast::RoleOption::Inherit(_) => {}
+            ast::RoleOption::Inherit(v) => spec.inherit = Some(*v),
             ast::RoleOption::Replication(false) | ast::RoleOption::BypassRLS(false) => {}
             other => return Err(unsupported(&other.to_string())),
         }

@@ -16,7 +16,7 @@ use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Toke
 use crate::error::{Error, Result};
 use crate::sql::dialect::WeirDialect;
 use crate::sql::extensions::{self, CreateSink, CreateView, Watermark};
-use crate::sql::roles;
+use crate::sql::{grants, roles};
 
 mod cursors;
 mod limits;
@@ -44,6 +44,8 @@ pub enum Statement {
     ShowCreate(crate::catalog::Kind, String),
     /// `CREATE`, `ALTER` and `DROP` of a `ROLE` or `USER`.
     Role(crate::sql::RoleStatement),
+    /// `GRANT` and `REVOKE`, of privileges or of roles.
+    Grant(crate::sql::GrantStatement),
     ShowSources,
     ShowSinks,
     /// `CREATE TABLE`, with its watermark, and for a table fed by a connector its `FORMAT`
@@ -213,6 +215,11 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
         })?;
         return Ok(Statement::CreateSink(Box::new(sink)));
     }
+    if matches!(lead.first(), Some(&"GRANT" | &"REVOKE")) {
+        if let Some(membership) = grants::membership(group) {
+            return Ok(Statement::Grant(membership?));
+        }
+    }
     let mut tokens = group.to_vec();
     // A user is a role that may log in (`CREATE USER`), read as PostgreSQL's `ROLE`.
     let user = matches!(lead.as_slice(), ["CREATE" | "ALTER" | "DROP", "USER", ..]);
@@ -276,6 +283,8 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
             emit_on_window_close,
         })),
         ast::Statement::CreateRole(c) => Statement::Role(roles::create_role(&c, user)?),
+        ast::Statement::Grant(g) => Statement::Grant(grants::grant(&g)?),
+        ast::Statement::Revoke(r) => Statement::Grant(grants::revoke(&r)?),
         ast::Statement::AlterRole { name, operation } => {
             Statement::Role(roles::alter_role(&name, &operation)?)
         }

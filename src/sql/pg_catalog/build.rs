@@ -33,10 +33,10 @@ fn declared_oid(ty: &str) -> Option<u32> {
     })
 }
 
-/// Column types whose values Weir never has (privileges, a trigger's arguments, an added
-/// column's default): NULL in every row, so that the client is told PostgreSQL's type
-/// without Weir having to send such a value.
-const NEVER_VALUED: [&str; 4] = ["aclitem[]", "char[]", "anyarray", "bytea"];
+/// Column types whose values Weir never has (a trigger's arguments, an added column's
+/// default): NULL in every row, so that the client is told PostgreSQL's type without Weir
+/// having to send such a value.
+const NEVER_VALUED: [&str; 3] = ["char[]", "anyarray", "bytea"];
 
 /// Builds one table's rows.
 pub type Build = fn(&Relations) -> Result<RecordBatch>;
@@ -62,9 +62,9 @@ pub(super) fn t(s: impl Into<String>) -> V {
 
 /// A table from its columns (`name:type`, types `oid`, `text`, `name`, `char`, `varchar`,
 /// `pg_node_tree`, `bool`, `i2`, `i4`, `i8`, `f4`, `xid`, `timestamptz` (microseconds since the
-/// epoch), `text[]`, `oid[]`, `i2[]`, `int2vector`, `oidvector`, and `NEVER_VALUED`'s) and
-/// rows. A field whose type Arrow's does not tell says which it is (`declared_oid`), so that
-/// a client is told PostgreSQL's type.
+/// epoch), `text[]`, `aclitem[]`, `oid[]`, `i2[]`, `int2vector`, `oidvector`, and
+/// `NEVER_VALUED`'s) and rows. A field whose type Arrow's does not tell says which it is
+/// (`declared_oid`), so that a client is told PostgreSQL's type.
 pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
     let columns: Vec<(&str, &str)> = (columns.split_whitespace())
         .map(|c| c.split_once(':').unwrap_or((c, "text")))
@@ -153,7 +153,7 @@ pub(super) fn table(columns: &str, rows: Vec<Vec<V>>) -> Result<RecordBatch> {
                 datafusion::arrow::compute::cast(&b.finish(), &to)?
             }
             "text[]" | "aclitem[]" | "char[]" => {
-                // Only `text[]` holds values (a role's settings); ACLs are NULL here.
+                // A role's settings, and ACLs in `aclitem`'s text form.
                 let mut b = ListBuilder::new(StringBuilder::new());
                 for cell in cells {
                     match cell {

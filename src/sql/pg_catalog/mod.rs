@@ -77,6 +77,10 @@ pub struct Relation {
     pub primary_key: Vec<usize>,
     /// A view's query.
     pub definition: Option<String>,
+    /// The owner's OID (`pg_class.relowner`).
+    pub owner: u32,
+    /// What was granted on it, as `aclitem`s (`pg_class.relacl`); `None`: the owner's only.
+    pub acl: Option<Vec<String>>,
 }
 
 impl Relation {
@@ -186,6 +190,8 @@ pub struct Relations {
     pub backend: Option<Arc<Backend>>,
     /// The roles (`pg_roles`), without their passwords' verifiers.
     pub roles: Vec<crate::catalog::RoleDef>,
+    /// `GRANT role TO member` (`pg_auth_members`).
+    pub members: Vec<crate::catalog::Membership>,
 }
 
 impl Relations {
@@ -202,6 +208,8 @@ impl Relations {
                     columns: t.columns.iter().map(Column::declared).collect(),
                     primary_key: t.primary_key.clone(),
                     definition: None,
+                    owner: 0,
+                    acl: None,
                 },
                 Object::Source(s) => Relation {
                     oid,
@@ -210,6 +218,8 @@ impl Relations {
                     columns: s.columns.iter().map(Column::declared).collect(),
                     primary_key: Vec::new(),
                     definition: None,
+                    owner: 0,
+                    acl: None,
                 },
                 Object::View(v) if v.sink => continue,
                 Object::View(v) => {
@@ -227,10 +237,21 @@ impl Relations {
                             .collect(),
                         primary_key: Vec::new(),
                         definition: Some(v.query.clone()),
+                        owner: 0,
+                        acl: None,
                     }
                 }
             };
-            relations.push(relation);
+            let access = catalog.access(object.id());
+            let name = |oid: u32| {
+                let role = catalog.role_by_oid(oid);
+                role.map_or_else(|| oid.to_string(), |r| r.name.clone())
+            };
+            relations.push(Relation {
+                owner: access.owner,
+                acl: (access.grants.as_deref()).map(|acl| crate::catalog::acl_text(acl, name)),
+                ..relation
+            });
         }
         let roles = (catalog.roles().iter())
             .map(|r| crate::catalog::RoleDef {
@@ -243,6 +264,7 @@ impl Relations {
             settings: (**settings).clone(),
             backend: settings.backend.clone(),
             roles,
+            members: catalog.memberships().to_vec(),
         }
     }
 

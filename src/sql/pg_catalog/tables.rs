@@ -38,7 +38,7 @@ pub const CATALOG_TABLES: &[(&str, Build)] = &[
     ("pg_views", |_| table(PG_VIEWS, vec![])),
     ("pg_description", |_| table(PG_DESCRIPTION, vec![])),
     ("pg_attrdef", |_| table(PG_ATTRDEF, vec![])),
-    ("pg_auth_members", |_| table(PG_AUTH_MEMBERS, vec![])),
+    ("pg_auth_members", pg_auth_members),
     ("pg_inherits", |_| table(PG_INHERITS, vec![])),
     ("pg_policy", |_| table(PG_POLICY, vec![])),
     ("pg_statistic_ext", |_| table(PG_STATISTIC_EXT, vec![])),
@@ -236,63 +236,61 @@ fn pg_type(_: &Relations) -> Result<RecordBatch> {
 
 fn pg_class(r: &Relations) -> Result<RecordBatch> {
     let mut rows = Vec::new();
-    let mut push = |oid: u32, name: String, kind: char, am: u32, natts: usize, index: bool| {
-        rows.push(vec![
-            O(oid),
-            t(name),
-            O(PUBLIC_OID),
-            O(0),
-            O(0),
-            O(ROLE_OID),
-            O(am),
-            O(oid),
-            O(0),
-            I(0),
-            I(-1),
-            I(0),
-            O(0),
-            B(index),
-            B(false),
-            t("p"),
-            t(kind.to_string()),
-            I(natts as i64),
-            I(0),
-            B(false),
-            B(false),
-            B(false),
-            B(false),
-            B(false),
-            B(true),
-            t(if matches!(kind, 'r' | 'm') { "d" } else { "n" }),
-            B(false),
-            O(0),
-            O(0),
-            O(0),
-            N,
-            N,
-            N,
-        ]);
-    };
+    let mut push =
+        |oid: u32, name: String, (kind, am): (char, u32), natts: usize, rel: &Relation| {
+            let index = kind != 'i' && !rel.primary_key.is_empty();
+            let acl = match (&rel.acl, kind) {
+                (Some(acl), 'r' | 'm' | 'f') => V::S(acl.clone()),
+                _ => N,
+            };
+            rows.push(vec![
+                O(oid),
+                t(name),
+                O(PUBLIC_OID),
+                O(0),
+                O(0),
+                O(rel.owner),
+                O(am),
+                O(oid),
+                O(0),
+                I(0),
+                I(-1),
+                I(0),
+                O(0),
+                B(index),
+                B(false),
+                t("p"),
+                t(kind.to_string()),
+                I(natts as i64),
+                I(0),
+                B(false),
+                B(false),
+                B(false),
+                B(false),
+                B(false),
+                B(true),
+                t(if matches!(kind, 'r' | 'm') { "d" } else { "n" }),
+                B(false),
+                O(0),
+                O(0),
+                O(0),
+                acl,
+                N,
+                N,
+            ]);
+        };
     for rel in &r.relations {
         let am = if matches!(rel.kind, 'r' | 'm') { 2 } else { 0 };
-        let indexed = !rel.primary_key.is_empty();
         push(
             rel.oid,
             rel.name.clone(),
-            rel.kind,
-            am,
+            (rel.kind, am),
             rel.columns.len(),
-            indexed,
+            rel,
         );
-        if indexed {
-            push(
-                rel.index_oid(),
-                rel.index_name(),
-                'i',
-                403,
-                rel.primary_key.len(),
-                false,
-            );
+        if !rel.primary_key.is_empty() {
+            let natts = rel.primary_key.len();
+            push(rel.index_oid(), rel.index_name(), ('i', 403), natts, rel);
         }
     }
     table(
@@ -430,7 +428,7 @@ fn pg_roles(r: &Relations) -> Result<RecordBatch> {
             vec![
                 t(role.name.clone()),
                 B(role.superuser),
-                B(true),
+                B(role.inherit),
                 B(role.create_role),
                 B(role.create_db),
                 B(role.login),
@@ -488,6 +486,14 @@ fn pg_user(r: &Relations) -> Result<RecordBatch> {
          passwd valuntil:timestamptz useconfig:text[]",
         rows,
     )
+}
+
+/// `GRANT role TO member`.
+fn pg_auth_members(r: &Relations) -> Result<RecordBatch> {
+    let rows = (r.members.iter())
+        .map(|m| vec![O(m.role), O(m.member), O(m.grantor), B(m.admin)])
+        .collect();
+    table(PG_AUTH_MEMBERS, rows)
 }
 
 fn pg_am(_: &Relations) -> Result<RecordBatch> {
