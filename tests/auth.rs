@@ -960,6 +960,23 @@ async fn privileges_are_granted_by_owners_and_refused_with_42501_otherwise() {
         assert_eq!(outcome(&weir, sql).await, "ok", "{sql}");
     }
     assert_eq!(answer(&alice, "SELECT s FROM total").await, "30");
+    // What tools ask before they list relations answers from the same grants.
+    assert_eq!(
+        answer(
+            &alice,
+            "SELECT has_table_privilege('total', 'SELECT'), has_table_privilege('t', 'select'), \
+             has_table_privilege('t', 'INSERT, DELETE'), has_table_privilege('bob', 'total', 'SELECT'), \
+             has_any_column_privilege('t', 'UPDATE'), has_column_privilege('t', 'k', 'SELECT'), \
+             has_schema_privilege('public', 'CREATE'), has_table_privilege('pg_class', 'SELECT'), \
+             has_table_privilege('weir', 'public.t', 'DELETE')"
+        )
+        .await,
+        "t f t f t f t t t"
+    );
+    assert_eq!(
+        answer(&alice, "SELECT has_table_privilege('t', 'FLY')").await,
+        "22023 unrecognized privilege type: \"FLY\""
+    );
     assert_eq!(answer(&alice, "INSERT INTO t VALUES (3, 30)").await, "");
     assert_eq!(answer(&alice, "UPDATE t SET v = 5").await, "");
     assert_eq!(

@@ -6,7 +6,8 @@ mod privileges;
 mod roles;
 
 pub use privileges::{
-    acl_text, change_acl, denied, is_member_of, Access, AclItem, Membership, Privilege, PUBLIC,
+    acl_text, change_acl, denied, is_member_of, Access, AclItem, Grants, Membership, Privilege,
+    PUBLIC,
 };
 pub use roles::{RoleDef, Verifier, BOOTSTRAP_OID, BOOTSTRAP_ROLE, SCRAM_ITERATIONS};
 

@@ -3,7 +3,7 @@
 //! which, and the decision whether a role holds a privilege. Pure: the statements that change
 //! them are `db/`'s, the checks' callers are where statements run.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -228,6 +228,74 @@ impl Catalog {
         self.data.roles.iter().find(|r| r.oid == oid)
     }
 
+    /// What deciding privileges reads, borrowed.
+    pub fn grants(&self) -> Grants<'_> {
+        Grants {
+            roles: &self.data.roles,
+            members: &self.data.members,
+            access: &self.data.access,
+            schema: &self.data.schema_grants,
+        }
+    }
+
+    /// The roles whose privileges `role` has (`Grants::privileged_as`).
+    pub fn privileged_as(&self, role: &RoleDef) -> BTreeSet<u32> {
+        self.grants().privileged_as(role)
+    }
+
+    /// Whether `member` is `role` or a member of it (`is_member_of`).
+    pub fn is_member_of(&self, member: u32, role: u32) -> bool {
+        is_member_of(&self.data.members, member, role)
+    }
+
+    /// Whether `role` owns relation `id` (`Grants::owns`).
+    pub fn owns(&self, role: &RoleDef, id: ObjectId) -> bool {
+        self.grants().owns(role, id)
+    }
+
+    /// Whether `role` holds privilege `p` on relation `id` (`Grants::holds`).
+    pub fn holds(&self, role: &RoleDef, id: ObjectId, p: Privilege) -> bool {
+        self.grants().holds(role, id, p)
+    }
+
+    /// Whether `role` holds privilege `p` on the public schema.
+    pub fn holds_on_schema(&self, role: &RoleDef, p: Privilege) -> bool {
+        self.grants().holds_on_schema(role, p)
+    }
+
+    /// What keeps role `oid` from being dropped: the relations it owns and those it was
+    /// granted privileges on (PostgreSQL's 2BP01 detail lines), and the schema.
+    pub fn held_by(&self, oid: u32) -> Vec<String> {
+        let mut lines = Vec::new();
+        for o in &self.data.objects {
+            let access = self.access(o.id());
+            if access.owner == oid {
+                lines.push(format!("owner of {} {}", o.kind_name(), o.name()));
+            }
+            let granted = access.grants.iter().flatten().any(|i| i.grantee == oid);
+            if granted && access.owner != oid {
+                lines.push(format!("privileges for {} {}", o.kind_name(), o.name()));
+            }
+        }
+        if (self.data.schema_grants.iter()).any(|i| i.grantee == oid || i.grantor == oid) {
+            lines.push("privileges for schema public".to_string());
+        }
+        lines
+    }
+}
+
+/// What deciding privileges reads: the roles, their memberships, the relations' owners and
+/// grants and the schema's grants, borrowed from the catalog or from a query's copy of them
+/// (`pg_catalog`'s `has_table_privilege`).
+#[derive(Debug, Clone, Copy)]
+pub struct Grants<'a> {
+    pub roles: &'a [RoleDef],
+    pub members: &'a [Membership],
+    pub access: &'a BTreeMap<ObjectId, Access>,
+    pub schema: &'a [AclItem],
+}
+
+impl Grants<'_> {
     /// The roles whose privileges `role` has: itself, the roles it is a member of through
     /// roles that inherit (PostgreSQL's `has_privs_of_role`), and PUBLIC. Found by walking
     /// the membership graph without recursion; cycles are refused when granted.
@@ -235,11 +303,11 @@ impl Catalog {
         let mut found = BTreeSet::from([PUBLIC, role.oid]);
         let mut frontier = vec![role.oid];
         while let Some(member) = frontier.pop() {
-            let inherits = self.role_by_oid(member).is_none_or(|r| r.inherit);
-            if !inherits {
+            let role = self.roles.iter().find(|r| r.oid == member);
+            if !role.is_none_or(|r| r.inherit) {
                 continue;
             }
-            for m in self.data.members.iter().filter(|m| m.member == member) {
+            for m in self.members.iter().filter(|m| m.member == member) {
                 if found.insert(m.role) {
                     frontier.push(m.role);
                 }
@@ -248,9 +316,8 @@ impl Catalog {
         found
     }
 
-    /// Whether `member` is `role` or a member of it (`is_member_of`).
-    pub fn is_member_of(&self, member: u32, role: u32) -> bool {
-        is_member_of(&self.data.members, member, role)
+    fn access(&self, id: ObjectId) -> &Access {
+        self.access.get(&id).unwrap_or(&DEFAULT_ACCESS)
     }
 
     /// Whether `role` owns relation `id`: it is a superuser, or has the owner's privileges.
@@ -278,27 +345,7 @@ impl Catalog {
     }
 
     fn holds_on_schema_as(&self, roles: &BTreeSet<u32>, p: Privilege) -> bool {
-        (self.data.schema_grants.iter()).any(|i| roles.contains(&i.grantee) && i.holds(p))
-    }
-
-    /// What keeps role `oid` from being dropped: the relations it owns and those it was
-    /// granted privileges on (PostgreSQL's 2BP01 detail lines), and the schema.
-    pub fn held_by(&self, oid: u32) -> Vec<String> {
-        let mut lines = Vec::new();
-        for o in &self.data.objects {
-            let access = self.access(o.id());
-            if access.owner == oid {
-                lines.push(format!("owner of {} {}", o.kind_name(), o.name()));
-            }
-            let granted = access.grants.iter().flatten().any(|i| i.grantee == oid);
-            if granted && access.owner != oid {
-                lines.push(format!("privileges for {} {}", o.kind_name(), o.name()));
-            }
-        }
-        if (self.data.schema_grants.iter()).any(|i| i.grantee == oid || i.grantor == oid) {
-            lines.push("privileges for schema public".to_string());
-        }
-        lines
+        (self.schema.iter()).any(|i| roles.contains(&i.grantee) && i.holds(p))
     }
 }
 

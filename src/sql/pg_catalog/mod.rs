@@ -192,6 +192,10 @@ pub struct Relations {
     pub roles: Vec<crate::catalog::RoleDef>,
     /// `GRANT role TO member` (`pg_auth_members`).
     pub members: Vec<crate::catalog::Membership>,
+    /// Relations' owners and grants, by catalog id, and the public schema's grants: what
+    /// `has_table_privilege` decides from.
+    pub access: std::collections::BTreeMap<crate::catalog::ObjectId, crate::catalog::Access>,
+    pub schema_grants: Vec<crate::catalog::AclItem>,
 }
 
 impl Relations {
@@ -265,6 +269,18 @@ impl Relations {
             backend: settings.backend.clone(),
             roles,
             members: catalog.memberships().to_vec(),
+            access: catalog.grants().access.clone(),
+            schema_grants: catalog.schema_grants().to_vec(),
+        }
+    }
+
+    /// Deciding privileges over this copy of the catalog's.
+    pub fn grants(&self) -> crate::catalog::Grants<'_> {
+        crate::catalog::Grants {
+            roles: &self.roles,
+            members: &self.members,
+            access: &self.access,
+            schema: &self.schema_grants,
         }
     }
 
@@ -277,10 +293,12 @@ impl Relations {
         self.relations.iter().find(|r| r.oid == oid)
     }
 
-    /// The relation `name` names: `relation` or `public.relation`, quoted or not.
+    /// The relation `name` names: `relation` or `public.relation`, each part quoted or not.
     pub fn by_name(&self, name: &str) -> Option<&Relation> {
         let name = name.trim();
-        let name = name.strip_prefix("public.").unwrap_or(name);
+        let name = (name.strip_prefix("public."))
+            .or_else(|| name.strip_prefix("\"public\"."))
+            .unwrap_or(name);
         let name = match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
             Some(quoted) => quoted.replace("\"\"", "\""),
             None => name.to_lowercase(),

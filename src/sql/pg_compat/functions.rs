@@ -126,7 +126,7 @@ impl ScalarUDFImpl for CatalogFn {
 }
 
 /// A value as an OID: an integer, or text holding one.
-fn as_oid(v: &ScalarValue) -> Option<u32> {
+pub(super) fn as_oid(v: &ScalarValue) -> Option<u32> {
     match v {
         ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) => s.trim().parse().ok(),
         other if other.is_null() => None,
@@ -160,6 +160,7 @@ pub(super) fn text(v: Option<String>) -> ScalarValue {
 pub fn register_functions(ctx: &SessionContext, relations: &Arc<Relations>) {
     let functions = (over_relations(relations).into_iter())
         .chain(of_session(relations))
+        .chain(super::privileges::privilege_functions(relations))
         .chain(fixed())
         .chain(super::strings::string_functions())
         .chain(super::arrays::array_functions());
@@ -343,11 +344,6 @@ fn fixed() -> Vec<CatalogFn> {
         f("pg_relation_is_publishable", any(), 1..=1, to_bool, |_| {
             Ok(ScalarValue::Boolean(Some(false)))
         }),
-        f("has_table_privilege", any(), 2..=3, to_bool, granted),
-        f("has_schema_privilege", any(), 2..=3, to_bool, granted),
-        f("has_database_privilege", any(), 2..=3, to_bool, granted),
-        f("has_column_privilege", any(), 3..=4, to_bool, granted),
-        f("has_any_column_privilege", any(), 2..=3, to_bool, granted),
         f("pg_get_expr", any(), 2..=3, to_text, |_| Ok(text(None))),
         f("obj_description", any(), 1..=2, to_text, |_| Ok(text(None))),
         f("col_description", any(), 2..=2, to_text, |_| Ok(text(None))),
@@ -604,11 +600,6 @@ fn as_oid_signed(v: &ScalarValue) -> Option<i32> {
 }
 
 fn visible(_: &[ScalarValue]) -> DfResult<ScalarValue> {
-    Ok(ScalarValue::Boolean(Some(true)))
-}
-
-/// Weir's one role holds every privilege.
-fn granted(_: &[ScalarValue]) -> DfResult<ScalarValue> {
     Ok(ScalarValue::Boolean(Some(true)))
 }
 

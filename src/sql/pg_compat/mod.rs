@@ -4,6 +4,7 @@
 
 mod arrays;
 mod functions;
+mod privileges;
 mod series;
 mod strings;
 mod subquery;
