@@ -1014,6 +1014,16 @@ async fn privileges_are_granted_by_owners_and_refused_with_42501_otherwise() {
     }
     assert_eq!(answer(&bob, "FLUSH").await, "");
     assert_eq!(answer(&bob, "SELECT d FROM doubled").await, "30");
+    // weir_catalog's rows show what objects hold (a view's errors, a source's skipped
+    // payloads): each role sees those of the relations it may read.
+    let views = "SELECT name FROM weir_catalog.views ORDER BY name";
+    assert_eq!(answer(&bob, views).await, "doubled");
+    assert_eq!(answer(&weir, views).await, "doubled\ntotal");
+    let shown = answer(&bob, "SHOW MATERIALIZED VIEWS").await;
+    assert!(
+        shown.starts_with("doubled ") && !shown.contains("total"),
+        "{shown}"
+    );
     assert_eq!(
         answer(&bob, "DROP MATERIALIZED VIEW doubled").await,
         "42501 must be owner of materialized view doubled"

@@ -41,7 +41,12 @@ impl Database {
             overrides,
             &self.query_runtime,
         )?;
-        crate::sql::register_system_tables(&ctx, self.system_tables(scope)?)?;
+        let role = self.acting_for(settings)?;
+        let seen = super::system_tables::Seen {
+            scope,
+            role: role.as_ref(),
+        };
+        crate::sql::register_system_tables(&ctx, self.system_tables(seen)?)?;
         Ok(ctx)
     }
 

@@ -140,9 +140,30 @@ pub fn text_rows(columns: &[&'static str], values: Vec<Vec<String>>) -> Result<O
     rows.batch().map(rows_of)
 }
 
+/// Whose rows of the system tables a statement sees: the objects `scope` sees, and of those
+/// the ones `role` may read (SELECT on a relation, ownership of a sink), since their rows show
+/// what they hold (a source's skipped payloads, a view's errors); every one for a superuser or
+/// the server itself.
+#[derive(Clone, Copy)]
+pub(super) struct Seen<'a> {
+    pub scope: Scope,
+    pub role: Option<&'a crate::catalog::RoleDef>,
+}
+
+impl Seen<'_> {
+    fn objects(self, catalog: &crate::catalog::Catalog) -> Vec<&Object> {
+        let shown = |o: &&Object| match (self.role, o) {
+            (None, _) => true,
+            (Some(r), Object::View(v)) if v.sink => catalog.owns(r, o.id()),
+            (Some(r), _) => catalog.holds(r, o.id(), crate::catalog::Privilege::Select),
+        };
+        catalog.visible_objects(self.scope).filter(shown).collect()
+    }
+}
+
 impl Database {
-    /// The `weir_catalog` system tables, as of now.
-    pub(super) fn system_tables(&self, scope: Scope) -> Result<Vec<(&'static str, RecordBatch)>> {
+    /// The `weir_catalog` system tables, as of now, as `seen` may see them.
+    pub(super) fn system_tables(&self, seen: Seen) -> Result<Vec<(&'static str, RecordBatch)>> {
         let Some(checkpoints) = self.checkpoints.get() else {
             return Ok(Vec::new());
         };
@@ -151,11 +172,11 @@ impl Database {
             ("checkpoints", self::checkpoints(&checkpoints.records())?),
             ("checkpoint_files", checkpoint_files(&checkpoints.files())?),
             ("recoveries", recoveries),
-            ("sources", self.sources_batch(scope)?),
-            ("source_errors", self.source_errors_batch(scope)?),
-            ("source_splits", self.source_splits_batch(scope)?),
-            ("sinks", self.sinks_batch(scope)?),
-            ("views", self.views_batch(scope)?),
+            ("sources", self.sources_batch(seen)?),
+            ("source_errors", self.source_errors_batch(seen)?),
+            ("source_splits", self.source_splits_batch(seen)?),
+            ("sinks", self.sinks_batch(seen)?),
+            ("views", self.views_batch(seen)?),
             ("backfills", self.backfills_batch()?),
         ])
     }
@@ -199,7 +220,7 @@ impl Database {
     /// stopped early, whether something reads it (it produces only then), what it waits out
     /// (a broker down), how many inputs it skipped, and how far it trails its upstream: the
     /// sum of its splits' lags, where known (`source_splits`).
-    fn sources_batch(&self, scope: Scope) -> Result<RecordBatch> {
+    fn sources_batch(&self, seen: Seen) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[
             ("name", Text),
@@ -212,7 +233,7 @@ impl Database {
             ("skipped", Int),
             ("lag?", Int),
         ]);
-        self.each_source(scope, |name, connector, h| {
+        self.each_source(seen, |name, connector, h| {
             let p = &h.progress;
             let lag = locked(&p.splits)
                 .iter()
@@ -235,7 +256,7 @@ impl Database {
 
     /// `weir_catalog.source_errors`: the last inputs each source skipped because they did not
     /// decode into a row (`source::SOURCE_ERRORS_MAX` per source), oldest first.
-    fn source_errors_batch(&self, scope: Scope) -> Result<RecordBatch> {
+    fn source_errors_batch(&self, seen: Seen) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[
             ("source", Text),
@@ -245,7 +266,7 @@ impl Database {
             ("payload", Text),
             ("error", Text),
         ]);
-        self.each_source(scope, |name, _, h| {
+        self.each_source(seen, |name, _, h| {
             for e in locked(&h.progress.errors).iter() {
                 rows.push(vec![
                     name.into(),
@@ -262,7 +283,7 @@ impl Database {
 
     /// `weir_catalog.source_splits`: each split of each source (a Kafka partition), where the
     /// source is in it, the upstream's end there and the lag between the two.
-    fn source_splits_batch(&self, scope: Scope) -> Result<RecordBatch> {
+    fn source_splits_batch(&self, seen: Seen) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[
             ("source", Text),
@@ -271,7 +292,7 @@ impl Database {
             ("end?", Int),
             ("lag?", Int),
         ]);
-        self.each_source(scope, |name, _, h| {
+        self.each_source(seen, |name, _, h| {
             for s in locked(&h.progress.splits).iter() {
                 let position = match &s.position {
                     serde_json::Value::String(t) => t.clone(),
@@ -291,10 +312,10 @@ impl Database {
 
     /// Calls `f` with each visible source's (and connector table's) name, connector and
     /// running task.
-    fn each_source(&self, scope: Scope, mut f: impl FnMut(&str, &str, &SourceHandle)) {
+    fn each_source(&self, seen: Seen, mut f: impl FnMut(&str, &str, &SourceHandle)) {
         let catalog = self.catalog();
         let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
-        for o in catalog.visible_objects(scope) {
+        for o in seen.objects(&catalog) {
             let connector = match o {
                 Object::Source(def) => &def.connector,
                 Object::Table(TableDef {
@@ -312,7 +333,7 @@ impl Database {
     /// those its target took since the server started, the epoch of the last checkpoint the
     /// target holds and how many epochs it lags the dataflow, the bytes of its log not yet
     /// delivered, and the failed deliveries in a row with the last one's error.
-    fn sinks_batch(&self, scope: Scope) -> Result<RecordBatch> {
+    fn sinks_batch(&self, seen: Seen) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[
             ("name", Text),
@@ -329,7 +350,7 @@ impl Database {
         let catalog = self.catalog();
         let sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
         let sealed = self.actors.store.sealed_epoch();
-        for o in catalog.visible_objects(scope) {
+        for o in seen.objects(&catalog) {
             let (Some(c), Object::View(v)) = (sinks.get(&o.id()), o) else {
                 continue;
             };
@@ -358,7 +379,7 @@ impl Database {
     /// `weir_catalog.views`: each view's status (`running`; `degraded` while some of its rows
     /// hold an error: `row_errors` of them, the last `last_error`; or why its actors failed)
     /// and parallelism, by name.
-    fn views_batch(&self, scope: Scope) -> Result<RecordBatch> {
+    fn views_batch(&self, seen: Seen) -> Result<RecordBatch> {
         use Type::*;
         let mut rows = Rows::new(&[
             ("name", Text),
@@ -375,8 +396,7 @@ impl Database {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let errors = self.view_errors.lock().unwrap_or_else(|p| p.into_inner());
-        let mut views: Vec<_> = catalog
-            .visible_objects(scope)
+        let mut views: Vec<_> = (seen.objects(&catalog).into_iter())
             .filter_map(|o| match o {
                 Object::View(v) if !v.sink => Some(v),
                 _ => None,
@@ -405,9 +425,15 @@ impl Database {
         rows.batch()
     }
 
-    /// SHOW MATERIALIZED VIEWS: the rows of `weir_catalog.views`.
-    pub fn show_views(&self, scope: Scope) -> Result<Output> {
-        self.views_batch(scope).map(rows_of)
+    /// SHOW MATERIALIZED VIEWS: the rows of `weir_catalog.views` that the session's role may
+    /// see.
+    pub fn show_views(&self, settings: &crate::sql::Settings, scope: Scope) -> Result<Output> {
+        let role = self.acting_for(settings)?;
+        self.views_batch(Seen {
+            scope,
+            role: role.as_ref(),
+        })
+        .map(rows_of)
     }
 
     /// SHOW TABLES, SHOW SOURCES, SHOW SINKS: the names of the objects of `kind`.

@@ -319,7 +319,7 @@ impl Session {
             Statement::Checkpoint { base } => self.db.checkpoint(*base).await,
             Statement::ShowCheckpoints => self.db.show_checkpoints(),
             Statement::ShowTables => self.db.show_names(Kind::Table, scope),
-            Statement::ShowMaterializedViews => self.db.show_views(scope),
+            Statement::ShowMaterializedViews => self.db.show_views(&self.settings, scope),
             Statement::ShowCreate(kind, name) => self.db.show_create(name, *kind, scope),
             // Roles change outside transaction blocks only: a rolled back block could not
             // take back a password its statement set.
@@ -571,7 +571,9 @@ impl Session {
                 return Ok(none(rows_schema(self.db.show_names(Kind::Table, scope)?)))
             }
             Statement::ShowMaterializedViews => {
-                return Ok(none(rows_schema(self.db.show_views(scope)?)))
+                return Ok(none(rows_schema(
+                    self.db.show_views(&self.settings, scope)?,
+                )))
             }
             Statement::ShowCreate(kind, name) => {
                 let shown = self.db.show_create(name, *kind, scope)?;
