@@ -868,19 +868,7 @@ async fn silent_clients_and_idle_blocks_are_ended() {
 /// What `sql` answers as `client`: its rows joined, or `SQLSTATE message`.
 async fn answer(client: &tokio_postgres::Client, sql: &str) -> String {
     match client.simple_query(sql).await {
-        Ok(messages) => messages
-            .iter()
-            .filter_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                    (0..r.len())
-                        .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                ),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Ok(messages) => common::rows_as_text(messages).join("\n"),
         Err(e) => error(&e),
     }
 }

@@ -37,19 +37,7 @@ async fn connect_watched(
 /// The rows of `sql` as text, or its error as `ERROR code: message`.
 async fn outcome(client: &tokio_postgres::Client, sql: &str) -> String {
     match client.simple_query(sql).await {
-        Ok(messages) => messages
-            .into_iter()
-            .filter_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                    (0..r.len())
-                        .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                ),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Ok(messages) => common::rows_as_text(messages).join("\n"),
         Err(e) => match e.as_db_error() {
             Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
             None => format!("ERROR {e}"),

@@ -241,11 +241,12 @@ pub async fn connect(conn: &str) -> tokio_postgres::Client {
 }
 
 pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap()
-        .into_iter()
+    rows_as_text(client.simple_query(sql).await.unwrap())
+}
+
+/// The rows of a simple query's answer, each as its values (NULL for a null) joined by spaces.
+pub fn rows_as_text(messages: Vec<tokio_postgres::SimpleQueryMessage>) -> Vec<String> {
+    (messages.into_iter())
         .filter_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(r) => Some(
                 (0..r.len())
