@@ -1056,3 +1056,56 @@ async fn privileges_are_granted_by_owners_and_refused_with_42501_otherwise() {
         "{weir=arwd/weir,readers=r/weir}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_sees_and_signals_only_the_sessions_of_roles_it_has_the_privileges_of() {
+    let server = TestServer::start().await;
+    let weir = login(&server, "weir", None).await.unwrap();
+    for sql in [
+        "CREATE USER alice PASSWORD 'a'",
+        "CREATE USER bob PASSWORD 'b'",
+        "CREATE USER carol PASSWORD 'c'",
+        "GRANT bob TO carol",
+    ] {
+        assert_eq!(outcome(&weir, sql).await, "ok", "{sql}");
+    }
+    let alice = login(&server, "alice", Some("a")).await.unwrap();
+    let bob = login(&server, "bob", Some("b")).await.unwrap();
+    let carol = login(&server, "carol", Some("c")).await.unwrap();
+    let pid =
+        |name: &'static str| format!("(SELECT pid FROM pg_stat_activity WHERE usename = '{name}')");
+    assert_eq!(answer(&bob, "SELECT 'bob was here'").await, "bob was here");
+    // Another role's session shows who it is, not where from or what it runs; a session of
+    // a role one is a member of shows everything, and a superuser sees every session.
+    let seen = "SELECT usename, usesysid = r.oid, client_port IS NULL, backend_start IS NULL, \
+                state IS NULL, query FROM pg_stat_activity JOIN pg_roles r ON r.rolname = usename \
+                WHERE usename = 'bob'";
+    assert_eq!(
+        answer(&alice, seen).await,
+        "bob t t t t <insufficient privilege>"
+    );
+    assert_eq!(
+        answer(&carol, seen).await,
+        "bob t f f f SELECT 'bob was here'"
+    );
+    assert_eq!(
+        answer(&weir, seen).await,
+        "bob t f f f SELECT 'bob was here'"
+    );
+    // Signals follow PostgreSQL's rules and words: nobody but a superuser signals one, and
+    // a role signals the sessions of roles whose privileges it has.
+    for (verb, target, expected) in [
+        ("cancel", "weir", "42501 must be a superuser to cancel superuser query"),
+        ("terminate", "weir", "42501 must be a superuser to terminate superuser process"),
+        ("cancel", "bob", "42501 must be a member of the role whose query is being canceled or member of pg_signal_backend"),
+        ("terminate", "bob", "42501 must be a member of the role whose process is being terminated or member of pg_signal_backend"),
+    ] {
+        let sql = format!("SELECT pg_{verb}_backend({})", pid(target));
+        assert_eq!(answer(&alice, &sql).await, expected, "{sql}");
+    }
+    let cancel = format!("SELECT pg_cancel_backend({})", pid("bob"));
+    assert_eq!(answer(&carol, &cancel).await, "t");
+    let terminate = format!("SELECT pg_terminate_backend({})", pid("alice"));
+    assert_eq!(answer(&weir, &terminate).await, "t");
+    assert_eq!(answer(&bob, "SELECT 1").await, "1");
+}

@@ -191,7 +191,7 @@ pub fn acl_text(acl: &[AclItem], name: impl Fn(u32) -> String) -> Vec<String> {
 impl Catalog {
     /// Relation `id`'s owner and grants.
     pub fn access(&self, id: ObjectId) -> &Access {
-        self.data.access.get(&id).unwrap_or(&DEFAULT_ACCESS)
+        self.grants().access(id)
     }
 
     /// Records relations' owners and grants and saves the catalog; on failure the catalog is
@@ -243,11 +243,6 @@ impl Catalog {
         self.grants().privileged_as(role)
     }
 
-    /// Whether `member` is `role` or a member of it (`is_member_of`).
-    pub fn is_member_of(&self, member: u32, role: u32) -> bool {
-        is_member_of(&self.data.members, member, role)
-    }
-
     /// Whether `role` owns relation `id` (`Grants::owns`).
     pub fn owns(&self, role: &RoleDef, id: ObjectId) -> bool {
         self.grants().owns(role, id)
@@ -295,7 +290,7 @@ pub struct Grants<'a> {
     pub schema: &'a [AclItem],
 }
 
-impl Grants<'_> {
+impl<'a> Grants<'a> {
     /// The roles whose privileges `role` has: itself, the roles it is a member of through
     /// roles that inherit (PostgreSQL's `has_privs_of_role`), and PUBLIC. Found by walking
     /// the membership graph without recursion; cycles are refused when granted.
@@ -316,7 +311,8 @@ impl Grants<'_> {
         found
     }
 
-    fn access(&self, id: ObjectId) -> &Access {
+    /// Relation `id`'s owner and grants: those it was created with until some are granted.
+    fn access(&self, id: ObjectId) -> &'a Access {
         self.access.get(&id).unwrap_or(&DEFAULT_ACCESS)
     }
 

@@ -79,31 +79,16 @@ impl Database {
         p: Privilege,
         scope: Scope,
     ) -> Result<()> {
-        let Some(role) = role else {
-            return Ok(());
-        };
         let catalog = self.catalog();
-        for r in references {
-            if r.schema().is_some_and(|s| s != "public") {
-                continue;
-            }
-            if let Some(object) = catalog.get(r.table(), scope) {
-                if !catalog.holds(role, object.id(), p) {
-                    return Err(denied(object.kind_name(), object.name()));
-                }
-            }
-        }
-        Ok(())
+        let named = (references.iter())
+            .filter(|r| r.schema().is_none_or(|s| s == "public"))
+            .filter_map(|r| catalog.get(r.table(), scope));
+        check_all(&catalog, role, named, p)
     }
 
     /// Refuses (42501) unless `role` holds `p` on `object`.
     pub(super) fn check_object(&self, role: &Acting, object: &Object, p: Privilege) -> Result<()> {
-        match role {
-            Some(role) if !self.catalog().holds(role, object.id(), p) => {
-                Err(denied(object.kind_name(), object.name()))
-            }
-            _ => Ok(()),
-        }
+        check_all(&self.catalog(), role, [object], p)
     }
 
     /// Refuses a view (or sink) reading `inputs` unless `role`, its creator, may read them: a
@@ -113,19 +98,9 @@ impl Database {
         role: &Acting,
         inputs: &[crate::catalog::ObjectId],
     ) -> Result<()> {
-        let Some(role) = role else {
-            return Ok(());
-        };
         let catalog = self.catalog();
-        for id in inputs {
-            match catalog.by_id(*id) {
-                Some(o) if !catalog.holds(role, *id, Privilege::Select) => {
-                    return Err(denied(o.kind_name(), o.name()))
-                }
-                _ => {}
-            }
-        }
-        Ok(())
+        let objects = inputs.iter().filter_map(|id| catalog.by_id(*id));
+        check_all(&catalog, role, objects, Privilege::Select)
     }
 
     /// Refuses a DML statement unless `role` holds its privilege on `target` (INSERT, UPDATE,
@@ -334,4 +309,21 @@ fn reads_columns(exprs: &[&ast::Expr]) -> bool {
         })
         .is_break()
     })
+}
+
+/// Refuses (42501, naming the first) unless `role` holds `p` on each of `objects`; the
+/// server's own work (no role) is checked by nothing.
+fn check_all<'a>(
+    catalog: &crate::catalog::Catalog,
+    role: &Acting,
+    objects: impl IntoIterator<Item = &'a Object>,
+    p: Privilege,
+) -> Result<()> {
+    let Some(role) = role else {
+        return Ok(());
+    };
+    match (objects.into_iter()).find(|o| !catalog.holds(role, o.id(), p)) {
+        Some(o) => Err(denied(o.kind_name(), o.name())),
+        None => Ok(()),
+    }
 }

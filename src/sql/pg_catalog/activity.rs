@@ -4,7 +4,7 @@
 use datafusion::arrow::array::RecordBatch;
 
 use super::build::{t, table, V};
-use super::{Relations, DATABASE_OID, ROLE_OID};
+use super::{Relations, DATABASE_OID};
 use crate::error::Result;
 
 use V::{B, I, N, O};
@@ -44,12 +44,13 @@ pub(super) fn pg_stat_activity(r: &Relations) -> Result<RecordBatch> {
         .map(|s| {
             let a = s.activity();
             let at = |us: Option<i64>| us.map_or(N, I);
-            vec![
+            let role = r.roles.iter().find(|role| role.name == s.start.user);
+            let mut row = vec![
                 O(DATABASE_OID),
                 t(crate::DATABASE_NAME),
                 I(i64::from(s.start.pid)),
                 N,
-                O(ROLE_OID),
+                role.map_or(N, |role| O(role.oid)),
                 t(s.start.user.clone()),
                 t(a.application_name),
                 t(s.start.client.ip().to_string()),
@@ -67,7 +68,16 @@ pub(super) fn pg_stat_activity(r: &Relations) -> Result<RecordBatch> {
                 N,
                 t(a.query),
                 t("client backend"),
-            ]
+            ];
+            // As in PostgreSQL, a session of a role whose privileges the reader lacks shows
+            // who it is and not where from or what it does.
+            if !r.acts_for(&s.start.user) {
+                for hidden in [7, 9, 10, 11, 12, 13, 16] {
+                    row[hidden] = N;
+                }
+                row[20] = t("<insufficient privilege>");
+            }
+            row
         })
         .collect();
     table(

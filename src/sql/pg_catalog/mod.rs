@@ -284,6 +284,27 @@ impl Relations {
         }
     }
 
+    /// The role the query's session acts as; `None` for a session whose role has been
+    /// dropped, and outside a session.
+    pub fn session_role(&self) -> Option<&crate::catalog::RoleDef> {
+        let user = &self.backend.as_ref()?.start.user;
+        self.roles.iter().find(|r| &r.name == user)
+    }
+
+    /// Whether the query's session has the privileges of the role named `user`
+    /// (PostgreSQL's `has_privs_of_role`): what seeing what another session of that role
+    /// runs, and signalling it, take. The server's own queries (no session) may.
+    pub fn acts_for(&self, user: &str) -> bool {
+        if self.backend.is_none() {
+            return true;
+        }
+        let Some(me) = self.session_role() else {
+            return false;
+        };
+        let target = self.roles.iter().find(|r| r.name == user);
+        me.superuser || target.is_some_and(|t| self.grants().privileged_as(me).contains(&t.oid))
+    }
+
     /// The relation of the catalog object `id`.
     pub fn by_id(&self, id: crate::catalog::ObjectId) -> Option<&Relation> {
         self.by_oid(FIRST_USER_OID.wrapping_add(id))

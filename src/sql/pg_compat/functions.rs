@@ -466,6 +466,7 @@ fn of_session(relations: &Arc<Relations>) -> Vec<CatalogFn> {
     let pid = own.as_ref().map(|b| b.start.pid);
     let signal = move |terminate: bool| {
         let own = own.clone();
+        let relations = relations.clone();
         move |v: &[ScalarValue]| -> DfResult<ScalarValue> {
             if let Some(timeout) = v.get(1) {
                 match timeout.cast_to(&DataType::Int64)? {
@@ -493,6 +494,7 @@ fn of_session(relations: &Arc<Relations>) -> Vec<CatalogFn> {
             else {
                 return Ok(ScalarValue::Boolean(Some(false)));
             };
+            may_signal(&relations, &target.start.user, terminate)?;
             if terminate {
                 target.terminate();
             } else {
@@ -525,6 +527,36 @@ fn of_session(relations: &Arc<Relations>) -> Vec<CatalogFn> {
             signal(true),
         ),
     ]
+}
+
+/// Refuses (42501, in PostgreSQL's words) unless the query's session may signal a session
+/// of the role named `user`: a superuser's only if it is one too, another's if it has that
+/// role's privileges.
+fn may_signal(relations: &Relations, user: &str, terminate: bool) -> DfResult<()> {
+    let target = relations.roles.iter().find(|r| r.name == user);
+    let superuser = relations.session_role().is_some_and(|r| r.superuser);
+    let what = |cancel: &'static str, end: &'static str| if terminate { end } else { cancel };
+    if target.is_some_and(|t| t.superuser) && !superuser && relations.backend.is_some() {
+        let message = format!(
+            "must be a superuser to {}",
+            what("cancel superuser query", "terminate superuser process")
+        );
+        return Err(external(
+            crate::error::ErrorKind::InsufficientPrivilege,
+            &message,
+        ));
+    }
+    if !relations.acts_for(user) {
+        let message = format!(
+            "must be a member of the role whose {} or member of pg_signal_backend",
+            what("query is being canceled", "process is being terminated")
+        );
+        return Err(external(
+            crate::error::ErrorKind::InsufficientPrivilege,
+            &message,
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn external(kind: crate::error::ErrorKind, message: &str) -> DataFusionError {
