@@ -23,6 +23,14 @@ pub struct Config {
     /// The bootstrap superuser `weir`'s password, set when the first start creates it (or
     /// the `WEIR_SUPERUSER_PASSWORD` environment variable); kept only as a SCRAM verifier.
     pub superuser_password: Option<String>,
+    /// The key secrets (`CREATE SECRET`) are encrypted with in the catalog: 64 hexadecimal
+    /// digits (or the `WEIR_SECRET_KEY` environment variable). Without one, no secret can be
+    /// created, and connectors that name secrets report that they cannot decrypt them.
+    pub secret_key: Option<String>,
+    /// Keys secrets were encrypted with before `secret_key` replaced them (or
+    /// `WEIR_SECRET_KEYS_PREVIOUS`, comma-separated): a start decrypts with them and encrypts
+    /// again with the current key.
+    pub secret_keys_previous: Vec<String>,
     /// Who may connect from where, and how (`[[auth]]`, pg_hba.conf's rules): the first rule
     /// whose address and user match decides. Without any, `default_auth_rules`.
     pub auth: Vec<AuthRule>,
@@ -172,6 +180,8 @@ impl Default for Config {
             data_dir: PathBuf::from("weir-data"),
             trust_remote_clients: None,
             superuser_password: None,
+            secret_key: None,
+            secret_keys_previous: Vec::new(),
             auth: Vec::new(),
             tls: None,
             allowed_paths: Vec::new(),
@@ -225,7 +235,13 @@ impl Config {
         for rule in &self.auth {
             address_range(&rule.address)?;
         }
+        self.secret_keys()?;
         Ok(())
+    }
+
+    /// The secret keys of `secret_key` and `secret_keys_previous`.
+    pub fn secret_keys(&self) -> Result<crate::catalog::SecretKeys> {
+        crate::catalog::SecretKeys::new(self.secret_key.as_deref(), &self.secret_keys_previous)
     }
 
     /// The rules that decide who connects: the configured ones, or the default ones.

@@ -58,8 +58,9 @@ pub enum ErrorKind {
     InvalidName,
     /// A name set aside for the system (42939): roles named `pg_...`.
     ReservedName,
-    /// A role of that name exists already (42710, PostgreSQL's `duplicate_object`).
-    DuplicateRole,
+    /// An object other than a relation (a role, a secret) of that name exists already
+    /// (42710, PostgreSQL's `duplicate_object`).
+    DuplicateNamed,
     /// The session's role may not do what it asked (42501).
     InsufficientPrivilege,
     /// A GRANT or REVOKE that cannot be done (0LP01): a privilege its object does not have, a

@@ -162,6 +162,18 @@ async fn serve(args: ServeArgs) -> weir::error::Result<()> {
     if config.superuser_password.is_none() {
         config.superuser_password = std::env::var("WEIR_SUPERUSER_PASSWORD").ok();
     }
+    // The key of secrets, and those it replaced: the environment's when the file gives none.
+    if config.secret_key.is_none() {
+        config.secret_key = std::env::var("WEIR_SECRET_KEY").ok();
+    }
+    if config.secret_keys_previous.is_empty() {
+        if let Ok(keys) = std::env::var("WEIR_SECRET_KEYS_PREVIOUS") {
+            config.secret_keys_previous = (keys.split(',').map(str::trim))
+                .filter(|k| !k.is_empty())
+                .map(String::from)
+                .collect();
+        }
+    }
     config.check()?;
     let tls = weir::server::Tls::load(config.tls.as_ref())?;
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -28,6 +28,23 @@ fn port(pg: &Postgres) -> u16 {
         .unwrap()
 }
 
+/// The sinks' last errors, once one has one, or none after 30 s.
+async fn sink_error(weir: &tokio_postgres::Client) -> Vec<String> {
+    let mut error = Vec::new();
+    for _ in 0..300 {
+        error = text_rows(
+            weir,
+            "SELECT last_error FROM weir_catalog.sinks WHERE last_error IS NOT NULL",
+        )
+        .await;
+        if !error.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    error
+}
+
 /// `connector = 'postgres'` options for `pg`'s database `postgres`, table `table`.
 fn target(pg: &Postgres, table: &str) -> String {
     format!(
@@ -130,18 +147,7 @@ async fn a_postgres_table_follows_its_view_exactly_once_across_a_kill_and_an_out
         .await
         .unwrap();
     churn(&weir, 700..800).await;
-    let mut error = Vec::new();
-    for _ in 0..300 {
-        error = text_rows(
-            &weir,
-            "SELECT last_error FROM weir_catalog.sinks WHERE last_error IS NOT NULL",
-        )
-        .await;
-        if !error.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let error = sink_error(&weir).await;
     assert!(
         error.first().is_some_and(|e| e.contains("revenue")),
         "{error:?}"
@@ -499,5 +505,129 @@ async fn a_kafka_topic_read_compacted_equals_its_view_across_a_kill() {
         let e = weir.batch_execute(&sql).await.unwrap_err();
         assert_eq!(e.code().map(|c| c.code()), Some(state), "{sql}: {e:?}");
     }
+    server.stop(libc::SIGTERM).await;
+}
+
+/// A server like `start`'s, with `secret_key` and `secret_keys_previous` in its config.
+async fn start_keyed(data: &std::path::Path, key: Option<&str>, previous: &[&str]) -> ChildServer {
+    let config = data.with_extension("toml");
+    let mut text = String::new();
+    if let Some(k) = key {
+        text.push_str(&format!("secret_key = \"{k}\"\n"));
+    }
+    let previous: Vec<String> = previous.iter().map(|k| format!("\"{k}\"")).collect();
+    text.push_str(&format!(
+        "secret_keys_previous = [{}]\n",
+        previous.join(", ")
+    ));
+    text.push_str("barrier_interval_ms = 100\n[checkpoint]\ninterval_ms = 300\nmin_pause_ms = 0\n");
+    std::fs::write(&config, text).unwrap();
+    ChildServer::start_with(data, &["--config", config.to_str().unwrap()]).await
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_s_password_is_a_secret_that_no_file_log_or_statement_shows() {
+    const KEY: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
+    const NEW_KEY: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
+    const SINKER: &str = "Kx7-sinker-pw-Qp2";
+    let pg = Postgres::start().unwrap();
+    let pgc = common::connect(&pg.conn).await;
+    pgc.batch_execute(&format!(
+        "CREATE ROLE sinker LOGIN SUPERUSER PASSWORD '{SINKER}'"
+    ))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = start_keyed(&data, Some(KEY), &[]).await;
+    let weir = server.connect().await;
+    let options = format!(
+        "connector = 'postgres', hostname = '127.0.0.1', port = '{}', username = 'sinker', \
+         password = SECRET sinker_pw, database.name = 'postgres', table.name = 'public.counts'",
+        port(&pg)
+    );
+    // A wrong password is refused by the target at CREATE SINK, as a literal one would be.
+    weir.batch_execute(
+        "CREATE SECRET sinker_pw AS 'wrong'; CREATE TABLE t (k int PRIMARY KEY, g int); \
+         CREATE MATERIALIZED VIEW counts AS SELECT g, count(*) AS n FROM t GROUP BY g",
+    )
+    .await
+    .unwrap();
+    let create = format!("CREATE SINK counts_pg FROM counts WITH ({options})");
+    let refused = weir.batch_execute(&create).await.unwrap_err();
+    assert_eq!(
+        refused.code().map(|c| c.code()),
+        Some("28000"),
+        "{refused:?}"
+    );
+    weir.batch_execute(&format!("ALTER SECRET sinker_pw AS '{SINKER}'"))
+        .await
+        .unwrap();
+    weir.batch_execute(&create).await.unwrap();
+    let view = "SELECT g, n FROM counts ORDER BY g";
+    weir.batch_execute("INSERT INTO t SELECT x, x % 3 FROM generate_series(1, 30) AS s(x)")
+        .await
+        .unwrap();
+    converge(&weir, view, &pgc, view).await;
+    let shown = text_rows(&weir, "SHOW CREATE SINK counts_pg")
+        .await
+        .join("\n");
+    assert!(
+        shown.contains("password = SECRET \"sinker_pw\"") && !shown.contains(SINKER),
+        "{shown}"
+    );
+    weir.batch_execute("CHECKPOINT").await.unwrap();
+    // Neither the data directory, its checkpoints nor the log hold the password.
+    let held = files_holding(dir.path(), SINKER);
+    assert!(held.is_empty(), "{held:?}");
+    assert!(!files_holding(dir.path(), "sinker_pw").is_empty());
+    // Started without the key: the server runs, and the sink says why it cannot deliver.
+    server.stop(libc::SIGTERM).await;
+    let server = start_keyed(&data, None, &[]).await;
+    let weir = server.connect().await;
+    weir.batch_execute("INSERT INTO t VALUES (100, 7)")
+        .await
+        .unwrap();
+    let error = sink_error(&weir).await;
+    assert!(
+        error.first().is_some_and(
+            |e| e.contains("names secret \"sinker_pw\", which the server cannot decrypt")
+        ),
+        "{error:?}"
+    );
+    // A new key, with the old one to decrypt: the sink delivers what it held, and the secret
+    // is encrypted again under the new key, which alone then serves.
+    server.stop(libc::SIGTERM).await;
+    let server = start_keyed(&data, Some(NEW_KEY), &[KEY]).await;
+    let weir = server.connect().await;
+    converge(&weir, view, &pgc, view).await;
+    server.stop(libc::SIGTERM).await;
+    let server = start_keyed(&data, Some(NEW_KEY), &[]).await;
+    let weir = server.connect().await;
+    weir.batch_execute("INSERT INTO t VALUES (101, 8)")
+        .await
+        .unwrap();
+    converge(&weir, view, &pgc, view).await;
+    let held = files_holding(dir.path(), SINKER);
+    assert!(held.is_empty(), "{held:?}");
     server.stop(libc::SIGTERM).await;
 }

@@ -4,12 +4,14 @@
 mod file;
 mod privileges;
 mod roles;
+mod secrets;
 
 pub use privileges::{
     acl_text, change_acl, denied, is_member_of, Access, AclItem, Grants, Membership, Privilege,
     PUBLIC,
 };
 pub use roles::{RoleDef, Verifier, BOOTSTRAP_OID, BOOTSTRAP_ROLE, SCRAM_ITERATIONS};
+pub use secrets::{undefined_secret, SecretDef, SecretKeys};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -208,22 +210,23 @@ impl ViewDef {
 
     pub fn create_sql(&self) -> String {
         if self.sink {
-            let mut options = vec![("connector", "blackhole")];
+            let quoted = |v: &str| format!("'{}'", v.replace('\'', "''"));
+            let mut with = vec![format!("connector = 'blackhole'")];
             let (mut format, mut encode) = (None, None);
             if let Some(c) = &self.sink_to {
-                options[0].1 = c.name.as_str();
+                with[0] = format!("connector = {}", quoted(&c.name));
                 for (k, v) in &c.options {
-                    match k.as_str() {
-                        "format" => format = Some(v.to_uppercase()),
-                        "encode" => encode = Some(v.to_uppercase()),
-                        _ => options.push((k.as_str(), v.as_str())),
+                    match (k.as_str(), c.secrets.get(k)) {
+                        ("format", _) => format = Some(v.to_uppercase()),
+                        ("encode", _) => encode = Some(v.to_uppercase()),
+                        // A secret's option names it, never its value.
+                        (_, Some(secret)) => {
+                            with.push(format!("{k} = SECRET \"{}\"", secret.replace('"', "\"\"")))
+                        }
+                        _ => with.push(format!("{k} = {}", quoted(v))),
                     }
                 }
             }
-            let with: Vec<String> = options
-                .iter()
-                .map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''")))
-                .collect();
             let mut sql = format!(
                 "CREATE SINK {} AS {} WITH ({})",
                 self.name,
@@ -268,10 +271,48 @@ pub struct SourceDef {
 
 /// A source's connector and the options it keeps, as the connector validated them at
 /// `CREATE SOURCE` (`source::connector`): the catalog does not know what they mean.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Connector {
     pub name: String,
+    /// In memory, every option with its value, secrets' values included once opened; saved,
+    /// those of `secrets` are left out.
     pub options: BTreeMap<String, String>,
+    /// The options whose values are secrets (`password = SECRET name`), with the secrets'
+    /// names: what the catalog saves in their place.
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl Serialize for Connector {
+    /// `{name, options, secrets}`, the options without the secrets' values.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Saved<'a> {
+            name: &'a str,
+            options: BTreeMap<&'a str, &'a str>,
+            #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+            secrets: &'a BTreeMap<String, String>,
+        }
+        Saved {
+            name: &self.name,
+            options: (self.options.iter())
+                .filter(|(k, _)| !self.secrets.contains_key(*k))
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect(),
+            secrets: &self.secrets,
+        }
+        .serialize(s)
+    }
+}
+
+impl Connector {
+    /// A connector none of whose options are secrets.
+    pub fn plain(name: impl Into<String>, options: BTreeMap<String, String>) -> Connector {
+        Connector {
+            name: name.into(),
+            options,
+            secrets: BTreeMap::new(),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Connector {
@@ -296,11 +337,23 @@ impl<'de> Deserialize<'de> for Connector {
             Named {
                 name: String,
                 options: BTreeMap<String, String>,
+                #[serde(default)]
+                secrets: BTreeMap<String, String>,
             },
             Typed(Typed),
         }
         let (name, options): (&str, Vec<(&str, Option<String>)>) = match Stored::deserialize(d)? {
-            Stored::Named { name, options } => return Ok(Connector { name, options }),
+            Stored::Named {
+                name,
+                options,
+                secrets,
+            } => {
+                return Ok(Connector {
+                    name,
+                    options,
+                    secrets,
+                })
+            }
             Stored::Typed(Typed::Nexmark {
                 stream,
                 events,
@@ -321,13 +374,12 @@ impl<'de> Deserialize<'de> for Connector {
                 vec![("path", Some(path)), ("header", Some(header.to_string()))],
             ),
         };
-        Ok(Connector {
-            name: name.to_string(),
-            options: options
-                .into_iter()
+        Ok(Connector::plain(
+            name,
+            (options.into_iter())
                 .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
                 .collect(),
-        })
+        ))
     }
 }
 
@@ -346,7 +398,9 @@ impl SourceDef {
 /// 5: roles, with their passwords' verifiers (`roles`): a version before would drop them.
 /// 6: owners, grants and role memberships (`access`, `schema_grants`, `members`): a version
 /// before would drop them and let every role read and change everything.
-pub const CATALOG_FORMAT: u32 = 6;
+/// 7: secrets (`secrets`), and connectors' options that name them (`Connector::secrets`): a
+/// version before would drop them and connect without the secrets' values.
+pub const CATALOG_FORMAT: u32 = 7;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -381,6 +435,9 @@ struct Persisted {
     /// `GRANT role TO role`, in the order granted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     members: Vec<Membership>,
+    /// `CREATE SECRET`s, each value sealed under the server's secret key (`secrets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    secrets: Vec<SecretDef>,
 }
 
 /// The transaction block a lookup is made for, whose own uncommitted objects it sees and whose

@@ -272,6 +272,9 @@ impl Catalog {
                 lines.push(format!("privileges for {} {}", o.kind_name(), o.name()));
             }
         }
+        for s in self.data.secrets.iter().filter(|s| s.owner == oid) {
+            lines.push(format!("owner of secret {}", s.name));
+        }
         if (self.data.schema_grants.iter()).any(|i| i.grantee == oid || i.grantor == oid) {
             lines.push("privileges for schema public".to_string());
         }

@@ -17,6 +17,7 @@ use crate::stream::{
 };
 use crate::table::{Block, TableWriter};
 
+use super::secrets::{mark_secrets, with_options};
 use super::{Database, Output, SOURCES_DIR};
 
 impl Database {
@@ -111,9 +112,12 @@ impl Database {
             return Ok(Output::command("CREATE TABLE"));
         }
         self.catalog().check_free(&name, scope)?;
+        let mut ct = ct.clone();
+        let secrets = self.open_secrets(&role, with_options(&mut ct), sql::ident_name)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let mut def = sql::create_table(ct, clauses, id)?;
-        if let Some(c) = &def.connector {
+        let mut def = sql::create_table(&ct, clauses, id)?;
+        if let Some(c) = &mut def.connector {
+            mark_secrets(c, secrets)?;
             self.check_server_files(c, false, role.superuser)?;
         }
         def.create_sql = Some(text.to_string());
@@ -187,10 +191,10 @@ impl Database {
                 def.primary_key.clone(),
             )
             .await?;
-        def.connector = Some(crate::catalog::Connector {
-            name: source.connector.name.clone(),
+        def.connector = Some(crate::catalog::Connector::plain(
+            source.connector.name.clone(),
             options,
-        });
+        ));
         def.reads = Some(source.id);
         Ok(())
     }
@@ -365,8 +369,11 @@ impl Database {
             return Ok(Output::command("CREATE SOURCE"));
         }
         self.catalog().check_free(&name, scope)?;
+        let mut ct = ct.clone();
+        let secrets = self.open_secrets(&role, with_options(&mut ct), sql::ident_name)?;
         let id = self.catalog_mut().allocate_ids(1)[0];
-        let mut def = sql::create_source(ct, clauses, id)?;
+        let mut def = sql::create_source(&ct, clauses, id)?;
+        mark_secrets(&mut def.connector, secrets)?;
         self.check_server_files(&def.connector, false, role.superuser)?;
         def.create_sql = Some(text.to_string());
         self.start_source(def.clone(), FeedPosition::default())

@@ -27,6 +27,7 @@ mod privileges;
 mod query;
 mod recovery;
 mod roles;
+mod secrets;
 mod subscribe;
 mod system_tables;
 mod views;
@@ -145,6 +146,8 @@ pub struct Database {
     pub config: Config,
     store: Arc<StateStore>,
     catalog: Arc<RwLock<Catalog>>,
+    /// The keys that seal new secrets and open those in the catalog (`config.secret_keys`).
+    secret_keys: crate::catalog::SecretKeys,
     tables: RwLock<HashMap<ObjectId, Arc<tokio::sync::Mutex<TableWriter>>>>,
     barriers: BarrierClient,
     actors: ActorContext,
@@ -223,13 +226,7 @@ impl Database {
             recovery::install_from_store(&config, &storage, &contents, m, &tables_dir).await?;
             recovery.from_store_alone = true;
         }
-        // The first start (or the first of a catalog from before roles) creates the bootstrap
-        // superuser; later ones keep the roles the catalog holds.
-        let password = (config.superuser_password.as_deref())
-            .map(crate::catalog::Verifier::of_password)
-            .transpose()?;
-        let mut catalog = Catalog::open(&config.data_dir, password)?;
-        recovery::finish_commits(&mut catalog, &tables_dir)?;
+        let (catalog, secret_keys) = recovery::open_catalog(&config, &tables_dir)?;
         let objects: Vec<Object> = catalog.objects().to_vec();
         let in_checkpoint = recovery::usable_objects(&store, restored.as_ref(), &objects)?;
         let (barriers, events) = Coordinator::start(
@@ -259,6 +256,7 @@ impl Database {
             config,
             store,
             catalog: Arc::new(RwLock::new(catalog)),
+            secret_keys,
             tables: RwLock::new(HashMap::new()),
             barriers,
             view_errors: Mutex::new(HashMap::new()),

@@ -239,6 +239,27 @@ pub(super) async fn install_from_store(
 /// anything starts: the catalog changes of those that ran DDL first (their objects kept, their
 /// drops applied; the objects of blocks that never committed dropped, with their tables'
 /// logs), then each block's records into the logs that miss them.
+/// Opens the data directory's catalog: the first start (or the first of a catalog from
+/// before roles) creates the bootstrap superuser, later ones keep the roles the catalog
+/// holds; commits a crash cut short are finished; and secrets' values go into their
+/// connectors' options, in memory only (a secret the keys cannot open leaves its connectors
+/// to report it as they start).
+pub(super) fn open_catalog(
+    config: &Config,
+    tables_dir: &Path,
+) -> Result<(Catalog, crate::catalog::SecretKeys)> {
+    let password = (config.superuser_password.as_deref())
+        .map(crate::catalog::Verifier::of_password)
+        .transpose()?;
+    let mut catalog = Catalog::open(&config.data_dir, password)?;
+    finish_commits(&mut catalog, tables_dir)?;
+    let secret_keys = config.secret_keys()?;
+    for problem in catalog.unseal_secrets(&secret_keys)? {
+        tracing::warn!("{problem}");
+    }
+    Ok((catalog, secret_keys))
+}
+
 pub(super) fn finish_commits(catalog: &mut Catalog, tables_dir: &Path) -> Result<()> {
     let committed = TableWriter::committed_blocks(tables_dir)?;
     for gone in catalog.settle_blocks(&committed)? {

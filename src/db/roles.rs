@@ -53,7 +53,7 @@ impl Database {
                         return Ok(Output::command("CREATE ROLE"));
                     }
                     return Err(Error::new(
-                        ErrorKind::DuplicateRole,
+                        ErrorKind::DuplicateNamed,
                         format!("role \"{name}\" already exists"),
                     ));
                 }

@@ -178,7 +178,25 @@ impl Database {
             ("sinks", self.sinks_batch(seen)?),
             ("views", self.views_batch(seen)?),
             ("backfills", self.backfills_batch()?),
+            ("secrets", self.secrets_batch()?),
         ])
+    }
+
+    /// `weir_catalog.secrets`: each secret's name, owner and backend, for everyone to see (as
+    /// pg_catalog shows relations' names); never a value.
+    fn secrets_batch(&self) -> Result<RecordBatch> {
+        use Type::*;
+        let mut rows = Rows::new(&[("name", Text), ("owner", Text), ("backend", Text)]);
+        let catalog = self.catalog();
+        for s in catalog.secrets() {
+            let owner = catalog.role_by_oid(s.owner).map(|r| r.name.clone());
+            rows.push(vec![
+                s.name.as_str().into(),
+                owner.unwrap_or_else(|| s.owner.to_string()).into(),
+                s.backend.as_str().into(),
+            ]);
+        }
+        rows.batch()
     }
 
     /// `weir_catalog.backfills`: each view and sink being created, while its inputs send it

@@ -334,7 +334,10 @@ impl Database {
         let mut connector = None;
         let mut pairs = Vec::new();
         let mut emit_on_window_close = sink.emit_on_window_close;
-        for o in &sink.options {
+        let role = self.acting(actor)?;
+        let mut options = sink.options.clone();
+        let secrets = self.open_secrets(&role, &mut options, |k| k.value.to_lowercase())?;
+        for o in &options {
             let ast::SqlOption::KeyValue { key, value } = o else {
                 return Err(Error::not_supported(format!("option {o} is not supported")));
             };
@@ -359,7 +362,12 @@ impl Database {
             columns: &[],
             query: &sink.query,
             emit_on_window_close,
-            sink: Some((connector, pairs, self.acting(actor)?.superuser)),
+            sink: Some(NewSink {
+                connector,
+                pairs,
+                secrets,
+                superuser: role.superuser,
+            }),
         };
         self.create_view_or_sink(new, settings, block, stop).await
     }
@@ -399,19 +407,20 @@ impl Database {
         }
         check_unique_names(&plan.schema)?;
         let sink_to = match &cv.sink {
-            Some((connector, pairs, superuser)) => {
+            Some(new) => {
                 let shape = crate::connector::sink::Shape {
                     schema: &plan.schema,
                     key: plan.key.as_deref(),
                     append_only: plan.append_only,
                 };
-                let c = crate::connector::sink::create(
+                let mut c = crate::connector::sink::create(
                     &name,
-                    connector.as_deref(),
-                    pairs.clone(),
+                    new.connector.as_deref(),
+                    new.pairs.clone(),
                     &shape,
                 )?;
-                self.check_server_files(&c, true, *superuser)?;
+                super::secrets::mark_secrets(&mut c, new.secrets.clone())?;
+                self.check_server_files(&c, true, new.superuser)?;
                 Some(c)
             }
             None => None,
@@ -538,9 +547,15 @@ struct NewView<'a> {
     sink: Option<NewSink>,
 }
 
-/// A sink's connector name and options (the FORMAT clause's as `format` and `encode`), and
-/// whether the role creating it is a superuser (`connector::FileAccess`).
-type NewSink = (Option<String>, Vec<(String, String)>, bool);
+/// A sink's connector name and options (the FORMAT clause's as `format` and `encode`), which
+/// of them are secrets' values, and whether the role creating it is a superuser
+/// (`connector::FileAccess`).
+struct NewSink {
+    connector: Option<String>,
+    pairs: Vec<(String, String)>,
+    secrets: super::secrets::SecretOptions,
+    superuser: bool,
+}
 
 /// The query a catalog of format 2 or before keeps as a view's definition.
 fn stored_query(text: &str) -> Result<ast::Query> {

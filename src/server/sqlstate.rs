@@ -32,7 +32,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::UndefinedFile => "58P01",
         ErrorKind::InvalidName => "42602",
         ErrorKind::ReservedName => "42939",
-        ErrorKind::DuplicateRole => "42710",
+        ErrorKind::DuplicateNamed => "42710",
         ErrorKind::InsufficientPrivilege => "42501",
         ErrorKind::InvalidGrantOperation => "0LP01",
         ErrorKind::ObjectInUse => "55006",

@@ -344,6 +344,12 @@ impl Session {
                 format!("{} cannot run inside a transaction block", grant.tag()),
             )),
             Statement::Grant(grant) => self.db.grant_statement(&actor, grant).await,
+            // As roles, secrets change outside transaction blocks only.
+            Statement::Secret(secret) if block.is_some() => Err(Error::new(
+                crate::error::ErrorKind::ActiveTransaction,
+                format!("{} cannot run inside a transaction block", secret.tag()),
+            )),
+            Statement::Secret(secret) => self.db.secret_statement(&actor, secret).await,
             Statement::ShowSources => self.db.show_names(Kind::Source, scope),
             Statement::ShowSinks => self.db.show_names(Kind::Sink, scope),
             Statement::CreateTable {
@@ -561,7 +567,9 @@ impl Session {
         let scope = self.scope();
         let stmt = match &parsed.statement {
             Statement::Sql(s) => s,
-            Statement::Flush | Statement::Role(_) | Statement::Grant(_) => return Ok(none(None)),
+            Statement::Flush | Statement::Role(_) | Statement::Grant(_) | Statement::Secret(_) => {
+                return Ok(none(None))
+            }
             Statement::Checkpoint { .. } => return Ok(none(Some(crate::db::checkpoint_schema()))),
             Statement::ShowCheckpoints => {
                 return Ok(none(rows_schema(self.db.show_checkpoints()?)))
@@ -676,6 +684,7 @@ fn writes(parsed: &Parsed) -> Option<&'static str> {
         Statement::Drop { .. } => "DROP",
         Statement::Role(role) => role.tag(),
         Statement::Grant(grant) => grant.tag(),
+        Statement::Secret(secret) => secret.tag(),
         Statement::Sql(stmt) => match stmt.as_ref() {
             Ast::Insert(_) => "INSERT",
             Ast::Update(_) => "UPDATE",

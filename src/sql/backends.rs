@@ -163,7 +163,7 @@ impl Backend {
     pub fn running(&self, query: &str) {
         let now = now_us();
         let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
-        a.query = query.to_string();
+        a.query = crate::sql::shown_statement(query).into_owned();
         a.query_start_us = Some(now);
         a.xact_start_us.get_or_insert(now);
         if a.state != BackendState::Active {

@@ -95,10 +95,7 @@ pub fn create_table(
                 connector.create(&mut settings, columns, Some(&primary_key))?;
             settings.finish()?;
             columns = with_metadata;
-            Some(Connector {
-                name: connector.name().to_string(),
-                options: kept,
-            })
+            Some(Connector::plain(connector.name(), kept))
         }
     };
     let watermark = watermark.map(|w| watermark_def(w, &columns)).transpose()?;
@@ -274,10 +271,7 @@ pub fn create_source(
     let mut settings = crate::connector::source::Options::new(settings)?;
     let (kept, columns) = connector.create(&mut settings, declared, None)?;
     settings.finish()?;
-    let connector = Connector {
-        name: connector.name().to_string(),
-        options: kept,
-    };
+    let connector = Connector::plain(connector.name(), kept);
     let watermark = watermark.map(|w| watermark_def(w, &columns)).transpose()?;
     Ok(SourceDef {
         id,

@@ -21,6 +21,7 @@ mod provider;
 mod roles;
 pub mod rows;
 mod rules;
+mod secrets;
 mod stream_plan;
 mod windows;
 
@@ -56,6 +57,7 @@ pub use self::names::{
 pub use self::provider::{RelationRows, RelationTable};
 pub use self::roles::{setting_value, RoleSpec, RoleStatement};
 pub use self::rules::type_integer_constants;
+pub use self::secrets::{reference as secret_reference, shown as shown_statement, SecretStatement};
 
 /// PostgreSQL's catalog spellings rewritten before planning (`pg_catalog` and
 /// `information_schema` are in every query's context).

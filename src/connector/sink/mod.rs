@@ -288,10 +288,10 @@ pub fn create(
         kept.extend(spec.kept(shape.schema));
     }
     options.finish()?;
-    Ok(catalog::Connector {
-        name: connector.name().to_string(),
-        options: kept.into_iter().collect(),
-    })
+    Ok(catalog::Connector::plain(
+        connector.name(),
+        kept.into_iter().collect(),
+    ))
 }
 
 /// How a sink's actor and its delivery run, from what the catalog keeps.
@@ -324,7 +324,12 @@ pub fn open(def: &ViewDef, schema: &SchemaRef) -> Result<Opened> {
         append_only: true,
     };
     let spec = Spec::read(&mut Options::kept(&c.options).of_sink(), &shape, |_| None)?;
-    let writer = connector.open(&def.name, &c.options, &spec, schema)?;
+    // A sink whose secrets the server cannot open still runs: its log keeps its changes, and
+    // each delivery fails with the reason until a start with the key.
+    let writer = match c.check_secrets() {
+        Ok(()) => connector.open(&def.name, &c.options, &spec, schema)?,
+        Err(e) => Box::new(Unusable(e)),
+    };
     Ok(Opened {
         writer: Some(writer),
         spec: Some(spec),
@@ -401,6 +406,28 @@ pub(crate) fn net_changes(chunk: &StreamChunk, key: &[usize]) -> Result<Vec<Net>
             }
         })
         .collect())
+}
+
+/// The writer of a sink that cannot reach its target: every call fails with why.
+struct Unusable(Error);
+
+#[async_trait::async_trait]
+impl SinkWriter for Unusable {
+    async fn delivered(&mut self) -> Result<Option<u64>> {
+        Err(self.0.clone())
+    }
+
+    async fn begin(&mut self, _epoch: u64, _replace: bool) -> Result<()> {
+        Err(self.0.clone())
+    }
+
+    async fn write(&mut self, _chunk: StreamChunk) -> Result<()> {
+        Err(self.0.clone())
+    }
+
+    async fn commit(&mut self, _epoch: u64) -> Result<()> {
+        Err(self.0.clone())
+    }
 }
 
 #[cfg(test)]

@@ -225,6 +225,7 @@ impl SourceHistory for History {
             progress: None,
             durable: None,
         };
+        self.def.connector.check_secrets()?;
         let reader =
             connector(&self.def.connector.name)?.open(&self.def, Start::FIRST, Some(keep))?;
         Ok(reader)
@@ -377,6 +378,7 @@ pub fn spawn_shared(def: &SourceDef, durable: watch::Receiver<DurableSplits>) ->
 
 /// The connector of a source that feeds tables, for a table `CREATE TABLE ... FROM` adds.
 pub fn shared(def: &SourceDef) -> Result<&'static dyn Shared> {
+    def.connector.check_secrets()?;
     connector(&def.connector.name)?.shared().ok_or_else(|| {
         Error::new(
             ErrorKind::WrongObjectType,
@@ -424,7 +426,10 @@ pub fn spawn(
         progress: Some(&progress),
         durable: Some(&durable),
     };
-    match connector.and_then(|c| c.open(&def, from, Some(keep))) {
+    let opened = (def.connector.check_secrets())
+        .and(connector)
+        .and_then(|c| c.open(&def, from, Some(keep)));
+    match opened {
         Ok(reader) => {
             let watermark = start.watermark;
             tokio::spawn(feed_rows(def, feed, reader, paused, progress, watermark));

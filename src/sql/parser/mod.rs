@@ -46,6 +46,8 @@ pub enum Statement {
     Role(crate::sql::RoleStatement),
     /// `GRANT` and `REVOKE`, of privileges or of roles.
     Grant(crate::sql::GrantStatement),
+    /// `CREATE`, `ALTER` and `DROP SECRET`.
+    Secret(crate::sql::SecretStatement),
     ShowSources,
     ShowSinks,
     /// `CREATE TABLE`, with its watermark, and for a table fed by a connector its `FORMAT`
@@ -208,8 +210,13 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
         })
         .collect();
     let lead: Vec<&str> = lead.iter().map(String::as_str).collect();
+    if let Some(secret) = super::secrets::statement(sql, group) {
+        return Ok(Statement::Secret(secret?));
+    }
     if lead.starts_with(&["CREATE", "SINK"]) {
-        let sink = extensions::create_sink(sql, group, |tokens| match parse_sql(sql, tokens)? {
+        let mut group = group.to_vec();
+        super::secrets::references(&mut group);
+        let sink = extensions::create_sink(sql, &group, |tokens| match parse_sql(sql, tokens)? {
             ast::Statement::Query(q) => Ok(*q),
             _ => Err(Error::syntax("a sink is defined by a query")),
         })?;
@@ -251,6 +258,7 @@ fn statement(sql: &str, group: &[TokenWithSpan]) -> Result<Statement> {
     };
     let table = lead.starts_with(&["CREATE", "TABLE"]);
     let (format, include) = if source || table {
+        super::secrets::references(&mut tokens);
         extensions::join_dotted_option_names(&mut tokens);
         let format = extensions::take_format(&mut tokens);
         (format, extensions::take_includes(sql, &mut tokens)?)

@@ -457,10 +457,7 @@ mod tests {
                 column("plan", SqlType::Text, true),
             ],
             watermark: None,
-            connector: Connector {
-                name: "kafka".into(),
-                options: Default::default(),
-            },
+            connector: Connector::plain("kafka", Default::default()),
             primary_key: key,
             create_sql: None,
         }

@@ -39,7 +39,9 @@ const TRANSACTION_BYTES_MAX: usize = 64 << 20;
 const DURABLE_KEPT: usize = 8;
 
 pub async fn run(source: SourceDef, context: SharedContext) {
-    let config = match Config::read(&mut Options::kept(&source.connector.options)) {
+    let read = (source.connector.check_secrets())
+        .and_then(|()| Config::read(&mut Options::kept(&source.connector.options)));
+    let config = match read {
         Ok(c) => c,
         Err(e) => return context.progress.stopped(&source.name, &e),
     };
