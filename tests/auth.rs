@@ -552,6 +552,42 @@ async fn the_server_s_files_are_for_superusers_or_under_allowed_paths() {
             allowed.display()
         )
     );
+    // Connectors' certificates, keys and keytabs are the server's files too, checked before
+    // the connector reaches its upstream (none listens here); settings that would load code
+    // or run a command are nobody's.
+    let ca = elsewhere.join("ca.crt");
+    let kafka = |property: &str, value: &str| {
+        format!(
+            "CREATE SOURCE k (v text) WITH (connector = 'kafka', topic = 't', \
+             properties.bootstrap.server = '127.0.0.1:1', properties.{property} = '{value}') \
+             FORMAT PLAIN ENCODE JSON"
+        )
+    };
+    let denied = format!(
+        "42501 permission denied to use the server's file \"{}\"",
+        ca.display()
+    );
+    for sql in [
+        kafka("ssl.ca.location", &ca.display().to_string()),
+        kafka("sasl.kerberos.keytab", &ca.display().to_string()),
+        format!(
+            "CREATE SOURCE p WITH (connector = 'postgres-cdc', hostname = '127.0.0.1', \
+             port = '1', username = 'u', database.name = 'd', slot.name = 's', \
+             sslmode = 'verify-full', sslrootcert = '{}')",
+            ca.display()
+        ),
+    ] {
+        assert_eq!(outcome(&app, &sql).await, denied, "{sql}");
+    }
+    for property in [
+        "plugin.library.paths",
+        "ssl.engine.location",
+        "sasl.kerberos.kinit.cmd",
+    ] {
+        let sql = kafka(property, "/tmp/x");
+        let expected = format!("42501 permission denied to set properties.{property}");
+        assert_eq!(outcome(&weir, &sql).await, expected, "{sql}");
+    }
     drop((app, weir, server));
 
     let dir = tempfile::tempdir().unwrap();

@@ -368,3 +368,113 @@ async fn an_unchanged_toasted_value_comes_from_the_old_row_under_replica_identit
     );
     server.stop(15).await;
 }
+
+/// Turns TLS on in `pg` with a certificate for `localhost` and 127.0.0.1 signed by a new
+/// authority, made in `dir`; returns the authority's certificate.
+async fn enable_tls(up: &tokio_postgres::Client, dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let [ca, cert, key] = common::certificate(dir);
+    // PostgreSQL runs as `postgres` when the tests run as root: it must read the key, and
+    // only it.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+        for file in [&cert, &key] {
+            let out = std::process::Command::new("chown")
+                .arg("postgres")
+                .arg(file)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        }
+    }
+    for sql in [
+        format!("ALTER SYSTEM SET ssl_cert_file = '{}'", cert.display()),
+        format!("ALTER SYSTEM SET ssl_key_file = '{}'", key.display()),
+        "ALTER SYSTEM SET ssl = on".to_string(),
+        "SELECT pg_reload_conf()".to_string(),
+    ] {
+        up.batch_execute(&sql).await.unwrap();
+    }
+    for _ in 0..100 {
+        if text_rows(up, "SHOW ssl").await == ["on"] {
+            return ca;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("PostgreSQL did not turn TLS on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_reaches_its_upstream_over_tls_as_sslmode_asks() {
+    let pg = Postgres::start().unwrap();
+    let up = upstream(&pg).await;
+    up.batch_execute(&format!("CREATE TABLE orders {ORDERS}"))
+        .await
+        .unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = enable_tls(&up, certs.path()).await;
+    let stranger = tempfile::tempdir().unwrap();
+    let [other_ca, _, _] = common::certificate(stranger.path());
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(&dir.path().join("data")).await;
+    let weir = server.connect().await;
+    let source = |name: &str, host: &str, tls: &str| {
+        create_source(&pg, name, &format!("weir_{name}"), PASSWORD)
+            .replace("hostname = '127.0.0.1'", &format!("hostname = '{host}'"))
+            .replace("snapshot.batch_rows", &format!("{tls}snapshot.batch_rows"))
+    };
+    let verify = |root: &std::path::Path| {
+        format!(
+            "sslmode = 'verify-full', sslrootcert = '{}', ",
+            root.display()
+        )
+    };
+    for (sql, expected) in [
+        (source("a", "127.0.0.1", "sslmode = 'sometimes', "), "22023"),
+        (source("b", "127.0.0.1", "sslmode = 'verify-ca', "), "22023"),
+        // An authority that did not sign the server's certificate is refused.
+        (source("c", "localhost", &verify(&other_ca)), "08001"),
+    ] {
+        let e = weir.batch_execute(&sql).await.unwrap_err();
+        let code = e.as_db_error().map(|d| d.code().code().to_string());
+        assert_eq!(code.as_deref(), Some(expected), "{sql}: {e:?}");
+    }
+    // Verified against the host's name: the source's queries and its replication stream are
+    // encrypted.
+    weir.batch_execute(&format!(
+        "{};
+         CREATE TABLE orders {ORDERS} FROM shop TABLE 'public.orders'",
+        source("shop", "localhost", &verify(&ca))
+    ))
+    .await
+    .unwrap();
+    churn(&up, 1..40).await;
+    const ORDERS_SQL: &str = "SELECT id, customer, amount::text FROM orders ORDER BY id";
+    converge(&weir, &up, ORDERS_SQL).await;
+    let encrypted = "SELECT a.backend_type, s.ssl FROM pg_stat_activity a \
+                     JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = 'weir' \
+                     AND a.backend_type = 'walsender'";
+    assert_eq!(text_rows(&up, encrypted).await, ["walsender t"]);
+    // Without TLS where asked, the connection is plain.
+    weir.batch_execute(&format!(
+        "{};
+         CREATE TABLE plain_orders {ORDERS} FROM plain TABLE 'public.orders'",
+        source("plain", "127.0.0.1", "sslmode = 'disable', ")
+    ))
+    .await
+    .unwrap();
+    converge_to(
+        &weir,
+        &ORDERS_SQL.replace("orders", "plain_orders"),
+        &up,
+        ORDERS_SQL,
+    )
+    .await;
+    assert_eq!(
+        text_rows(&up, &format!("{encrypted} ORDER BY s.ssl")).await,
+        ["walsender f", "walsender t"]
+    );
+    let shown = text_rows(&weir, "SHOW CREATE SOURCE shop").await.join("\n");
+    assert!(shown.contains("sslmode = 'verify-full'"), "{shown}");
+}

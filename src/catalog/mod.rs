@@ -10,7 +10,7 @@ pub use privileges::{
     acl_text, change_acl, denied, is_member_of, Access, AclItem, Grants, Membership, Privilege,
     PUBLIC,
 };
-pub use roles::{RoleDef, Verifier, BOOTSTRAP_OID, BOOTSTRAP_ROLE, SCRAM_ITERATIONS};
+pub use roles::{same_bytes, RoleDef, Verifier, BOOTSTRAP_OID, BOOTSTRAP_ROLE, SCRAM_ITERATIONS};
 pub use secrets::{undefined_secret, SecretDef, SecretKeys};
 
 use std::collections::BTreeMap;
@@ -271,7 +271,7 @@ pub struct SourceDef {
 
 /// A source's connector and the options it keeps, as the connector validated them at
 /// `CREATE SOURCE` (`source::connector`): the catalog does not know what they mean.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Connector {
     pub name: String,
     /// In memory, every option with its value, secrets' values included once opened; saved,
@@ -301,6 +301,23 @@ impl Serialize for Connector {
             secrets: &self.secrets,
         }
         .serialize(s)
+    }
+}
+
+impl std::fmt::Debug for Connector {
+    /// The options with the secrets' values left out, as the catalog saves them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let options: BTreeMap<&str, &str> = (self.options.iter())
+            .map(|(k, v)| match self.secrets.contains_key(k) {
+                true => (k.as_str(), "********"),
+                false => (k.as_str(), v.as_str()),
+            })
+            .collect();
+        (f.debug_struct("Connector"))
+            .field("name", &self.name)
+            .field("options", &options)
+            .field("secrets", &self.secrets)
+            .finish()
     }
 }
 

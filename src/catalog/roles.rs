@@ -193,9 +193,7 @@ impl Verifier {
     /// verifier was made from.
     pub fn accepts(&self, password: &str) -> bool {
         let derived = Verifier::derive(password, self.salt.clone(), self.iterations);
-        // In time independent of where the keys differ.
-        let (a, b) = (&derived.stored_key, &self.stored_key);
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+        same_bytes(&derived.stored_key, &self.stored_key)
     }
 
     /// PostgreSQL's text form: `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`.
@@ -277,6 +275,12 @@ impl super::Catalog {
         self.data.roles.push(weir);
         true
     }
+}
+
+/// Whether `a` and `b` are equal, compared in time independent of where they differ (keys,
+/// tokens).
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 #[cfg(test)]

@@ -367,6 +367,33 @@ mod tests {
     }
 
     #[test]
+    fn a_connector_saves_and_shows_its_secrets_by_name() {
+        let mut c = Connector::plain(
+            "postgres",
+            BTreeMap::from([
+                ("password".to_string(), "hunter2".to_string()),
+                ("hostname".to_string(), "db".to_string()),
+            ]),
+        );
+        c.secrets.insert("password".into(), "pw".into());
+        let saved = serde_json::to_string(&c).unwrap();
+        let shown = format!("{c:?}");
+        for text in [&saved, &shown] {
+            assert!(
+                text.contains("\"pw\"") && !text.contains("hunter2"),
+                "{text}"
+            );
+        }
+        let read: Connector = serde_json::from_str(&saved).unwrap();
+        assert_eq!(read.secrets, c.secrets);
+        assert_eq!(
+            read.check_secrets().unwrap_err().kind,
+            ErrorKind::ObjectNotInPrerequisiteState
+        );
+        assert!(c.check_secrets().is_ok());
+    }
+
+    #[test]
     fn keys_are_64_hexadecimal_digits() {
         assert!(SecretKey::parse(KEY).is_ok());
         for bad in ["", "00", &KEY[1..], &format!("{}zz", &KEY[2..]), "é"] {

@@ -8,6 +8,7 @@ mod objects;
 mod options;
 mod paths;
 mod postgres;
+mod postgres_tls;
 pub mod sink;
 pub mod source;
 
@@ -21,12 +22,11 @@ pub fn check_server_files(
     sink: bool,
     access: &FileAccess<'_>,
 ) -> crate::error::Result<()> {
-    let path = match sink {
-        true => self::sink::connector(&connector.name)?.server_path(&connector.options),
-        false => self::source::connector(&connector.name)?.server_path(&connector.options),
+    let paths = match sink {
+        true => self::sink::connector(&connector.name)?.server_paths(&connector.options),
+        false => self::source::connector(&connector.name)?.server_paths(&connector.options),
     };
-    match path {
-        Some(path) => paths::check(path, access),
-        None => Ok(()),
-    }
+    paths
+        .into_iter()
+        .try_for_each(|path| paths::check(path, access))
 }

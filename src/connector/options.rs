@@ -67,15 +67,24 @@ impl Options {
     }
 
     /// A Kafka client's settings: every `properties.<name>` option, under librdkafka's name
-    /// (RisingWave's `bootstrap.server` is librdkafka's `bootstrap.servers`).
-    pub fn take_kafka_properties(&mut self) -> BTreeMap<String, String> {
-        (self.take_prefixed("properties."))
+    /// (RisingWave's `bootstrap.server` is librdkafka's `bootstrap.servers`). Those that would
+    /// have the server load code or run a command are refused (42501).
+    pub fn take_kafka_properties(&mut self) -> Result<BTreeMap<String, String>> {
+        let properties: BTreeMap<String, String> = (self.take_prefixed("properties."))
             .into_iter()
             .map(|(key, value)| match key.as_str() {
                 "bootstrap.server" => ("bootstrap.servers".to_string(), value),
                 _ => (key, value),
             })
-            .collect()
+            .collect();
+        if let Some(key) = KAFKA_REFUSED.iter().find(|k| properties.contains_key(**k)) {
+            return Err(Error::new(
+                ErrorKind::InsufficientPrivilege,
+                format!("permission denied to set properties.{key}"),
+            )
+            .with_detail("It would have the server load code or run a command of its host."));
+        }
+        Ok(properties)
     }
 
     /// Refuses the first option no connector took.
@@ -88,6 +97,38 @@ impl Options {
             None => Ok(()),
         }
     }
+}
+
+/// librdkafka settings that load code or run commands on the server's host (a plugin, an
+/// OpenSSL engine or provider, Kerberos' `kinit`): refused for every role.
+const KAFKA_REFUSED: [&str; 4] = [
+    "plugin.library.paths",
+    "ssl.engine.location",
+    "ssl.providers",
+    "sasl.kerberos.kinit.cmd",
+];
+
+/// librdkafka settings that name files of the server's (certificates, keys, a keytab): a
+/// Kafka connector's kept options name them as `properties.<name>`, confined as a `file`
+/// connector's path is (`connector/paths.rs`). The `*.pem` settings take the same contents
+/// inline instead.
+const KAFKA_FILES: [&str; 8] = [
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.crl.location",
+    "ssl.keystore.location",
+    "sasl.kerberos.keytab",
+    "sasl.oauthbearer.assertion.private.key.file",
+    "sasl.oauthbearer.assertion.jwt.template.file",
+];
+
+/// The server's files a Kafka connector's kept options name (`KAFKA_FILES`).
+pub fn kafka_server_paths(kept: &BTreeMap<String, String>) -> Vec<&str> {
+    (KAFKA_FILES.iter())
+        .filter_map(|name| kept.get(&format!("properties.{name}")))
+        .map(String::as_str)
+        .collect()
 }
 
 /// Reads option `key` as a count (`events = 1000`); `None` when absent.

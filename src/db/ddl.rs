@@ -114,6 +114,9 @@ impl Database {
         self.catalog().check_free(&name, scope)?;
         let mut ct = ct.clone();
         let secrets = self.open_secrets(&role, with_options(&mut ct), sql::ident_name)?;
+        if let Some(declared) = sql::declared_connector(&ct)? {
+            self.check_server_files(&declared, false, role.superuser)?;
+        }
         let id = self.catalog_mut().allocate_ids(1)[0];
         let mut def = sql::create_table(&ct, clauses, id)?;
         if let Some(c) = &mut def.connector {
@@ -371,6 +374,10 @@ impl Database {
         self.catalog().check_free(&name, scope)?;
         let mut ct = ct.clone();
         let secrets = self.open_secrets(&role, with_options(&mut ct), sql::ident_name)?;
+        // The server's files the options name are checked before the connector opens any.
+        if let Some(declared) = sql::declared_connector(&ct)? {
+            self.check_server_files(&declared, false, role.superuser)?;
+        }
         let id = self.catalog_mut().allocate_ids(1)[0];
         let mut def = sql::create_source(&ct, clauses, id)?;
         mark_secrets(&mut def.connector, secrets)?;

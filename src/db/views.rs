@@ -372,6 +372,36 @@ impl Database {
         self.create_view_or_sink(new, settings, block, stop).await
     }
 
+    /// The connector of new sink `name` over `plan`: the server's files its options name are
+    /// checked before the connector opens any, and again as it keeps them; its secrets are
+    /// marked.
+    fn sink_connector(
+        &self,
+        name: &str,
+        new: &NewSink,
+        plan: &StreamPlan,
+    ) -> Result<crate::catalog::Connector> {
+        if let Some(connector) = &new.connector {
+            let pairs = new.pairs.iter().cloned().collect();
+            let declared = crate::catalog::Connector::plain(connector.clone(), pairs);
+            self.check_server_files(&declared, true, new.superuser)?;
+        }
+        let shape = crate::connector::sink::Shape {
+            schema: &plan.schema,
+            key: plan.key.as_deref(),
+            append_only: plan.append_only,
+        };
+        let mut c = crate::connector::sink::create(
+            name,
+            new.connector.as_deref(),
+            new.pairs.clone(),
+            &shape,
+        )?;
+        super::secrets::mark_secrets(&mut c, new.secrets.clone())?;
+        self.check_server_files(&c, true, new.superuser)?;
+        Ok(c)
+    }
+
     async fn create_view_or_sink(
         &self,
         cv: NewView<'_>,
@@ -406,25 +436,9 @@ impl Database {
             plan.schema = rename_columns(&plan.schema, cv.columns)?;
         }
         check_unique_names(&plan.schema)?;
-        let sink_to = match &cv.sink {
-            Some(new) => {
-                let shape = crate::connector::sink::Shape {
-                    schema: &plan.schema,
-                    key: plan.key.as_deref(),
-                    append_only: plan.append_only,
-                };
-                let mut c = crate::connector::sink::create(
-                    &name,
-                    new.connector.as_deref(),
-                    new.pairs.clone(),
-                    &shape,
-                )?;
-                super::secrets::mark_secrets(&mut c, new.secrets.clone())?;
-                self.check_server_files(&c, true, new.superuser)?;
-                Some(c)
-            }
-            None => None,
-        };
+        let sink_to = (cv.sink.as_ref())
+            .map(|new| self.sink_connector(&name, new, &plan))
+            .transpose()?;
         let key = plan.key.clone();
         // A view with nothing to partition by runs as one actor, whatever the setting.
         let requested = self.parallelism_for(settings)?;

@@ -155,6 +155,14 @@ fn connector_options(
     Ok((connector_name, settings))
 }
 
+/// The connector a `CREATE TABLE` or `CREATE SOURCE` names, with its options as written
+/// (before the connector reads them): what the server's files it names are checked on before
+/// it opens any. `None` when no connector is named.
+pub fn declared_connector(ct: &ast::CreateTable) -> Result<Option<Connector>> {
+    let (name, settings) = connector_options(ct, None, &[])?;
+    Ok(name.map(|name| Connector::plain(name, settings.into_iter().collect())))
+}
+
 /// A table's columns and the positions of the primary key its column constraints declare.
 fn column_defs(declared: &[ast::ColumnDef], table: &str) -> Result<(Vec<ColumnDef>, Vec<usize>)> {
     let mut columns: Vec<ColumnDef> = Vec::new();

@@ -38,7 +38,8 @@ pub use self::parser::{
 
 /// Tables and sources from their DDL, and the names in it.
 pub use self::ddl::{
-    create_source, create_table, ident_name, option_text, redacted, relation_name,
+    create_source, create_table, declared_connector, ident_name, option_text, redacted,
+    relation_name,
 };
 
 /// The server's sessions (`pg_stat_activity`), and a session's settings with its own.

@@ -251,8 +251,9 @@ impl super::Connector for FileSink {
         Some(Format::Plain)
     }
 
-    fn server_path<'a>(&self, kept: &'a BTreeMap<String, String>) -> Option<&'a str> {
-        (self.0 == "file").then(|| kept.get("path").map(String::as_str))?
+    fn server_paths<'a>(&self, kept: &'a BTreeMap<String, String>) -> Vec<&'a str> {
+        let path = (self.0 == "file").then(|| kept.get("path").map(String::as_str));
+        path.flatten().into_iter().collect()
     }
 
     fn create(

@@ -69,7 +69,7 @@ impl Config {
         let topic = options
             .take("topic")
             .ok_or_else(|| bad("a Kafka sink needs a topic".into()))?;
-        let client = options.take_kafka_properties();
+        let client = options.take_kafka_properties()?;
         if !client.contains_key("bootstrap.servers") {
             return Err(bad("a Kafka sink needs properties.bootstrap.server".into()));
         }
@@ -182,6 +182,11 @@ impl Config {
 impl super::Connector for Kafka {
     fn name(&self) -> &'static str {
         "kafka"
+    }
+
+    /// Certificates, keys and keytabs that librdkafka settings name are the server's files.
+    fn server_paths<'a>(&self, kept: &'a BTreeMap<String, String>) -> Vec<&'a str> {
+        crate::connector::options::kafka_server_paths(kept)
     }
 
     fn create(

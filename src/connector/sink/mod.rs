@@ -224,9 +224,9 @@ pub trait Connector: Send + Sync {
         schema: &SchemaRef,
     ) -> Result<Vec<(String, String)>>;
 
-    /// The path on the server's file system the kept options name, if they name one.
-    fn server_path<'a>(&self, _kept: &'a BTreeMap<String, String>) -> Option<&'a str> {
-        None
+    /// The paths on the server's file system the kept options name.
+    fn server_paths<'a>(&self, _kept: &'a BTreeMap<String, String>) -> Vec<&'a str> {
+        Vec::new()
     }
 
     /// Whether the sink delivers (through a log); false for one that drops what it gets.

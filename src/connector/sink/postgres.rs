@@ -200,6 +200,14 @@ impl super::Connector for Postgres {
         "postgres"
     }
 
+    /// `sslrootcert`, the certificate authorities' file, is the server's.
+    fn server_paths<'a>(&self, kept: &'a BTreeMap<String, String>) -> Vec<&'a str> {
+        kept.get("sslrootcert")
+            .map(String::as_str)
+            .into_iter()
+            .collect()
+    }
+
     fn default_format(&self, keyed: bool) -> Option<Format> {
         Some(if keyed { Format::Upsert } else { Format::Plain })
     }

@@ -82,9 +82,9 @@ pub trait Connector: Send + Sync {
         keep: Option<Keep<'_>>,
     ) -> Result<Box<dyn Reader>>;
 
-    /// The path on the server's file system the kept options name, if they name one.
-    fn server_path<'a>(&self, _kept: &'a BTreeMap<String, String>) -> Option<&'a str> {
-        None
+    /// The paths on the server's file system the kept options name.
+    fn server_paths<'a>(&self, _kept: &'a BTreeMap<String, String>) -> Vec<&'a str> {
+        Vec::new()
     }
 
     /// Removes what source `id` kept in `dir` (it was dropped).

@@ -221,8 +221,8 @@ impl super::Connector for Files {
         FileLedger::remove(dir, id)
     }
 
-    fn server_path<'a>(&self, kept: &'a BTreeMap<String, String>) -> Option<&'a str> {
-        kept.get("path").map(String::as_str)
+    fn server_paths<'a>(&self, kept: &'a BTreeMap<String, String>) -> Vec<&'a str> {
+        kept.get("path").map(String::as_str).into_iter().collect()
     }
 }
 

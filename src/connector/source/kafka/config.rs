@@ -106,7 +106,7 @@ impl Config {
         let topic = options
             .take("topic")
             .ok_or_else(|| bad("a Kafka source needs a topic".into()))?;
-        let client = options.take_kafka_properties();
+        let client = options.take_kafka_properties()?;
         if !client.contains_key("bootstrap.servers") {
             return Err(bad(
                 "a Kafka source needs properties.bootstrap.server".into()

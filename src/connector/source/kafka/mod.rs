@@ -57,6 +57,11 @@ impl super::Connector for Kafka {
         "kafka"
     }
 
+    /// Certificates, keys and keytabs that librdkafka settings name are the server's files.
+    fn server_paths<'a>(&self, kept: &'a BTreeMap<String, String>) -> Vec<&'a str> {
+        crate::connector::options::kafka_server_paths(kept)
+    }
+
     fn create(
         &self,
         options: &mut Options,

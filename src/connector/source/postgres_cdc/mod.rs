@@ -44,6 +44,14 @@ impl super::Connector for PostgresCdc {
         "postgres-cdc"
     }
 
+    /// `sslrootcert`, the certificate authorities' file, is the server's.
+    fn server_paths<'a>(&self, kept: &'a BTreeMap<String, String>) -> Vec<&'a str> {
+        kept.get("sslrootcert")
+            .map(String::as_str)
+            .into_iter()
+            .collect()
+    }
+
     fn create(
         &self,
         options: &mut Options,

@@ -1,6 +1,7 @@
 //! A replication connection to PostgreSQL: the wire protocol's startup with
 //! `replication=database`, password authentication (SCRAM-SHA-256, MD5 or cleartext, as the
-//! server asks), and the CopyBoth stream that `START_REPLICATION` opens. tokio-postgres has no replication mode;
+//! server asks), over TLS as the endpoint's `sslmode` asks, and the CopyBoth stream that
+//! `START_REPLICATION` opens. tokio-postgres has no replication mode;
 //! postgres-protocol (which it is built on) encodes and decodes the messages.
 
 use bytes::{Buf, BytesMut};
@@ -8,7 +9,7 @@ use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 pub use crate::connector::postgres::Endpoint;
@@ -26,9 +27,14 @@ fn failed(what: &str, e: impl std::fmt::Display) -> Error {
     )
 }
 
+/// A connection's byte stream: plain TCP, or TLS over it.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
 /// One replication connection.
 pub struct Connection {
-    stream: TcpStream,
+    stream: Box<dyn Io>,
     read: BytesMut,
     write: BytesMut,
 }
@@ -38,6 +44,43 @@ pub struct Connection {
 enum Incoming {
     Message(Message),
     CopyBothResponse,
+}
+
+/// `stream` encrypted as `to`'s `sslmode` asks: an SSLRequest, and TLS if the server takes
+/// it (which `prefer` does without, and the other modes refuse to).
+async fn encrypted(mut stream: TcpStream, to: &Endpoint) -> Result<Box<dyn Io>> {
+    use crate::connector::postgres::SslMode;
+    let Some(tls) = to.tls()? else {
+        return Ok(Box::new(stream));
+    };
+    let mut request = BytesMut::new();
+    frontend::ssl_request(&mut request);
+    stream
+        .write_all(&request)
+        .await
+        .map_err(|e| failed("SSLRequest", e))?;
+    let mut answer = [0u8; 1];
+    (stream.read_exact(&mut answer).await).map_err(|e| failed("SSLRequest", e))?;
+    match (answer[0], to.ssl_mode) {
+        (b'S', _) => {
+            let tls = crate::connector::postgres::handshake(tls, &to.host, stream)
+                .await
+                .map_err(|e| failed("TLS", e))?;
+            Ok(Box::new(tls))
+        }
+        (b'N', SslMode::Prefer) => Ok(Box::new(stream)),
+        (b'N', _) => Err(failed(
+            "TLS",
+            format!(
+                "the server does not support SSL, which sslmode {} needs",
+                to.ssl_mode.name()
+            ),
+        )),
+        (other, _) => Err(failed(
+            "SSLRequest",
+            format!("unexpected answer {other:#04x}"),
+        )),
+    }
 }
 
 impl Connection {
@@ -51,7 +94,7 @@ impl Connection {
         .map_err(|e| failed("connect", e))?;
         stream.set_nodelay(true).map_err(|e| failed("connect", e))?;
         let mut c = Connection {
-            stream,
+            stream: encrypted(stream, to).await?,
             read: BytesMut::with_capacity(64 << 10),
             write: BytesMut::new(),
         };
