@@ -48,8 +48,8 @@ impl Tls {
         };
         let cert_pem =
             std::fs::read(&config.cert).map_err(|e| bad("certificate", &config.cert, &e))?;
-        let certs = CertificateDer::pem_file_iter(&config.cert)
-            .and_then(|certs| certs.collect::<std::result::Result<Vec<_>, _>>())
+        let certs = CertificateDer::pem_slice_iter(&cert_pem)
+            .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| bad("certificate", &config.cert, &e))?;
         if certs.is_empty() {
             return Err(bad("certificate", &config.cert, &"no certificate in it"));

@@ -354,16 +354,18 @@ impl Coordinator {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let writes = self.writes.clone();
         loop {
+            // In this order: what actors report first (acks seal epochs and free room), then
+            // barriers asked for, which come before the periodic ones whenever room frees up
+            // (a tick that would always be ready must not hold the others back).
             tokio::select! {
-                _ = ticker.tick() => {
-                    if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX {
-                        self.inject(None, vec![], vec![], None);
-                    }
+                biased;
+                ev = self.events.recv() => {
+                    let Some(ev) = ev else { return };
+                    self.on_event(ev);
                 }
-                // A reader waits for writes no barrier in flight holds (its permit stays
-                // until the epochs in flight leave room).
-                _ = writes.wanted.notified(), if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX => {
-                    self.inject(None, vec![], vec![], None);
+                done = self.snapshot_done.1.recv() => {
+                    let Some(done) = done else { return };
+                    self.on_snapshot(done);
                 }
                 req = self.requests.recv(), if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX => {
                     let Some(req) = req else { return };
@@ -371,13 +373,15 @@ impl Coordinator {
                         self.inject(req.mutation, req.add_actors, req.add_sources, req.snapshot);
                     let _ = req.reply.send(epoch);
                 }
-                done = self.snapshot_done.1.recv() => {
-                    let Some(done) = done else { return };
-                    self.on_snapshot(done);
+                // A reader waits for writes no barrier in flight holds (its permit stays
+                // until the epochs in flight leave room).
+                _ = writes.wanted.notified(), if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX => {
+                    self.inject(None, vec![], vec![], None);
                 }
-                ev = self.events.recv() => {
-                    let Some(ev) = ev else { return };
-                    self.on_event(ev);
+                _ = ticker.tick() => {
+                    if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX {
+                        self.inject(None, vec![], vec![], None);
+                    }
                 }
             }
         }
