@@ -85,6 +85,9 @@ fn new_context(runtime: &Arc<RuntimeEnv>) -> SessionContext {
             .build(),
     );
     ctx.register_udaf(super::checked::PgSum::udaf());
+    for function in super::sized::sized_functions(&runtime.memory_pool) {
+        ctx.register_udf(function);
+    }
     ctx
 }
 

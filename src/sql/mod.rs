@@ -22,6 +22,7 @@ mod roles;
 pub mod rows;
 mod rules;
 mod secrets;
+mod sized;
 mod stream_plan;
 mod windows;
 
