@@ -240,6 +240,20 @@ async fn a_query_past_the_memory_limit_is_refused_with_53200_and_the_session_goe
         .await,
         ["30000".to_string()]
     );
+    // A function's results are reserved before they are built: 100 MB of one value, or of
+    // one batch's values, is more than is free, and nothing of it is allocated.
+    for sql in [
+        "SELECT length(repeat('x', 100000000))",
+        "SELECT sum(length(lpad('', 20000 + g % 2, 'ab'))) FROM generate_series(1, 5000) AS t(g)",
+    ] {
+        let err = client.simple_query(sql).await.unwrap_err();
+        let db = err.as_db_error().unwrap();
+        assert_eq!(db.code().code(), "53200", "{sql}: {}", db.message());
+    }
+    assert_eq!(
+        rows(&client, "SELECT length(repeat('x', 1000000))").await,
+        ["1000000".to_string()]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

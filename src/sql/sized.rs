@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
@@ -199,7 +200,15 @@ impl ScalarUDFImpl for Sized {
             .args
             .iter()
             .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        // In the types `coerce_types` asks for; a plan kept by a view from before may pass
+        // others (`Utf8View`, `Int32`).
+        let given = ColumnarValue::values_to_arrays(&args.args)?;
+        let arrays = (given.iter().enumerate())
+            .map(|(i, a)| match i {
+                1 => cast(a, &DataType::Int64),
+                _ => cast(a, &DataType::Utf8),
+            })
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
         let strings = arrays[0].as_string::<i32>();
         let counts = arrays[1].as_primitive::<Int64Type>();
         let fills = arrays.get(2).map(|f| f.as_string::<i32>());
