@@ -5,10 +5,12 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::logical_expr::expr::Cast;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{Expr, ExprSchemable, JoinType, LogicalPlan, Union};
+use datafusion::logical_expr::{
+    Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder, RecursiveQuery, Union,
+};
 use datafusion::optimizer::AnalyzerRule;
 
 /// Semantics PostgreSQL has and DataFusion's plans lack:
@@ -235,10 +237,37 @@ pub fn type_integer_constants(plan: LogicalPlan) -> datafusion::error::Result<Lo
             // UNION ALL int2_col - 1` is `integer`); else as planned, for the analyzer to
             // coerce.
             LogicalPlan::Union(u) => union_of_agreeing_types(u).map(LogicalPlan::Union),
+            LogicalPlan::RecursiveQuery(q) => recursive_of_one_type(q),
             node => node.recompute_schema(),
         })
     })
     .map(|t| t.data)
+}
+
+/// A recursive query whose static term is cast to the types of its recursive term where
+/// they differ: the recursive term reads the work table as planned (integer constants as
+/// `bigint`), while the static term's own constants were narrowed (`WITH RECURSIVE t(n) AS
+/// (SELECT 1 UNION ALL SELECT n + 1 FROM t ...)`).
+fn recursive_of_one_type(mut q: RecursiveQuery) -> datafusion::error::Result<LogicalPlan> {
+    let given = q.static_term.schema().clone();
+    let wanted = q.recursive_term.schema().clone();
+    let differ = (given.fields().iter().zip(wanted.fields().iter()))
+        .any(|(g, w)| g.data_type() != w.data_type());
+    if differ && given.fields().len() == wanted.fields().len() {
+        let columns = (given.iter().zip(wanted.fields().iter())).map(|((qualifier, g), w)| {
+            let column = Expr::Column(Column::new(qualifier.cloned(), g.name()));
+            match g.data_type() == w.data_type() {
+                true => column,
+                false => Expr::Cast(Cast::new(Box::new(column), w.data_type().clone()))
+                    .alias_qualified(qualifier.cloned(), g.name()),
+            }
+        });
+        let cast = LogicalPlanBuilder::from(q.static_term.as_ref().clone())
+            .project(columns)?
+            .build()?;
+        q.static_term = Arc::new(cast);
+    }
+    LogicalPlan::RecursiveQuery(q).recompute_schema()
 }
 
 /// `u` with each column of the type all its inputs give it, where they agree (the analyzer
