@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio_postgres::{Client, NoTls};
 
-use super::postgres_tls::{client_config, MakeRustls};
+use super::postgres_tls::{check, client_config, MakeRustls};
 pub use super::postgres_tls::{handshake, SslMode};
 use super::Options;
 use crate::error::{Error, ErrorKind, Result};
@@ -51,8 +51,7 @@ impl Endpoint {
         let ssl_mode =
             (options.take("sslmode").as_deref()).map_or(Ok(SslMode::Prefer), SslMode::parse)?;
         let root_cert = options.take("sslrootcert");
-        // A verifying mode without its authorities is refused here, not at each connection.
-        client_config(ssl_mode, root_cert.as_deref())?;
+        check(ssl_mode, root_cert.as_deref())?;
         Ok(Endpoint {
             host,
             port,

@@ -68,6 +68,23 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Refuses (22023) a verifying mode without the authorities to verify with. Checked when
+/// options are read; the file itself is read at each connection, so that a start does not
+/// depend on it.
+pub fn check(mode: SslMode, root_cert: Option<&str>) -> Result<()> {
+    let verifying = matches!(mode, SslMode::VerifyCa | SslMode::VerifyFull);
+    if verifying && root_cert.is_none() {
+        return Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!(
+                "sslmode {} needs sslrootcert, the certificate authorities to trust",
+                mode.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The TLS client settings of `mode`, trusting the certificates of the PEM file `root_cert`
 /// for the verifying modes (which need one); `None` for `disable`.
 pub fn client_config(
@@ -84,10 +101,8 @@ pub fn client_config(
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(Unverified(provider()))),
         (_, None) => {
-            return Err(bad(format!(
-                "sslmode {} needs sslrootcert, the certificate authorities to trust",
-                mode.name()
-            )))
+            check(mode, None)?;
+            return Err(Error::internal("a verifying sslmode without sslrootcert"));
         }
         (_, Some(path)) => {
             let mut roots = rustls::RootCertStore::empty();
