@@ -56,13 +56,7 @@ fn target(pg: &Postgres, table: &str) -> String {
 
 /// A server that checkpoints (and so delivers) every 300 ms.
 async fn start(data: &std::path::Path) -> ChildServer {
-    let config = data.with_extension("toml");
-    std::fs::write(
-        &config,
-        "barrier_interval_ms = 100\n[checkpoint]\ninterval_ms = 300\nmin_pause_ms = 0\n",
-    )
-    .unwrap();
-    ChildServer::start_with(data, &["--config", config.to_str().unwrap()]).await
+    start_keyed(data, None, &[]).await
 }
 
 /// Waits until the target's `target_sql` reads as Weir's `sql`, or fails after 60 s.

@@ -43,11 +43,13 @@ struct Sealed {
 #[derive(Clone)]
 pub struct SecretKey {
     key: [u8; 32],
+    /// A name for the key that says nothing of it (`fingerprint_of`), computed once.
+    fingerprint: String,
 }
 
 impl std::fmt::Debug for SecretKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SecretKey({})", self.fingerprint())
+        write!(f, "SecretKey({})", self.fingerprint)
     }
 }
 
@@ -73,18 +75,10 @@ impl SecretKey {
         for (i, byte) in key.iter_mut().enumerate() {
             *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
         }
-        Ok(SecretKey { key })
-    }
-
-    /// A name for the key that says nothing of it: the first 8 bytes of a SHA-256 of it, in
-    /// hexadecimal.
-    fn fingerprint(&self) -> String {
-        let mut input = b"weir secret key\0".to_vec();
-        input.extend_from_slice(&self.key);
-        let digest = ring::digest::digest(&ring::digest::SHA256, &input);
-        (digest.as_ref()[..8].iter())
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        Ok(SecretKey {
+            key,
+            fingerprint: fingerprint_of(&key),
+        })
     }
 
     fn aead(&self) -> LessSafeKey {
@@ -92,6 +86,17 @@ impl SecretKey {
         let key = UnboundKey::new(&AES_256_GCM, &self.key).expect("a 256-bit key");
         LessSafeKey::new(key)
     }
+}
+
+/// A name for `key` that says nothing of it: the first 8 bytes of a SHA-256 of it, in
+/// hexadecimal.
+fn fingerprint_of(key: &[u8; 32]) -> String {
+    let mut input = b"weir secret key\0".to_vec();
+    input.extend_from_slice(key);
+    let digest = ring::digest::digest(&ring::digest::SHA256, &input);
+    (digest.as_ref()[..8].iter())
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The server's secret keys: the current one seals; it and the previous ones open (a key
@@ -135,7 +140,7 @@ impl SecretKeys {
             .map_err(|_| Error::internal("a secret could not be encrypted"))?;
         let b64 = base64::engine::general_purpose::STANDARD;
         Ok(Sealed {
-            key: key.fingerprint(),
+            key: key.fingerprint.clone(),
             nonce: b64.encode(nonce),
             value: b64.encode(value),
         })
@@ -144,7 +149,7 @@ impl SecretKeys {
     /// Opens secret `name`'s sealed value with the key that sealed it.
     fn open(&self, name: &str, sealed: &Sealed) -> Result<String> {
         let key = (self.current.iter().chain(&self.previous))
-            .find(|k| k.fingerprint() == sealed.key)
+            .find(|k| k.fingerprint == sealed.key)
             .ok_or_else(|| {
                 unavailable(format!(
                     "secret \"{name}\" cannot be decrypted: the server does not have the key it \
@@ -179,7 +184,7 @@ impl SecretKeys {
 
     /// Whether `sealed` is sealed under a key other than the current one.
     fn is_stale(&self, sealed: &Sealed) -> bool {
-        (self.current.as_ref()).is_some_and(|k| k.fingerprint() != sealed.key)
+        (self.current.as_ref()).is_some_and(|k| k.fingerprint != sealed.key)
     }
 }
 
@@ -242,8 +247,7 @@ impl Catalog {
             Some(s) => *s = def.clone(),
             None => self.data.secrets.push(def.clone()),
         }
-        self.save()
-            .inspect_err(|_| self.data.secrets = before.clone())?;
+        self.save().inspect_err(|_| self.data.secrets = before)?;
         for c in self.connectors_mut() {
             let options: Vec<String> = (c.secrets.iter())
                 .filter(|(_, n)| **n == def.name)
