@@ -171,11 +171,19 @@ pub struct Database {
     recoveries: Mutex<Vec<restore::Recovery>>,
     /// The memory pool and spill directory of batch queries.
     query_runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    /// The threads batch plans run on, off the server's async workers.
+    executor: crate::sql::Executor,
     /// The threads the dataflow's actors run on (`actors` hands them out), owned here so that
     /// they run as long as the database is open.
     _dataflow: Dataflow,
     /// Held while the database is open: one server per data directory.
     lock: lock::DataDirLock,
+}
+
+/// The most batch plans that run at once: every session's statement, and cursors open in
+/// transaction blocks beside them.
+fn statement_threads_max(config: &Config) -> usize {
+    config.connections_max.saturating_mul(2).max(16)
 }
 
 /// The directory of the sources' ledgers, in the data directory.
@@ -242,8 +250,10 @@ impl Database {
         std::fs::create_dir_all(&spill_dir)?;
         let query_runtime = crate::sql::query_runtime(config.memory_limit_bytes() / 2, spill_dir)?;
         let dataflow = Dataflow::start()?;
+        let executor = crate::sql::Executor::start(statement_threads_max(&config))?;
         let db = Arc::new(Database {
             query_runtime,
+            executor,
             actors: ActorContext {
                 runtime: dataflow.handle(),
                 store: store.clone(),

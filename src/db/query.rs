@@ -166,7 +166,8 @@ impl Database {
         // The statement's rows are gathered before they are written, and whatever read the
         // latest rows is gone by then.
         let ctx = self.context(settings, latest, scope)?;
-        let (tag, deleted, inserted) = dml::rows(&ctx, statement, params, &schema).await?;
+        let (tag, deleted, inserted) =
+            dml::rows(&ctx, &self.executor, statement, params, &schema).await?;
         let affected = match block {
             Some(block) => w.stage(block, deleted, inserted).await?,
             None => w.write(deleted, inserted).await?,
@@ -355,11 +356,7 @@ impl Database {
             plan = plan.with_param_values(p.clone())?;
         }
         let schema = result_schema(&plan);
-        let rows = ctx
-            .execute_logical_plan(plan)
-            .await?
-            .execute_stream()
-            .await?;
+        let rows = self.executor.execute(ctx, plan).await?;
         // The rows go out as the plan's schema says (what a prepared statement's description
         // told the client), whatever types execution gave them.
         let same = rows.schema().fields().len() == schema.fields().len()

@@ -27,6 +27,7 @@ pub fn reads(statement: &ast::Statement) -> bool {
 /// at their latest rows): its command tag, and the rows it deletes and inserts in `schema`.
 pub async fn rows(
     ctx: &SessionContext,
+    executor: &super::Executor,
     statement: &ast::Statement,
     params: Option<&ParamValues>,
     schema: &SchemaRef,
@@ -45,7 +46,7 @@ pub async fn rows(
     let width = schema.fields().len();
     let (tag, deleted, inserted) = match &dml.op {
         WriteOp::Insert(InsertOp::Append) => {
-            let rows = run(ctx, dml.input.as_ref().clone()).await?;
+            let rows = run(ctx, executor, dml.input.as_ref().clone()).await?;
             ("INSERT", None, Some(conform(schema, &rows, 0)?))
         }
         WriteOp::Insert(_) => {
@@ -54,7 +55,7 @@ pub async fn rows(
             ))
         }
         WriteOp::Delete => {
-            let rows = run(ctx, dml.input.as_ref().clone()).await?;
+            let rows = run(ctx, executor, dml.input.as_ref().clone()).await?;
             ("DELETE", Some(conform(schema, &rows, 0)?), None)
         }
         WriteOp::Update => {
@@ -74,7 +75,7 @@ pub async fn rows(
                 .collect();
             exprs.extend(p.expr.iter().cloned());
             let both = LogicalPlan::Projection(Projection::try_new(exprs, p.input.clone())?);
-            let rows = run(ctx, both).await?;
+            let rows = run(ctx, executor, both).await?;
             (
                 "UPDATE",
                 Some(conform(schema, &rows, 0)?),
@@ -89,13 +90,13 @@ pub async fn rows(
 /// Executes a DML statement's input to completion. Its rows become one change-log record,
 /// which cannot exceed `RECORD_BYTES_MAX`; so the input is refused (54000) as soon as its
 /// batches hold too much (`check_statement_bytes`), instead of being gathered whole first.
-async fn run(ctx: &SessionContext, plan: LogicalPlan) -> Result<RecordBatch> {
+async fn run(
+    ctx: &SessionContext,
+    executor: &super::Executor,
+    plan: LogicalPlan,
+) -> Result<RecordBatch> {
     use futures::StreamExt;
-    let mut rows = ctx
-        .execute_logical_plan(plan)
-        .await?
-        .execute_stream()
-        .await?;
+    let mut rows = executor.execute(ctx.clone(), plan).await?;
     let schema = rows.schema();
     let (mut batches, mut bytes) = (Vec::new(), 0usize);
     while let Some(batch) = rows.next().await {

@@ -11,6 +11,7 @@ mod context;
 mod ddl;
 mod dialect;
 pub mod dml;
+mod executor;
 mod extensions;
 mod grants;
 mod names;
@@ -31,6 +32,7 @@ mod windows;
 // tables). The names below are the rest; everything else here is private to the front end.
 
 /// Statements as Weir parses them, its extensions included.
+pub use self::executor::Executor;
 pub use self::extensions::{CreateSink, CreateView, Format, FromSource, Include, Watermark};
 pub use self::parser::{
     check_supported, parse, parse_message, Count, CursorQuery, Parsed, Pending, Statement,

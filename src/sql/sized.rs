@@ -3,17 +3,28 @@
 //! allocate (over 1 GB) is refused with 54000 before anything is allocated, as PostgreSQL
 //! refuses it; and a batch's results are reserved from the query memory pool before they are
 //! built, so that a statement asking for more than the pool has left fails with 53200
-//! instead of taking the memory.
+//! instead of taking the memory. The reservation lives as long as the results do (`hold`):
+//! a result passed to another function still counts while that one reserves its own.
+//!
+//! Batch plans also concatenate within the pool (`bound_functions`): `||`, `concat` and
+//! `concat_ws` reserve the most their results can take (the sum of their arguments) before
+//! they are computed. Views keep DataFusion's functions: their rows never wait on a pool
+//! that batch queries fill.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use datafusion::arrow::array::{make_array, Array, ArrayRef, AsArray, StringBuilder};
+use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::compute::kernels::concat_elements::concat_elements_utf8;
+use datafusion::arrow::datatypes::{DataType, FieldRef, Int64Type};
+use datafusion::common::tree_node::Transformed;
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
+use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ReturnFieldArgs,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
 use crate::error::{Error, ErrorKind};
@@ -200,6 +211,11 @@ impl ScalarUDFImpl for Sized {
             .args
             .iter()
             .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        // A constant argument becomes a column of one value per row: reserved first, as a
+        // large constant over many rows would take memory before any length is checked. The
+        // constant itself counts too: a function's constant result holds no reservation.
+        let broadcast = MemoryConsumer::new(self.name()).register(&self.pool.0);
+        broadcast.try_grow(broadcast_bytes(&args.args, args.number_rows + 1))?;
         // In the types `coerce_types` asks for; a plan kept by a view from before may pass
         // others (`Utf8View`, `Int32`).
         let given = ColumnarValue::values_to_arrays(&args.args)?;
@@ -255,8 +271,7 @@ impl ScalarUDFImpl for Sized {
                 None => out.append_null(),
             }
         }
-        let result: ArrayRef = Arc::new(out.finish());
-        drop(reservation);
+        let result = hold(Arc::new(out.finish()), reservation)?;
         match scalar {
             true => Ok(ColumnarValue::Scalar(
                 datafusion::common::ScalarValue::try_from_array(&result, 0)?,
@@ -264,4 +279,218 @@ impl ScalarUDFImpl for Sized {
             false => Ok(ColumnarValue::Array(result)),
         }
     }
+}
+
+/// The bytes constant string arguments take as `rows` values each (a column of `rows`
+/// values, and the constant itself: `rows + 1`).
+fn broadcast_bytes(args: &[ColumnarValue], rows: usize) -> usize {
+    args.iter()
+        .map(|a| match a {
+            ColumnarValue::Scalar(s) => match s.try_as_str() {
+                Some(Some(v)) => v.len().saturating_mul(rows),
+                _ => 0,
+            },
+            ColumnarValue::Array(_) => 0,
+        })
+        .fold(0, usize::saturating_add)
+}
+
+/// The most bytes a concatenation of `args` over `rows` rows takes: every argument's bytes,
+/// counted `times[i]` times (`concat_ws` repeats its separator).
+fn concatenated_bytes(
+    args: &[ColumnarValue],
+    rows: usize,
+    times: impl Fn(usize) -> usize,
+) -> usize {
+    (args.iter().enumerate())
+        .map(|(i, a)| {
+            let bytes = match a {
+                ColumnarValue::Scalar(s) => match s.try_as_str() {
+                    Some(Some(v)) => v.len().saturating_mul(rows),
+                    _ => 0,
+                },
+                ColumnarValue::Array(a) => a.get_buffer_memory_size(),
+            };
+            bytes.saturating_mul(times(i))
+        })
+        .fold(0, usize::saturating_add)
+}
+
+/// Where `hold` keeps a reservation: with the buffer it accounts for, until the last array
+/// that shares the buffer is dropped.
+struct Held {
+    _buffer: Buffer,
+    _reservation: std::panic::AssertUnwindSafe<MemoryReservation>,
+}
+
+/// `array`, whose largest buffer now holds `reservation` until it is freed.
+fn hold(array: ArrayRef, reservation: MemoryReservation) -> DfResult<ArrayRef> {
+    let data = array.to_data();
+    let Some((i, largest)) = (data.buffers().iter().enumerate()).max_by_key(|(_, b)| b.len())
+    else {
+        return Ok(array);
+    };
+    let Some(start) = std::ptr::NonNull::new(largest.as_ptr().cast_mut()) else {
+        return Ok(array);
+    };
+    let len = largest.len();
+    let owner = Arc::new(Held {
+        _buffer: largest.clone(),
+        _reservation: std::panic::AssertUnwindSafe(reservation),
+    });
+    // SAFETY: `start` and `len` are those of a live buffer, which `owner` keeps alive for as
+    // long as the new buffer (and every clone of it) exists.
+    let held = unsafe { Buffer::from_custom_allocation(start, len, owner) };
+    let mut buffers = data.buffers().to_vec();
+    buffers[i] = held;
+    let data = data.into_builder().buffers(buffers).build()?;
+    Ok(make_array(data))
+}
+
+/// DataFusion's `concat` or `concat_ws`, reserving the most its result can take first.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Bounded {
+    inner: Arc<ScalarUDF>,
+    /// The inner function's, volatile.
+    signature: Signature,
+    pool: Pool,
+}
+
+impl ScalarUDFImpl for Bounded {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, args: &[DataType]) -> DfResult<Vec<DataType>> {
+        self.inner.coerce_types(args)
+    }
+
+    fn return_type(&self, args: &[DataType]) -> DfResult<DataType> {
+        self.inner.return_type(args)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
+        self.inner.return_field_from_args(args)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let separators = args.args.len().saturating_sub(2).max(1);
+        let ws = self.inner.name() == "concat_ws";
+        let bytes = concatenated_bytes(&args.args, args.number_rows, |i| match (ws, i) {
+            (true, 0) => separators,
+            _ => 1,
+        });
+        // Constant arguments (a function's constant result) are held by no reservation.
+        let constants = broadcast_bytes(&args.args, 1);
+        let reservation = MemoryConsumer::new(self.name()).register(&self.pool.0);
+        reservation.try_grow(bytes.saturating_add(constants))?;
+        let result = self.inner.invoke_with_args(args)?;
+        reservation.shrink(constants.min(reservation.size()));
+        match result {
+            ColumnarValue::Array(a) => Ok(ColumnarValue::Array(hold(a, reservation)?)),
+            scalar => Ok(scalar),
+        }
+    }
+}
+
+/// `||` between strings (PostgreSQL's `textcat`): NULL when either side is, reserving its
+/// result first.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Textcat {
+    signature: Signature,
+    pool: Pool,
+}
+
+impl ScalarUDFImpl for Textcat {
+    fn name(&self) -> &str {
+        "textcat"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let rows = args.number_rows;
+        let reservation = MemoryConsumer::new(self.name()).register(&self.pool.0);
+        // Constant arguments as columns, and themselves (held by no reservation).
+        let broadcast = broadcast_bytes(&args.args, rows + 1);
+        reservation
+            .try_grow(concatenated_bytes(&args.args, rows, |_| 1).saturating_add(broadcast))?;
+        let scalar = (args.args.iter()).all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let [left, right] = arrays.as_slice() else {
+            return Err(DataFusionError::Internal(
+                "textcat takes two arguments".into(),
+            ));
+        };
+        let (left, right) = (cast(left, &DataType::Utf8)?, cast(right, &DataType::Utf8)?);
+        let joined = concat_elements_utf8(left.as_string::<i32>(), right.as_string::<i32>())?;
+        drop(arrays);
+        reservation.shrink(broadcast.min(reservation.size()));
+        let result = hold(Arc::new(joined), reservation)?;
+        match scalar {
+            true => Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from_array(&result, 0)?,
+            )),
+            false => Ok(ColumnarValue::Array(result)),
+        }
+    }
+}
+
+/// `plan` (a batch query's, analyzed) with the functions that size their results from their
+/// arguments reserving them from `pool`, and kept from the optimizer's constant folding
+/// (volatile), which would compute them outside the pool and keep their values in the plan:
+/// `repeat`, `lpad` and `rpad`, `||` between strings (as `textcat`), `concat` and `concat_ws`.
+pub fn bound_functions(plan: LogicalPlan, pool: &Arc<dyn MemoryPool>) -> DfResult<LogicalPlan> {
+    let pool = Pool(pool.clone());
+    let textcat = Arc::new(ScalarUDF::new_from_impl(Textcat {
+        signature: Signature::any(2, Volatility::Volatile),
+        pool: pool.clone(),
+    }));
+    super::rules::rewrite_expressions(plan, |e, schema| match e {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::StringConcat,
+            right,
+        }) if is_text(&left.get_type(schema)?) && is_text(&right.get_type(schema)?) => {
+            Ok(Transformed::yes(Expr::ScalarFunction(
+                ScalarFunction::new_udf(textcat.clone(), vec![*left, *right]),
+            )))
+        }
+        Expr::ScalarFunction(f) if f.func.signature().volatility != Volatility::Volatile => {
+            let bounded = if let Some(sized) = f.func.inner().downcast_ref::<Sized>() {
+                ScalarUDF::new_from_impl(Sized {
+                    kind: sized.kind,
+                    signature: Signature::user_defined(Volatility::Volatile),
+                    pool: pool.clone(),
+                })
+            } else if matches!(f.func.name(), "concat" | "concat_ws") {
+                let signature = f.func.signature().type_signature.clone();
+                ScalarUDF::new_from_impl(Bounded {
+                    signature: Signature::new(signature, Volatility::Volatile),
+                    inner: f.func.clone(),
+                    pool: pool.clone(),
+                })
+            } else {
+                return Ok(Transformed::no(Expr::ScalarFunction(f)));
+            };
+            Ok(Transformed::yes(Expr::ScalarFunction(
+                ScalarFunction::new_udf(Arc::new(bounded), f.args),
+            )))
+        }
+        e => Ok(Transformed::no(e)),
+    })
+}
+
+fn is_text(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }

@@ -1,0 +1,166 @@
+//! A statement never takes more than its share: the statements users and tools send by
+//! mistake (functions that size their results from their arguments, aggregates of everything,
+//! products, recursion), each against a server with a small `memory_limit`, end with their
+//! result or their SQLSTATE; the server's peak resident memory stays under the limit plus a
+//! fixed overhead, and another session's `SELECT 1` is answered meanwhile.
+//! See `docs/design/0022-statement-resources.md`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::ChildServer;
+
+/// The server's `memory_limit`: batch queries share half of it.
+const LIMIT_BYTES: u64 = 256 << 20;
+/// What the server takes besides what `memory_limit` bounds: the binary and its debug
+/// information, thread stacks, RocksDB's tables and buffers, allocator slack.
+const OVERHEAD_BYTES: u64 = 320 << 20;
+/// How long another session's `SELECT 1` may wait while a probe runs.
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+/// A probe: a statement and how it must end, with its rows as text or with a SQLSTATE.
+struct Probe {
+    sql: &'static str,
+    ends: Ends,
+}
+
+enum Ends {
+    Rows(&'static [&'static str]),
+    Code(&'static str),
+}
+
+const PROBES: &[Probe] = &[
+    // A value over PostgreSQL's 1 GB limit, refused before it is built.
+    Probe {
+        sql: "SELECT length(repeat('x', 2000000000))",
+        ends: Ends::Code("54000"),
+    },
+    Probe {
+        sql: "SELECT length(lpad('x', 300000000))",
+        ends: Ends::Code("54000"),
+    },
+    // Values within PostgreSQL's limit but over the statements' share.
+    Probe {
+        sql: "SELECT length(repeat('x', 200000000))",
+        ends: Ends::Code("53200"),
+    },
+    Probe {
+        sql: "SELECT length(concat(repeat('x', 50000000), repeat('y', 50000000)))",
+        ends: Ends::Code("53200"),
+    },
+    Probe {
+        sql: "SELECT length(repeat('x', 50000000) || repeat('y', 50000000))",
+        ends: Ends::Code("53200"),
+    },
+    Probe {
+        sql: "SELECT length(repeat('x', 20000000) || repeat('y', 20000000))",
+        ends: Ends::Rows(&["40000000"]),
+    },
+    Probe {
+        sql: "SELECT length(concat_ws(',', repeat('x', 20000000), 'y'))",
+        ends: Ends::Rows(&["20000002"]),
+    },
+    // A large constant repeated over every row of a batch.
+    Probe {
+        sql: "SELECT sum(length(repeat(repeat('x', 1000000), (g % 2)::int))) \
+              FROM generate_series(1, 8192) AS t(g)",
+        ends: Ends::Code("53200"),
+    },
+    Probe {
+        sql: "SELECT sum(length(repeat('x', 100000 + g % 2))) FROM generate_series(1, 20000) AS t(g)",
+        ends: Ends::Code("53200"),
+    },
+    Probe {
+        sql: "SELECT length(string_agg(repeat('x', 1000), ',')) FROM generate_series(1, 300000)",
+        ends: Ends::Code("53200"),
+    },
+    Probe {
+        sql: "SELECT cardinality(array_agg(g)) FROM generate_series(1, 3000000) AS t(g)",
+        ends: Ends::Rows(&["3000000"]),
+    },
+    Probe {
+        sql: "SELECT count(DISTINCT g) FROM generate_series(1, 3000000) AS t(g)",
+        ends: Ends::Rows(&["3000000"]),
+    },
+    Probe {
+        sql: "SELECT count(*) FROM generate_series(1, 3000) AS a(x), generate_series(1, 3000) AS b(y)",
+        ends: Ends::Rows(&["9000000"]),
+    },
+    Probe {
+        sql: "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 300000) \
+              SELECT count(*) FROM t",
+        ends: Ends::Rows(&["300000"]),
+    },
+    Probe {
+        sql: "SELECT sum(x) FROM (SELECT g AS x FROM generate_series(1, 3000000) AS t(g) \
+              ORDER BY g % 1000, g LIMIT 2000000) AS s",
+        ends: Ends::Rows(&["2998668667000"]),
+    },
+];
+
+/// Each probe, one after another on one server: how it ended, the server's peak resident
+/// memory so far, and the longest another session waited for `SELECT 1` while it ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runaway_statements_stay_within_their_share_and_others_are_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, format!("memory_limit = {LIMIT_BYTES}\n")).unwrap();
+    let config = config.to_str().unwrap();
+    let server = ChildServer::start_with(&dir.path().join("data"), &["--config", config]).await;
+    let pinger = server.connect().await;
+    let (mut report, mut failures) = (Vec::new(), Vec::new());
+    for probe in PROBES {
+        let client = server.connect().await;
+        client
+            .batch_execute("SET statement_timeout = '120s'")
+            .await
+            .unwrap();
+        let run = client.simple_query(probe.sql);
+        tokio::pin!(run);
+        let mut slowest = Duration::ZERO;
+        let ended = loop {
+            tokio::select! {
+                ended = &mut run => break ended,
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    let asked = Instant::now();
+                    let answer = tokio::time::timeout(
+                        Duration::from_secs(30),
+                        pinger.simple_query("SELECT 1"),
+                    );
+                    answer.await.expect("SELECT 1 answered").unwrap();
+                    slowest = slowest.max(asked.elapsed());
+                }
+            }
+        };
+        let peak = common::peak_rss_bytes(server.pid());
+        report.push(format!(
+            "{}: peak {} MiB, SELECT 1 at most {} ms",
+            probe.sql,
+            peak >> 20,
+            slowest.as_millis()
+        ));
+        let outcome = match (&probe.ends, ended) {
+            (Ends::Rows(want), Ok(messages)) => {
+                let got = common::rows_as_text(messages);
+                (got != *want).then(|| format!("gave {got:?}, not {want:?}"))
+            }
+            (Ends::Code(want), Err(e)) => {
+                (e.code().map(|c| c.code()) != Some(*want)).then(|| format!("{e}, not {want}"))
+            }
+            (Ends::Rows(_), Err(e)) => Some(format!("failed: {e}")),
+            (Ends::Code(want), Ok(m)) => {
+                Some(format!("gave {:?}, not {want}", common::rows_as_text(m)))
+            }
+        };
+        failures.extend(outcome.map(|o| format!("{}: {o}", probe.sql)));
+        if peak >= LIMIT_BYTES + OVERHEAD_BYTES {
+            failures.push(format!("{}: peak RSS {} MiB", probe.sql, peak >> 20));
+        }
+        if slowest >= ANSWER_WITHIN {
+            failures.push(format!("{}: SELECT 1 took {slowest:?}", probe.sql));
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
