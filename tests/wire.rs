@@ -402,7 +402,7 @@ fn mutated(rng: &mut Rng, mut m: Vec<u8>) -> Vec<u8> {
 }
 
 /// One fuzz case: the bytes a client sends after (usually) a good startup.
-fn case(rng: &mut Rng) -> (bool, Vec<u8>) {
+fn case(rng: &mut Rng) -> (bool, bool, Vec<u8>) {
     let startup = !rng.chance(10);
     let mut bytes = Vec::new();
     if !startup {
@@ -417,14 +417,16 @@ fn case(rng: &mut Rng) -> (bool, Vec<u8>) {
     } else {
         (0..1 + rng.below(6)).map(|_| valid_message(rng)).collect()
     };
+    let mut whole = startup;
     for m in messages {
         if rng.chance(30) {
             bytes.extend(mutated(rng, m));
+            whole = false;
         } else {
             bytes.extend(m);
         }
     }
-    (startup, bytes)
+    (startup, whole, bytes)
 }
 
 /// Random and mutated message sequences, each on a connection of its own: the server answers
@@ -448,7 +450,7 @@ async fn wire_fuzzer_finds_no_panic_and_no_hang() {
     // Replies by type: the cases must reach execution, not only refusals.
     let mut replies_by_kind = std::collections::BTreeMap::<char, u64>::new();
     for i in 0..cases {
-        let (startup, bytes) = case(&mut rng);
+        let (startup, whole, bytes) = case(&mut rng);
         let mut socket = if startup {
             started(server.addr).await
         } else {
@@ -456,7 +458,16 @@ async fn wire_fuzzer_finds_no_panic_and_no_hang() {
         };
         // The server may close the connection before it has read everything.
         let _ = socket.write_all(&bytes).await;
-        let _ = socket.shutdown().await;
+        if whole {
+            // Every message whole: Terminate ends the session once they are answered. A client
+            // that closes its side instead has hung up, and its statement is stopped (57014)
+            // before its rows are sent.
+            let _ = socket.write_all(&[b'X', 0, 0, 0, 4]).await;
+        } else {
+            // A message cut short or claiming more than was sent would leave the server
+            // waiting: closing the client's side ends it.
+            let _ = socket.shutdown().await;
+        }
         let replies = read_to_end(&mut socket, Duration::from_secs(30)).await;
         for (kind, body) in &replies {
             *replies_by_kind.entry(char::from(*kind)).or_default() += 1;
