@@ -15,6 +15,32 @@ pub struct Histogram {
     sum_micros: AtomicU64,
 }
 
+/// Appends a gauge's value to `out` in Prometheus' text format.
+pub fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+    );
+}
+
+/// The process's resident memory (`VmRSS`) and its peak (`VmHWM`), in bytes, when `/proc`
+/// has them.
+pub fn resident_bytes() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kb * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
 impl Histogram {
     pub fn new(bounds: &'static [f64]) -> Histogram {
         Histogram {

@@ -107,7 +107,8 @@ async fn runaway_statements_stay_within_their_share_and_others_are_answered() {
     let config = dir.path().join("weir.toml");
     std::fs::write(&config, format!("memory_limit = {LIMIT_BYTES}\n")).unwrap();
     let config = config.to_str().unwrap();
-    let server = ChildServer::start_with(&dir.path().join("data"), &["--config", config]).await;
+    let args = ["--config", config, "--admin-listen", "127.0.0.1:0"];
+    let server = ChildServer::start_with(&dir.path().join("data"), &args).await;
     let pinger = server.connect().await;
     let (mut report, mut failures) = (Vec::new(), Vec::new());
     for probe in PROBES {
@@ -161,6 +162,111 @@ async fn runaway_statements_stay_within_their_share_and_others_are_answered() {
             failures.push(format!("{}: SELECT 1 took {slowest:?}", probe.sql));
         }
     }
+    // Every probe's memory is given back, and no plan is left running (a plan's thread ends
+    // just after its last rows are sent: waited for, up to 10 s).
+    let admin = server.admin.expect("admin port");
+    let wanted = [
+        "weir_statement_memory_bytes 0".to_string(),
+        format!("weir_statement_memory_limit_bytes {}", LIMIT_BYTES / 2),
+        "weir_statements_running 0".to_string(),
+    ];
+    let mut missing = Vec::new();
+    for _ in 0..100 {
+        let (status, metrics) = common::http(admin, "GET /metrics").await;
+        assert_eq!(status, 200);
+        missing = (wanted.iter())
+            .filter(|w| !metrics.lines().any(|l| l == w.as_str()))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    failures.extend(missing.iter().map(|m| format!("/metrics lacks {m}")));
     eprintln!("{}", report.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `statement_mem` bounds one statement's working memory below what every statement shares:
+/// past it the statement fails with 53200, naming the setting, while another session's same
+/// statement runs. Values are read as PostgreSQL reads `work_mem`'s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_mem_bounds_the_statements_of_its_session() {
+    let server = common::TestServer::start().await;
+    let client = server.connect().await;
+    let other = server.connect().await;
+    const WIDE: &str = "SELECT length(repeat('x', 2000000))";
+    assert_eq!(common::text_rows(&client, WIDE).await, ["2000000"]);
+    for bad in ["'-1'", "'10kB'", "'1 parsec'", "'3TB'"] {
+        let e = (client
+            .batch_execute(&format!("SET statement_mem = {bad}"))
+            .await)
+            .unwrap_err();
+        assert_eq!(e.code().map(|c| c.code()), Some("22023"), "{bad}: {e}");
+    }
+    client
+        .batch_execute("SET statement_mem = '1MB'")
+        .await
+        .unwrap();
+    assert_eq!(
+        common::text_rows(&client, "SHOW statement_mem").await,
+        ["1MB"]
+    );
+    let e = client.simple_query(WIDE).await.unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("53200"), "{e}");
+    let message = e.as_db_error().map(|d| d.message().to_string());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("statement_mem")),
+        "{message:?}"
+    );
+    assert_eq!(common::text_rows(&other, WIDE).await, ["2000000"]);
+    client
+        .batch_execute("SET statement_mem = 4096")
+        .await
+        .unwrap();
+    assert_eq!(common::text_rows(&client, WIDE).await, ["2000000"]);
+    client.batch_execute("RESET statement_mem").await.unwrap();
+    assert_eq!(
+        common::text_rows(&client, "SHOW statement_mem").await,
+        ["0"]
+    );
+}
+
+/// Plans run on threads of their own, at most twice `connections_max` (at least 16) at once:
+/// open cursors hold theirs, and one more is refused with 53000, in the session and in others;
+/// closed cursors give their threads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_running_at_once_are_bounded() {
+    let server = common::TestServer::start_with(|c| c.connections_max = 4).await;
+    let client = server.connect().await;
+    let other = server.connect().await;
+    client.batch_execute("BEGIN").await.unwrap();
+    for i in 0..16 {
+        client
+            .batch_execute(&format!(
+                "DECLARE c{i} CURSOR FOR SELECT g FROM generate_series(1, 1000000) AS t(g)"
+            ))
+            .await
+            .unwrap();
+    }
+    let e = (client
+        .batch_execute("DECLARE c16 CURSOR FOR SELECT 1")
+        .await)
+        .unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("53000"), "{e}");
+    let e = other.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("53000"), "{e}");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    // A closed cursor's thread ends at its plan's next wait: given up to 10 s.
+    let mut answer = other.simple_query("SELECT 1").await;
+    for _ in 0..100 {
+        if answer.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        answer = other.simple_query("SELECT 1").await;
+    }
+    assert_eq!(common::rows_as_text(answer.unwrap()), ["1"]);
 }

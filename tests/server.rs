@@ -178,6 +178,36 @@ async fn statement_timeout_stops_a_query_and_the_session_goes_on() {
     );
 }
 
+/// A write is stopped while its rows are computed (an `INSERT ... SELECT` whose query runs
+/// for ever), and nothing of it is written; the session goes on writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_stops_a_write_while_its_rows_are_computed() {
+    let server = TestServer::start().await;
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (n bigint); SET statement_timeout = '200ms'")
+        .await
+        .unwrap();
+    for write in [
+        "INSERT INTO t SELECT count(*) FROM generate_series(1, 100000) AS x(x), \
+         generate_series(1, 100000) AS y(y)"
+            .to_string(),
+        "DELETE FROM t WHERE n < (SELECT count(*) FROM generate_series(1, 100000) AS x(x), \
+         generate_series(1, 100000) AS y(y))"
+            .to_string(),
+    ] {
+        let err = client.simple_query(&write).await.unwrap_err();
+        let db = err.as_db_error().unwrap();
+        assert_eq!(db.code().code(), "57014", "{write}");
+        assert_eq!(db.message(), "canceling statement due to statement timeout");
+    }
+    client
+        .batch_execute("INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    assert_eq!(rows(&client, "SELECT n FROM t").await, ["1".to_string()]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_request_stops_the_running_query_of_its_session_only() {
     let server = TestServer::start().await;

@@ -24,12 +24,35 @@ use crate::table::{Block, TableWriter};
 use super::{Database, Output};
 
 impl Database {
-    /// A context reading every relation `scope` sees at the last sealed epoch.
+    /// A context reading every relation `scope` sees at the last sealed epoch, for planning
+    /// a view (whose functions outlive the statement: they reserve from the shared pool).
     pub fn context(
         &self,
         settings: &Settings,
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
         scope: Scope,
+    ) -> Result<SessionContext> {
+        self.context_in(settings, overrides, scope, &self.query_runtime)
+    }
+
+    /// A context for one batch statement: as `context`, its working memory bounded by the
+    /// session's `statement_mem` too.
+    fn statement_context(
+        &self,
+        settings: &Settings,
+        overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+        scope: Scope,
+    ) -> Result<SessionContext> {
+        let runtime = crate::sql::statement_runtime(&self.query_runtime, settings.statement_mem()?);
+        self.context_in(settings, overrides, scope, &runtime)
+    }
+
+    fn context_in(
+        &self,
+        settings: &Settings,
+        overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
+        scope: Scope,
+        runtime: &Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     ) -> Result<SessionContext> {
         let snapshot = self.store.snapshot();
         let ctx = query_context(
@@ -39,7 +62,7 @@ impl Database {
             &self.barriers.failed,
             settings,
             overrides,
-            &self.query_runtime,
+            runtime,
         )?;
         let role = self.acting_for(settings)?;
         let seen = super::system_tables::Seen {
@@ -110,7 +133,9 @@ impl Database {
     }
 
     /// Runs INSERT, UPDATE or DELETE against `table`; in a transaction block, keeps its
-    /// changes in the block (which the statement reads too) instead of writing them.
+    /// changes in the block (which the statement reads too) instead of writing them. Until its
+    /// rows are computed (waiting for the tables' locks included), `stop` ends the statement
+    /// with its error and nothing written; once they are, the write goes on to its end.
     pub async fn dml(
         &self,
         table: &str,
@@ -118,8 +143,38 @@ impl Database {
         params: Option<&ParamValues>,
         settings: &Settings,
         block: Option<&mut Block>,
+        stop: impl std::future::Future<Output = Error>,
     ) -> Result<Output> {
-        let scope = block.as_ref().map(|b| b.number);
+        let (mut w, (tag, deleted, inserted)) = tokio::select! {
+            computed = self.dml_rows(table, statement, params, settings, block.as_deref()) => computed?,
+            e = stop => return Err(e),
+        };
+        let affected = match block {
+            Some(block) => w.stage(block, deleted, inserted).await?,
+            None => w.write(deleted, inserted).await?,
+        };
+        let tag = if tag == "INSERT" {
+            "INSERT 0".to_string()
+        } else {
+            tag.to_string()
+        };
+        Ok(Output::Command {
+            tag,
+            rows: Some(affected),
+        })
+    }
+
+    /// A DML statement's rows, computed under the lock of its table's writer, which is
+    /// returned with them.
+    async fn dml_rows(
+        &self,
+        table: &str,
+        statement: &ast::Statement,
+        params: Option<&ParamValues>,
+        settings: &Settings,
+        block: Option<&Block>,
+    ) -> Result<(tokio::sync::OwnedMutexGuard<TableWriter>, dml::DmlRows)> {
+        let scope = block.map(|b| b.number);
         let (def, writer) = self.writer(table, scope)?;
         let role = self.acting_for(settings)?;
         let references = references(statement)?;
@@ -148,13 +203,13 @@ impl Database {
                     continue;
                 }
                 let mut w = other_writer.lock().await;
-                latest.push((other.id, latest_rows(&mut w, block.as_deref())?));
+                latest.push((other.id, latest_rows(&mut w, block)?));
             }
         }
-        let mut w = writer.lock().await;
+        let mut w = writer.lock_owned().await;
         let schema = w.schema().clone();
         if reads {
-            latest.push((def.id, latest_rows(&mut w, block.as_deref())?));
+            latest.push((def.id, latest_rows(&mut w, block)?));
         } else {
             latest.push((
                 def.id,
@@ -165,22 +220,9 @@ impl Database {
         }
         // The statement's rows are gathered before they are written, and whatever read the
         // latest rows is gone by then.
-        let ctx = self.context(settings, latest, scope)?;
-        let (tag, deleted, inserted) =
-            dml::rows(&ctx, &self.executor, statement, params, &schema).await?;
-        let affected = match block {
-            Some(block) => w.stage(block, deleted, inserted).await?,
-            None => w.write(deleted, inserted).await?,
-        };
-        let tag = if tag == "INSERT" {
-            "INSERT 0".to_string()
-        } else {
-            tag.to_string()
-        };
-        Ok(Output::Command {
-            tag,
-            rows: Some(affected),
-        })
+        let ctx = self.statement_context(settings, latest, scope)?;
+        let rows = dml::rows(&ctx, &self.executor, statement, params, &schema).await?;
+        Ok((w, rows))
     }
 
     /// The table a `COPY ... FROM STDIN` fills, refused as INSERT refuses it (a view, a
@@ -305,7 +347,7 @@ impl Database {
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
         scope: Scope,
     ) -> Result<(SessionContext, LogicalPlan)> {
-        let ctx = self.context(settings, overrides, scope)?;
+        let ctx = self.statement_context(settings, overrides, scope)?;
         let mut statement = statement.clone();
         let aggregates = ctx.state().aggregate_functions().clone();
         crate::sql::rewrite_catalog_spellings(&mut statement, &|name| {

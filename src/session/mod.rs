@@ -418,9 +418,9 @@ impl Session {
     /// (or `pg_cancel_backend`) for the session arrives, `pg_terminate_backend` ends the
     /// session or the client hangs up; then the query stops (its execution is dropped, and
     /// its memory freed) with 57014 (57P01 when terminated). A query's rows are computed as
-    /// they are sent, and the same interruptions stop them there. Only queries are bounded:
-    /// a write stopped between its log append and its answer would be reported as failed
-    /// although it is durable.
+    /// they are sent, and the same interruptions stop them there. A write is stopped only
+    /// until its rows are computed (`Database::dml`): one stopped between its log append and
+    /// its answer would be reported as failed although it is durable.
     async fn bounded(
         &self,
         query: impl std::future::Future<Output = Result<Output>>,
@@ -487,7 +487,8 @@ impl Session {
                         "INSERT ... ON CONFLICT and RETURNING are not supported",
                     ));
                 }
-                db.dml(&table, stmt, params, &self.settings, block.take())
+                let stop = Stops::new(&self.settings, &self.interrupts)?.stopped();
+                db.dml(&table, stmt, params, &self.settings, block.take(), stop)
                     .await
             }
             Ast::Update(u) => {
@@ -497,7 +498,8 @@ impl Session {
                     ));
                 }
                 let table = target_table(&u.table.relation)?;
-                db.dml(&table, stmt, params, &self.settings, block.take())
+                let stop = Stops::new(&self.settings, &self.interrupts)?.stopped();
+                db.dml(&table, stmt, params, &self.settings, block.take(), stop)
                     .await
             }
             Ast::Delete(d) => {
@@ -515,7 +517,8 @@ impl Session {
                     ));
                 };
                 let table = target_table(&t.relation)?;
-                db.dml(&table, stmt, params, &self.settings, block.take())
+                let stop = Stops::new(&self.settings, &self.interrupts)?.stopped();
+                db.dml(&table, stmt, params, &self.settings, block.take(), stop)
                     .await
             }
             Ast::Query(_) => self.query(stmt, params).await,

@@ -38,6 +38,7 @@ pub(super) fn default_settings() -> HashMap<String, String> {
         ("session_authorization", crate::sql::ROLE_NAME),
         ("standard_conforming_strings", "on"),
         ("statement_timeout", "0"),
+        ("statement_mem", "0"),
         ("idle_in_transaction_session_timeout", "0"),
         ("timezone", "UTC"),
         ("transaction_isolation", "read committed"),
@@ -214,6 +215,9 @@ impl Session {
         }
         if name == "streaming_parallelism" {
             crate::db::parse_parallelism(&value)?;
+        }
+        if name == crate::sql::STATEMENT_MEM {
+            crate::sql::parse_memory(name, &value)?;
         }
         if matches!(
             name,

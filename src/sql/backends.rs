@@ -264,6 +264,60 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// The session's `statement_mem`, in bytes: `None` when it is 0 (or unset), and a
+    /// statement's working memory is bounded only by what every statement shares.
+    pub fn statement_mem(&self) -> crate::error::Result<Option<usize>> {
+        let Some(value) = self.values.get(STATEMENT_MEM) else {
+            return Ok(None);
+        };
+        let bytes = parse_memory(STATEMENT_MEM, value)?;
+        Ok((bytes > 0).then(|| usize::try_from(bytes).unwrap_or(usize::MAX)))
+    }
+}
+
+/// The setting of a statement's share of batch queries' memory.
+pub const STATEMENT_MEM: &str = "statement_mem";
+
+/// A memory setting `name` as PostgreSQL reads one (`work_mem`): kilobytes, or a whole
+/// number with a unit (`B`, `kB`, `MB`, `GB`, `TB`); 0, or from 64 kB up to 2^31 - 1 kB.
+/// Returns bytes.
+pub fn parse_memory(name: &str, value: &str) -> crate::error::Result<u64> {
+    use crate::error::{Error, ErrorKind};
+    let invalid = || {
+        Error::new(
+            ErrorKind::InvalidParameter,
+            format!("invalid value for parameter \"{name}\": \"{value}\""),
+        )
+        .with_hint("Valid units for this parameter are \"B\", \"kB\", \"MB\", \"GB\", and \"TB\".")
+    };
+    let text = value.trim();
+    let split = (text.find(|c: char| !c.is_ascii_digit())).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let per_unit: u64 = match unit.trim() {
+        "B" => 1,
+        "" | "kB" => 1 << 10,
+        "MB" => 1 << 20,
+        "GB" => 1 << 30,
+        "TB" => 1 << 40,
+        _ => return Err(invalid()),
+    };
+    let bytes = number.checked_mul(per_unit).ok_or_else(invalid)?;
+    let (min, max) = (64u64 << 10, (i32::MAX as u64) << 10);
+    if bytes != 0 && !(min..=max).contains(&bytes) {
+        return Err(Error::new(
+            ErrorKind::InvalidParameter,
+            format!(
+                "{} kB is outside the valid range for parameter \"{name}\" (64 .. {})",
+                bytes >> 10,
+                i32::MAX
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
 impl std::ops::Deref for Settings {
     type Target = HashMap<String, String>;
 

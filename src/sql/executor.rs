@@ -12,10 +12,15 @@
 //! cancelled or timed out, or its client left) ends the plan at its next batch or its next
 //! wait, and frees its memory.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::memory_pool::{
+    MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
+};
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -48,6 +53,11 @@ impl Executor {
             permits: Arc::new(Semaphore::new(threads_max)),
             threads_max,
         })
+    }
+
+    /// How many plans are running now.
+    pub fn running(&self) -> usize {
+        self.threads_max - self.permits.available_permits()
     }
 
     fn handle(&self) -> tokio::runtime::Handle {
@@ -171,3 +181,84 @@ impl Drop for Executor {
 
 /// How long a dropped executor waits for plans' tasks.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A statement's share of the query memory pool (`statement_mem`): what its operators and
+/// sized functions reserve is reserved from the pool every statement shares, and refused
+/// (53200, or a spill where the operator can) once the statement holds `share` bytes.
+#[derive(Debug)]
+struct StatementPool {
+    shared: Arc<dyn MemoryPool>,
+    share: usize,
+    held: AtomicUsize,
+}
+
+impl std::fmt::Display for StatementPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a statement's share of {} bytes", self.share)
+    }
+}
+
+impl MemoryPool for StatementPool {
+    fn name(&self) -> &str {
+        "statement"
+    }
+
+    fn register(&self, consumer: &MemoryConsumer) {
+        self.shared.register(consumer)
+    }
+
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        self.shared.unregister(consumer)
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.shared.grow(reservation, additional);
+        self.held.fetch_add(additional, Ordering::Relaxed);
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.shared.shrink(reservation, shrink);
+        self.held.fetch_sub(shrink, Ordering::Relaxed);
+    }
+
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> DfResult<()> {
+        let held = self.held.load(Ordering::Relaxed);
+        if held.saturating_add(additional) > self.share {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "the statement would hold {} bytes of working memory, over its statement_mem \
+                 of {} bytes",
+                held.saturating_add(additional),
+                self.share
+            )));
+        }
+        self.shared.try_grow(reservation, additional)?;
+        self.held.fetch_add(additional, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        MemoryLimit::Finite(self.share)
+    }
+}
+
+/// What one statement runs in: `shared`'s spill directory and caches, and its memory pool
+/// with a share of `share` bytes of it for this statement (none of its own when `None`).
+pub fn statement_runtime(shared: &Arc<RuntimeEnv>, share: Option<usize>) -> Arc<RuntimeEnv> {
+    let Some(share) = share else {
+        return shared.clone();
+    };
+    Arc::new(RuntimeEnv {
+        memory_pool: Arc::new(StatementPool {
+            shared: shared.memory_pool.clone(),
+            share,
+            held: AtomicUsize::new(0),
+        }),
+        disk_manager: shared.disk_manager.clone(),
+        cache_manager: shared.cache_manager.clone(),
+        object_store_registry: shared.object_store_registry.clone(),
+    })
+}

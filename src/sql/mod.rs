@@ -32,7 +32,7 @@ mod windows;
 // tables). The names below are the rest; everything else here is private to the front end.
 
 /// Statements as Weir parses them, its extensions included.
-pub use self::executor::Executor;
+pub use self::executor::{statement_runtime, Executor};
 pub use self::extensions::{CreateSink, CreateView, Format, FromSource, Include, Watermark};
 pub use self::parser::{
     check_supported, parse, parse_message, Count, CursorQuery, Parsed, Pending, Statement,
@@ -47,7 +47,8 @@ pub use self::ddl::{
 
 /// The server's sessions (`pg_stat_activity`), and a session's settings with its own.
 pub use self::backends::{
-    setting_name, Backend, BackendStart, BackendState, Backends, Registered, Settings,
+    parse_memory, setting_name, Backend, BackendStart, BackendState, Backends, Registered,
+    Settings, STATEMENT_MEM,
 };
 
 /// Batch queries: DataFusion over Weir's relations, and their results named as PostgreSQL
