@@ -327,7 +327,7 @@ async fn route(db: &Database, head: &str, access: Access) -> Response {
         ("GET", "/metrics") => Response {
             status: 200,
             content_type: "text/plain; version=0.0.4",
-            body: db.render_metrics(),
+            body: metrics(db),
         },
         (_, "/api/v1/checkpoints" | "/metrics") => Response::error(405, "method not allowed"),
         _ => Response::error(404, "no such endpoint"),
@@ -335,6 +335,48 @@ async fn route(db: &Database, head: &str, access: Access) -> Response {
 }
 
 /// Decodes `%XX` escapes and `+` (a space) in a query value.
+/// `/metrics`: the coordinator's and checkpoints' series, and where memory stands.
+fn metrics(db: &Database) -> String {
+    use crate::metrics::gauge;
+    let mut out = db.render_metrics();
+    let m = db.memory();
+    gauge(
+        &mut out,
+        "weir_memory_limit_bytes",
+        "The server's memory_limit.",
+        m.limit_bytes,
+    );
+    let help = "The memory batch statements may reserve together (half of memory_limit).";
+    gauge(
+        &mut out,
+        "weir_statement_memory_limit_bytes",
+        help,
+        m.statements_limit_bytes,
+    );
+    let help = "The memory batch statements have reserved: their operators' working memory and \
+                the results of functions their arguments size.";
+    gauge(
+        &mut out,
+        "weir_statement_memory_bytes",
+        help,
+        m.statements_bytes,
+    );
+    let help = "Batch plans running, each on a thread of its own (open cursors included).";
+    gauge(
+        &mut out,
+        "weir_statements_running",
+        help,
+        m.statements_running,
+    );
+    if let Some((rss, peak)) = crate::metrics::resident_bytes() {
+        let help = "The process's resident memory (VmRSS).";
+        gauge(&mut out, "weir_resident_memory_bytes", help, rss);
+        let help = "The most resident memory the process has had (VmHWM).";
+        gauge(&mut out, "weir_resident_memory_peak_bytes", help, peak);
+    }
+    out
+}
+
 fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -186,6 +186,17 @@ fn statement_threads_max(config: &Config) -> usize {
     config.connections_max.saturating_mul(2).max(16)
 }
 
+/// Where memory stands (`Database::memory`), for `/metrics`.
+pub struct Memory {
+    pub limit_bytes: u64,
+    /// What batch statements may reserve together: half of `memory_limit`.
+    pub statements_limit_bytes: u64,
+    /// What they have reserved now.
+    pub statements_bytes: u64,
+    /// Batch plans running, open cursors included.
+    pub statements_running: u64,
+}
+
 /// The directory of the sources' ledgers, in the data directory.
 const SOURCES_DIR: &str = "sources";
 
@@ -357,44 +368,23 @@ impl Database {
 
     /// The server's metrics in Prometheus' text format (`/metrics`).
     pub fn render_metrics(&self) -> String {
-        use crate::metrics::gauge;
-        let mut out = self.barriers.metrics.render();
+        self.barriers.metrics.render()
+    }
+
+    /// Where memory stands: `memory_limit`, what batch statements may reserve together and
+    /// have reserved, and how many plans run.
+    pub fn memory(&self) -> Memory {
         let pool = &self.query_runtime.memory_pool;
         let share = match pool.memory_limit() {
             datafusion::execution::memory_pool::MemoryLimit::Finite(n) => n as u64,
             _ => 0,
         };
-        let limit = self.config.memory_limit_bytes();
-        gauge(
-            &mut out,
-            "weir_memory_limit_bytes",
-            "The server's memory_limit.",
-            limit,
-        );
-        let help = "The memory batch statements may reserve together (half of memory_limit).";
-        gauge(&mut out, "weir_statement_memory_limit_bytes", help, share);
-        let help = "The memory batch statements have reserved: their operators' working memory \
-                    and the results of functions their arguments size.";
-        gauge(
-            &mut out,
-            "weir_statement_memory_bytes",
-            help,
-            pool.reserved() as u64,
-        );
-        let help = "Batch plans running, each on a thread of its own (open cursors included).";
-        gauge(
-            &mut out,
-            "weir_statements_running",
-            help,
-            self.executor.running() as u64,
-        );
-        if let Some((rss, peak)) = crate::metrics::resident_bytes() {
-            let help = "The process's resident memory (VmRSS).";
-            gauge(&mut out, "weir_resident_memory_bytes", help, rss);
-            let help = "The most resident memory the process has had (VmHWM).";
-            gauge(&mut out, "weir_resident_memory_peak_bytes", help, peak);
+        Memory {
+            limit_bytes: self.config.memory_limit_bytes(),
+            statements_limit_bytes: share,
+            statements_bytes: pool.reserved() as u64,
+            statements_running: self.executor.running() as u64,
         }
-        out
     }
 
     /// The checkpoints of this run and those found in the store, newest first.

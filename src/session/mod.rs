@@ -477,46 +477,8 @@ impl Session {
                 db.drop_objects(kind, (&names, *if_exists, *cascade), (block, &actor))
                     .await
             }
-            Ast::Insert(i) => {
-                let table = match &i.table {
-                    ast::TableObject::TableName(n) => relation_name(n)?,
-                    other => return Err(Error::not_supported(format!("INSERT INTO {other}"))),
-                };
-                if i.on.is_some() || i.returning.is_some() {
-                    return Err(Error::not_supported(
-                        "INSERT ... ON CONFLICT and RETURNING are not supported",
-                    ));
-                }
-                let stop = Stops::new(&self.settings, &self.interrupts)?.stopped();
-                db.dml(&table, stmt, params, &self.settings, block.take(), stop)
-                    .await
-            }
-            Ast::Update(u) => {
-                if u.returning.is_some() || u.from.is_some() {
-                    return Err(Error::not_supported(
-                        "UPDATE ... FROM and RETURNING are not supported",
-                    ));
-                }
-                let table = target_table(&u.table.relation)?;
-                let stop = Stops::new(&self.settings, &self.interrupts)?.stopped();
-                db.dml(&table, stmt, params, &self.settings, block.take(), stop)
-                    .await
-            }
-            Ast::Delete(d) => {
-                if d.returning.is_some() || d.using.is_some() {
-                    return Err(Error::not_supported(
-                        "DELETE ... USING and RETURNING are not supported",
-                    ));
-                }
-                let from = match &d.from {
-                    ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
-                };
-                let [t] = from.as_slice() else {
-                    return Err(Error::not_supported(
-                        "DELETE from several tables is not supported",
-                    ));
-                };
-                let table = target_table(&t.relation)?;
+            Ast::Insert(_) | Ast::Update(_) | Ast::Delete(_) => {
+                let table = written_table(stmt)?;
                 let stop = Stops::new(&self.settings, &self.interrupts)?.stopped();
                 db.dml(&table, stmt, params, &self.settings, block.take(), stop)
                     .await
@@ -707,6 +669,50 @@ fn rows_schema(out: Output) -> Option<SchemaRef> {
         | Output::Stream { schema, .. }
         | Output::Fetched { schema, .. } => Some(schema),
         _ => None,
+    }
+}
+
+/// The table an INSERT, UPDATE or DELETE writes, once the forms Weir does not run are refused.
+fn written_table(stmt: &Ast) -> Result<String> {
+    match stmt {
+        Ast::Insert(i) => {
+            if i.on.is_some() || i.returning.is_some() {
+                return Err(Error::not_supported(
+                    "INSERT ... ON CONFLICT and RETURNING are not supported",
+                ));
+            }
+            match &i.table {
+                ast::TableObject::TableName(n) => relation_name(n),
+                other => Err(Error::not_supported(format!("INSERT INTO {other}"))),
+            }
+        }
+        Ast::Update(u) => {
+            if u.returning.is_some() || u.from.is_some() {
+                return Err(Error::not_supported(
+                    "UPDATE ... FROM and RETURNING are not supported",
+                ));
+            }
+            target_table(&u.table.relation)
+        }
+        Ast::Delete(d) => {
+            if d.returning.is_some() || d.using.is_some() {
+                return Err(Error::not_supported(
+                    "DELETE ... USING and RETURNING are not supported",
+                ));
+            }
+            let from = match &d.from {
+                ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
+            };
+            let [t] = from.as_slice() else {
+                return Err(Error::not_supported(
+                    "DELETE from several tables is not supported",
+                ));
+            };
+            target_table(&t.relation)
+        }
+        _ => Err(Error::internal(
+            "a statement that writes no table was run as a write",
+        )),
     }
 }
 
