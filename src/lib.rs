@@ -55,6 +55,28 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// A runtime of one worker thread per core named `name`, each with [`STACK_BYTES`] of stack:
+/// for work kept off the server's runtime (the dataflow's actors, the tasks of batch plans).
+pub fn cores_runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .thread_name(name)
+        .thread_stack_size(STACK_BYTES)
+        .enable_all()
+        .build()
+}
+
+/// Stops `runtime`, waiting up to `wait` for its tasks, from a thread of its own: tokio
+/// refuses to wait for a runtime from within another one's context. `what` names its threads
+/// in the warning when they did not stop cleanly.
+pub fn stop_runtime(runtime: tokio::runtime::Runtime, wait: std::time::Duration, what: &str) {
+    let stopping = std::thread::spawn(move || runtime.shutdown_timeout(wait));
+    if stopping.join().is_err() {
+        tracing::warn!("{what} did not stop cleanly");
+    }
+}
+
 /// Set when it is dropped. As the last field of a struct it tells that every field before it
 /// has dropped (fields drop in order): a restart in the same process waits on it for files
 /// and locks to be released.

@@ -41,13 +41,7 @@ impl Executor {
     /// An executor of at most `threads_max` plans at once; its runtime's workers (for the tasks
     /// operators spawn) are as many as the cores.
     pub fn start(threads_max: usize) -> std::io::Result<Executor> {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(cores)
-            .thread_name("weir-query")
-            .thread_stack_size(crate::STACK_BYTES)
-            .enable_all()
-            .build()?;
+        let runtime = crate::cores_runtime("weir-query")?;
         Ok(Executor {
             runtime: Some(runtime),
             permits: Arc::new(Semaphore::new(threads_max)),
@@ -167,14 +161,10 @@ async fn physical(ctx: &SessionContext, plan: LogicalPlan) -> DfResult<SendableR
 }
 
 impl Drop for Executor {
-    /// Stops the query runtime from a thread of its own: tokio refuses to drop a runtime from
-    /// within another one's context. Plans still running end at their next wait.
+    /// Stops the query runtime (plans still running end at their next wait).
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
-            let stopping = std::thread::spawn(move || runtime.shutdown_timeout(STOP_WAIT));
-            if stopping.join().is_err() {
-                tracing::warn!("the query runtime did not stop cleanly");
-            }
+            crate::stop_runtime(runtime, STOP_WAIT, "the query runtime");
         }
     }
 }

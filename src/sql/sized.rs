@@ -272,26 +272,36 @@ impl ScalarUDFImpl for Sized {
             }
         }
         let result = hold(Arc::new(out.finish()), reservation)?;
-        match scalar {
-            true => Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&result, 0)?,
-            )),
-            false => Ok(ColumnarValue::Array(result)),
-        }
+        columnar(result, scalar)
+    }
+}
+
+/// A function's result: the value of its one row when every argument was a constant.
+fn columnar(result: ArrayRef, constant: bool) -> DfResult<ColumnarValue> {
+    match constant {
+        true => Ok(ColumnarValue::Scalar(
+            datafusion::common::ScalarValue::try_from_array(&result, 0)?,
+        )),
+        false => Ok(ColumnarValue::Array(result)),
+    }
+}
+
+/// The bytes of a constant string argument (0 for a column, a NULL or another type).
+fn constant_bytes(arg: &ColumnarValue) -> usize {
+    match arg {
+        ColumnarValue::Scalar(s) => match s.try_as_str() {
+            Some(Some(v)) => v.len(),
+            _ => 0,
+        },
+        ColumnarValue::Array(_) => 0,
     }
 }
 
 /// The bytes constant string arguments take as `rows` values each (a column of `rows`
 /// values, and the constant itself: `rows + 1`).
 fn broadcast_bytes(args: &[ColumnarValue], rows: usize) -> usize {
-    args.iter()
-        .map(|a| match a {
-            ColumnarValue::Scalar(s) => match s.try_as_str() {
-                Some(Some(v)) => v.len().saturating_mul(rows),
-                _ => 0,
-            },
-            ColumnarValue::Array(_) => 0,
-        })
+    (args.iter())
+        .map(|a| constant_bytes(a).saturating_mul(rows))
         .fold(0, usize::saturating_add)
 }
 
@@ -305,10 +315,7 @@ fn concatenated_bytes(
     (args.iter().enumerate())
         .map(|(i, a)| {
             let bytes = match a {
-                ColumnarValue::Scalar(s) => match s.try_as_str() {
-                    Some(Some(v)) => v.len().saturating_mul(rows),
-                    _ => 0,
-                },
+                ColumnarValue::Scalar(_) => constant_bytes(a).saturating_mul(rows),
                 ColumnarValue::Array(a) => a.get_buffer_memory_size(),
             };
             bytes.saturating_mul(times(i))
@@ -437,12 +444,7 @@ impl ScalarUDFImpl for Textcat {
         drop(arrays);
         reservation.shrink(broadcast.min(reservation.size()));
         let result = hold(Arc::new(joined), reservation)?;
-        match scalar {
-            true => Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&result, 0)?,
-            )),
-            false => Ok(ColumnarValue::Array(result)),
-        }
+        columnar(result, scalar)
     }
 }
 

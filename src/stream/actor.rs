@@ -67,13 +67,7 @@ pub struct Dataflow {
 
 impl Dataflow {
     pub fn start() -> std::io::Result<Dataflow> {
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("weir-dataflow")
-            .thread_stack_size(crate::STACK_BYTES)
-            .enable_all()
-            .build()?;
+        let runtime = crate::cores_runtime("weir-dataflow")?;
         Ok(Dataflow {
             runtime: Some(runtime),
         })
@@ -96,10 +90,7 @@ impl Drop for Dataflow {
     /// runtime from within one).
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
-            let stopping = std::thread::spawn(move || runtime.shutdown_timeout(STOP_WAIT));
-            if stopping.join().is_err() {
-                tracing::warn!("the dataflow's threads did not stop cleanly");
-            }
+            crate::stop_runtime(runtime, STOP_WAIT, "the dataflow's threads");
         }
     }
 }
