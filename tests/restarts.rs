@@ -756,6 +756,122 @@ async fn a_table_ten_times_the_memory_limit_loads_updates_and_restarts_within_it
     server.stop(SIGKILL).await;
 }
 
+/// A statement larger than memory (400 000 rows of about 210 bytes under a 64 MiB
+/// `memory_limit`) is spooled, logged as a group of records and applied a part per epoch
+/// (`docs/design/0023-large-writes.md`). Killed while its group is written, nothing of it is
+/// there after the restart; killed while its parts are sent (with checkpoints every 300 ms,
+/// which may hold some of them), all of it is. One that violates its key in its last row
+/// applies nothing, and while a large DELETE is applied another session's reads of a view
+/// see all of it or none. Peak RSS stays within the limit plus 256 MiB throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_larger_than_memory_is_applied_whole_or_not_at_all_across_kills() {
+    const MIB: u64 = 1 << 20;
+    const LIMIT: u64 = 64 * MIB;
+    const ROWS: i64 = 400_000;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("weir.toml");
+    std::fs::write(
+        &config,
+        format!("memory_limit = {LIMIT}\n[checkpoint]\ninterval_ms = 300\n"),
+    )
+    .unwrap();
+    let args = ["--config", config.to_str().unwrap()];
+    let bound = LIMIT + 256 * MIB;
+    let insert =
+        format!("INSERT INTO s SELECT g, repeat('y', 200) FROM generate_series(1, {ROWS}) AS t(g)");
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE s (id bigint PRIMARY KEY, v text);
+         CREATE MATERIALIZED VIEW c AS SELECT count(*) AS n, sum(length(v)) AS l FROM s;
+         INSERT INTO s VALUES (0, 'a')",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    server.stop(SIGTERM).await;
+    let everything = format!("{} {}", ROWS + 1, 200 * ROWS + 1);
+    for (failpoint, after) in [
+        ("changelog.group_part@2", "1 1"),
+        ("table.group_part_sent@3", everything.as_str()),
+    ] {
+        let env = [("WEIR_FAILPOINTS", failpoint)];
+        let server = ChildServer::start_with_env(&data, &args, &env).await;
+        let c = server.connect().await;
+        let e = c.batch_execute(&insert).await.expect_err("aborted");
+        assert!(e.as_db_error().is_none(), "{failpoint}: {e}");
+        server.stop(SIGKILL).await;
+        let server = ChildServer::start_with(&data, &args).await;
+        let c = server.connect().await;
+        assert_eq!(
+            text_rows(&c, "SELECT * FROM c").await,
+            [after],
+            "{failpoint}"
+        );
+        assert_eq!(
+            text_rows(&c, "SELECT count(*), sum(length(v)) FROM s").await,
+            [after],
+            "{failpoint}"
+        );
+        let peak = common::peak_rss_bytes(server.pid());
+        assert!(peak < bound, "{failpoint}: peak RSS {} MiB", peak / MIB);
+        drop(c);
+        server.stop(SIGTERM).await;
+    }
+    let server = ChildServer::start_with(&data, &args).await;
+    let c = server.connect().await;
+    // Its last row's key is its first's: refused, nothing applied.
+    let e = c
+        .batch_execute(&format!(
+            "INSERT INTO s SELECT g, 'x' FROM generate_series({}, {}) AS t(g)
+               UNION ALL SELECT {}, 'again'",
+            ROWS + 1,
+            2 * ROWS,
+            ROWS + 1
+        ))
+        .await
+        .unwrap_err();
+    let db = e.as_db_error().expect("an error from the server");
+    assert_eq!(db.code().code(), "23505", "{e}");
+    assert_eq!(
+        db.detail(),
+        Some(format!("Key (id)=({}) already exists.", ROWS + 1).as_str())
+    );
+    let e = c
+        .batch_execute("INSERT INTO s VALUES (7, 'dup')")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("23505"), "{e}");
+    // Readers see a large DELETE whole or not at all.
+    let reader = server.connect().await;
+    let delete = c.execute("DELETE FROM s WHERE id > 0", &[]);
+    tokio::pin!(delete);
+    let mut seen = std::collections::BTreeSet::new();
+    let deleted = loop {
+        tokio::select! {
+            deleted = &mut delete => break deleted.unwrap(),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                seen.extend(text_rows(&reader, "SELECT * FROM c").await);
+            }
+        }
+    };
+    assert_eq!(deleted, ROWS as u64);
+    seen.extend(text_rows(&reader, "SELECT * FROM c").await);
+    let whole: std::collections::BTreeSet<String> = [everything, "1 1".to_string()].into();
+    assert_eq!(seen, whole, "a reader saw part of a statement");
+    assert_eq!(text_rows(&c, "SELECT count(*) FROM s").await, ["1"]);
+    let peak = common::peak_rss_bytes(server.pid());
+    eprintln!("peak RSS: {} MiB", peak / MIB);
+    assert!(peak < bound, "peak RSS {} MiB", peak / MIB);
+    assert_eq!(
+        std::fs::read_dir(data.join("spool")).unwrap().count(),
+        0,
+        "spool files go with their statements"
+    );
+    server.stop(SIGTERM).await;
+}
+
 /// A transaction block over two tables, its server killed after its commit point: once
 /// after the commit file is named, once after the first table's log has the block and
 /// before the second's. Either way the restart applies it whole, to both tables and to the

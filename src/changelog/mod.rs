@@ -5,6 +5,11 @@
 //! `StreamChunk` as an Arrow IPC stream (the ops in an extra column). A torn record at the
 //! tail (a crash during an append) is cut off when the log is opened; a bad checksum anywhere
 //! else, or a length that runs past the end with a whole record after it, is data corruption.
+//!
+//! A statement too large for one record is a *group* of records (format 2): each but the last
+//! has `MORE` set in its length field, and the last one's sync is the statement's commit
+//! point. A group the log ends in the middle of (a crash while it was appended) is cut off
+//! whole when the log is opened, as a torn record is.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -17,18 +22,24 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::stream::StreamChunk;
 
 mod commits;
+mod spool;
 
 pub use self::commits::{committed_blocks, redo, CatalogPart, Committed};
+pub use self::spool::{Gather, Rows, Spool};
 
 /// The encoding of a log's records, as the catalog records it (`catalog::Catalog`): a reader
 /// refuses a data directory whose logs may hold a newer one. A change to the record layout
 /// or to the payload's encoding bumps it, and the reader goes on reading the earlier ones.
-pub const FORMAT: u32 = 1;
+/// Format 2 added groups (`MORE`); format 1 logs are read as logs of one-record groups.
+pub const FORMAT: u32 = 2;
 
 /// Upper bound on one record, so that a corrupt length cannot make the reader allocate wildly.
 pub const RECORD_BYTES_MAX: u32 = 256 * 1024 * 1024;
 
 const HEADER_BYTES: u64 = 8;
+
+/// Set in a record's length field when more records of the same statement follow it.
+const MORE: u32 = 1 << 31;
 
 /// An open table log, positioned at its end.
 pub struct ChangeLog {
@@ -86,24 +97,37 @@ fn bases(dir: &Path, id: u32) -> Result<Vec<u64>> {
 }
 
 impl ChangeLog {
-    /// Opens (or creates, empty from record 0) table `id`'s log in `dir`; returns it with the
-    /// records it holds from record `from` on (every record is read and checked, but only
-    /// those are kept). Of several files (a crash during a truncation), the one with the
-    /// highest base is the log: it was complete before it got its name.
-    pub fn open(dir: &Path, id: u32, from: u64) -> Result<(ChangeLog, Vec<StreamChunk>)> {
+    /// Opens (or creates, empty from record 0) table `id`'s log in `dir`, every record read
+    /// and checked (one at a time), a torn tail cut off. Of several files (a crash during a
+    /// truncation), the one with the highest base is the log: it was complete before it got
+    /// its name.
+    pub fn open(dir: &Path, id: u32) -> Result<ChangeLog> {
         let mut all = bases(dir, id)?;
         let base = all.pop().unwrap_or(0);
         for stale in all {
             std::fs::remove_file(dir.join(file_name(id, stale)))?;
         }
-        ChangeLog::open_file(dir, id, base, from)
+        ChangeLog::open_file(dir, id, base)
+    }
+
+    /// The records from record `from` (or the base, if above) to the end, read one at a time
+    /// as they are taken, each with its number.
+    pub fn records_from(&self, from: u64) -> Result<Records> {
+        let first = from.clamp(self.base, self.next_record());
+        let positions = self.starts[(first - self.base) as usize..].to_vec();
+        Ok(Records {
+            file: std::io::BufReader::with_capacity(1 << 20, File::open(&self.path)?),
+            path: self.path.clone(),
+            positions: positions.into_iter(),
+            next: first,
+        })
     }
 
     /// Creates table `id`'s log in `dir` empty, starting at record `base` (a table restored
     /// from a checkpoint without its log), replacing any file of it.
     pub fn create_at(dir: &Path, id: u32, base: u64) -> Result<ChangeLog> {
         ChangeLog::remove(dir, id)?;
-        let (log, _) = ChangeLog::open_file(dir, id, base, base)?;
+        let log = ChangeLog::open_file(dir, id, base)?;
         std::fs::File::open(dir)?.sync_all()?;
         Ok(log)
     }
@@ -134,12 +158,7 @@ impl ChangeLog {
         Ok(())
     }
 
-    fn open_file(
-        dir: &Path,
-        id: u32,
-        base: u64,
-        from: u64,
-    ) -> Result<(ChangeLog, Vec<StreamChunk>)> {
+    fn open_file(dir: &Path, id: u32, base: u64) -> Result<ChangeLog> {
         let path = dir.join(file_name(id, base));
         let mut file = OpenOptions::new()
             .create(true)
@@ -148,32 +167,28 @@ impl ChangeLog {
             .open(&path)?;
         let len = file.metadata()?.len();
         file.seek(SeekFrom::Start(0))?;
-        let skip = from.saturating_sub(base);
         let reader = std::io::BufReader::with_capacity(1 << 20, &mut file);
-        let (chunks, starts, end) = read_records(reader, len, &path, skip)?;
+        let (_, starts, end) = read_records(reader, len, &path, u64::MAX)?;
         if end < len {
             tracing::warn!(
                 path = %path.display(),
                 torn_bytes = len - end,
-                "cutting off a torn record at the end of the change log"
+                "cutting off a torn record (or a group's records) at the end of the change log"
             );
             file.set_len(end)?;
             file.sync_all()?;
         }
-        Ok((
-            ChangeLog {
-                dir: dir.to_path_buf(),
-                id,
-                path,
-                file,
-                base,
-                starts,
-                end,
-                torn: false,
-                unsynced_dir: false,
-            },
-            chunks,
-        ))
+        Ok(ChangeLog {
+            dir: dir.to_path_buf(),
+            id,
+            path,
+            file,
+            base,
+            starts,
+            end,
+            torn: false,
+            unsynced_dir: false,
+        })
     }
 
     /// The record number of the first record the log holds.
@@ -219,12 +234,51 @@ impl ChangeLog {
         let mut starts = Vec::new();
         for chunk in chunks {
             starts.push(self.end + bytes.len() as u64);
-            bytes.extend(encode_record(chunk)?);
+            bytes.extend(encode_record(chunk, false)?);
         }
         self.write_synced(&bytes)?;
         self.starts.extend(starts);
         self.end += bytes.len() as u64;
         Ok(())
+    }
+
+    /// Appends one statement's changes as a group of records, `parts` in order (each a
+    /// record), and waits until they are on disk: each record is synced before the next is
+    /// written, so the last one's sync commits the whole group. On any failure (of a part or of
+    /// a write) nothing of the group stays in the log. Returns the number of the first record.
+    pub fn append_group(
+        &mut self,
+        parts: &mut dyn Iterator<Item = Result<StreamChunk>>,
+    ) -> Result<u64> {
+        let first = self.next_record();
+        let mut parts = parts.peekable();
+        let mut starts = Vec::new();
+        let mut written = 0u64;
+        let appended = (|| {
+            while let Some(part) = parts.next() {
+                let more = parts.peek().is_some();
+                let record = encode_record(&part?, more)?;
+                starts.push(self.end + written);
+                self.write_synced(&record)?;
+                written += record.len() as u64;
+                if more {
+                    // A crash here leaves a group the log ends in the middle of.
+                    crate::failpoint::hit("changelog.group_part");
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = appended {
+            if written > 0 {
+                // The group's records so far come off with it.
+                self.torn = true;
+                let _ = self.cut_back();
+            }
+            return Err(e);
+        }
+        self.starts.extend(starts);
+        self.end += written;
+        Ok(first)
     }
 
     /// Drops the records below record `offset` (no longer needed by any retained
@@ -358,7 +412,7 @@ impl ChangeLog {
 
     /// Appends one chunk and waits until it is on disk. Returns the offset after the record.
     pub fn append(&mut self, chunk: &StreamChunk) -> Result<u64> {
-        let record = encode_record(chunk)?;
+        let record = encode_record(chunk, false)?;
         self.write_synced(&record)?;
         self.starts.push(self.end);
         self.end += record.len() as u64;
@@ -370,7 +424,68 @@ impl ChangeLog {
     }
 }
 
-fn encode_record(chunk: &StreamChunk) -> Result<Vec<u8>> {
+/// A log's records from some record on, read from the file one at a time
+/// (`ChangeLog::records_from`).
+pub struct Records {
+    file: std::io::BufReader<File>,
+    path: PathBuf,
+    positions: std::vec::IntoIter<u64>,
+    next: u64,
+}
+
+impl Records {
+    /// How many records are left.
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn read(&mut self, pos: u64) -> Result<StreamChunk> {
+        self.file.seek(SeekFrom::Start(pos))?;
+        let mut header = [0u8; HEADER_BYTES as usize];
+        self.file.read_exact(&mut header)?;
+        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) & !MORE;
+        let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
+        let corrupt = |what: &str| {
+            Error::new(
+                ErrorKind::DataCorruption,
+                format!(
+                    "{what} in change log {} at offset {pos}",
+                    self.path.display()
+                ),
+            )
+        };
+        if len > RECORD_BYTES_MAX {
+            return Err(corrupt("a record too long"));
+        }
+        let mut payload = vec![0u8; len as usize];
+        self.file.read_exact(&mut payload)?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(corrupt("checksum mismatch"));
+        }
+        let batch = StreamReader::try_new(payload.as_slice(), None)?
+            .next()
+            .ok_or_else(|| corrupt("an empty record"))??;
+        StreamChunk::from_batch_with_ops(batch)
+    }
+}
+
+impl Iterator for Records {
+    type Item = Result<(u64, StreamChunk)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let pos = self.positions.next()?;
+        let record = self.next;
+        self.next += 1;
+        Some(crate::blocking(|| self.read(pos)).map(|chunk| (record, chunk)))
+    }
+}
+
+/// One record holding `chunk`; `more` when further records of its group follow it.
+fn encode_record(chunk: &StreamChunk, more: bool) -> Result<Vec<u8>> {
     let batch = chunk.to_batch_with_ops()?;
     let mut payload = Vec::new();
     {
@@ -388,7 +503,8 @@ fn encode_record(chunk: &StreamChunk) -> Result<Vec<u8>> {
         ));
     }
     let mut record = Vec::with_capacity(payload.len() + HEADER_BYTES as usize);
-    record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let length = payload.len() as u32 | if more { MORE } else { 0 };
+    record.extend_from_slice(&length.to_le_bytes());
     record.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
     record.extend_from_slice(&payload);
     Ok(record)
@@ -409,10 +525,14 @@ fn read_records(
     let (mut chunks, mut starts) = (Vec::new(), Vec::new());
     let mut payload = Vec::new();
     let mut pos = 0u64;
+    // Where the group being read began (its byte position, and how many records and chunks
+    // came before it), while its last record has not been read.
+    let mut group: Option<(u64, usize, usize)> = None;
     while len - pos >= HEADER_BYTES {
         let mut header = [0u8; HEADER_BYTES as usize];
         reader.read_exact(&mut header)?;
-        let record_len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+        let field = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+        let (record_len, more) = (field & !MORE, field & MORE != 0);
         let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
         let end = pos + HEADER_BYTES + record_len as u64;
         if record_len > RECORD_BYTES_MAX || end > len {
@@ -450,6 +570,7 @@ fn read_records(
                 ),
             ));
         }
+        let kept = chunks.len();
         if starts.len() as u64 >= skip {
             let mut records = StreamReader::try_new(payload.as_slice(), None)?;
             let batch = records.next().ok_or_else(|| {
@@ -463,8 +584,19 @@ fn read_records(
             })??;
             chunks.push(StreamChunk::from_batch_with_ops(batch)?);
         }
+        if more && group.is_none() {
+            group = Some((pos, starts.len(), kept));
+        } else if !more {
+            group = None;
+        }
         starts.push(pos);
         pos = end;
+    }
+    // A group the log ends in (or tears) in the middle of was never committed: it goes whole.
+    if let Some((at, records, kept)) = group {
+        starts.truncate(records);
+        chunks.truncate(kept);
+        pos = at;
     }
     Ok((chunks, starts, pos))
 }
@@ -480,7 +612,7 @@ fn whole_record_after(bytes: &[u8], pos: usize) -> Option<usize> {
         if bytes[p + header..p + header + MARKER.len()] != MARKER {
             return false;
         }
-        let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
+        let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]) & !MORE;
         let crc = u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
         let end = (p + header).saturating_add(len as usize);
         len <= RECORD_BYTES_MAX
@@ -499,13 +631,21 @@ mod tests {
     use crate::stream::test_util::{chunk, schema};
     use datafusion::arrow::datatypes::DataType;
 
+    /// Opens a log and reads its records from record `from` on.
+    fn open(dir: &Path, id: u32, from: u64) -> Result<(ChangeLog, Vec<StreamChunk>)> {
+        let log = ChangeLog::open(dir, id)?;
+        let records = log.records_from(from)?;
+        let chunks = records.map(|r| r.map(|(_, c)| c)).collect::<Result<_>>()?;
+        Ok((log, chunks))
+    }
+
     #[test]
     fn records_survive_reopen_and_a_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("7.log");
         let s = schema(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
         {
-            let (mut log, old) = ChangeLog::open(dir.path(), 7, 0).unwrap();
+            let (mut log, old) = open(dir.path(), 7, 0).unwrap();
             assert!(old.is_empty());
             log.append(&chunk(&s, "+ 1 x\n+ 2 y")).unwrap();
             log.append(&chunk(&s, "- 1 x")).unwrap();
@@ -515,7 +655,7 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&[200, 0, 0, 0, 1, 2, 3]).unwrap();
         drop(f);
-        let (log, chunks) = ChangeLog::open(dir.path(), 7, 0).unwrap();
+        let (log, chunks) = open(dir.path(), 7, 0).unwrap();
         assert_eq!(log.end(), whole);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
         let text: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
@@ -528,14 +668,14 @@ mod tests {
         let path = dir.path().join("7.log");
         let s = schema(&[("a", DataType::Int64)]);
         {
-            let (mut log, _) = ChangeLog::open(dir.path(), 7, 0).unwrap();
+            let (mut log, _) = open(dir.path(), 7, 0).unwrap();
             log.append(&chunk(&s, "+ 1")).unwrap();
             log.append(&chunk(&s, "+ 2")).unwrap();
         }
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[20] ^= 0xff;
         std::fs::write(&path, bytes).unwrap();
-        let err = ChangeLog::open(dir.path(), 7, 0).err().unwrap();
+        let err = open(dir.path(), 7, 0).err().unwrap();
         assert_eq!(err.kind, ErrorKind::DataCorruption);
     }
 
@@ -545,7 +685,7 @@ mod tests {
         let path = dir.path().join("7.log");
         let s = schema(&[("a", DataType::Int64)]);
         let second = {
-            let (mut log, _) = ChangeLog::open(dir.path(), 7, 0).unwrap();
+            let (mut log, _) = open(dir.path(), 7, 0).unwrap();
             let first = log.append(&chunk(&s, "+ 1")).unwrap();
             log.append(&chunk(&s, "+ 2")).unwrap();
             log.append(&chunk(&s, "+ 3")).unwrap();
@@ -558,7 +698,7 @@ mod tests {
             let mut bytes = whole.clone();
             bytes[second..second + 4].copy_from_slice(&len.to_le_bytes());
             std::fs::write(&path, &bytes).unwrap();
-            let err = ChangeLog::open(dir.path(), 7, 0).err().unwrap();
+            let err = open(dir.path(), 7, 0).err().unwrap();
             assert_eq!(err.kind, ErrorKind::DataCorruption, "{}", err.message);
             assert!(err.message.contains("record 1 (at byte"), "{}", err.message);
             // Nothing was cut off.
@@ -573,9 +713,58 @@ mod tests {
             (whole.len() - 1, 2),
         ] {
             std::fs::write(&path, &whole[..cut]).unwrap();
-            let (_, chunks) = ChangeLog::open(dir.path(), 7, 0).unwrap();
+            let (_, chunks) = open(dir.path(), 7, 0).unwrap();
             assert_eq!(chunks.len(), kept, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn a_group_is_whole_or_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("7.log");
+        let s = schema(&[("a", DataType::Int64)]);
+        let part = |t: &str| Ok(chunk(&s, t));
+        let (mut log, _) = open(dir.path(), 7, 0).unwrap();
+        log.append(&chunk(&s, "+ 1")).unwrap();
+        let first = log
+            .append_group(&mut [part("+ 2"), part("+ 3"), part("+ 4")].into_iter())
+            .unwrap();
+        assert_eq!((first, log.next_record()), (1, 4));
+        let whole = std::fs::read(&path).unwrap();
+        {
+            let (_, chunks) = open(dir.path(), 7, 0).unwrap();
+            assert_eq!(chunks.len(), 4);
+            // Opened from the middle of the group, the rest of it is read.
+            let (_, rest) = open(dir.path(), 7, 2).unwrap();
+            let text: Vec<String> = rest.iter().map(|c| c.to_string()).collect();
+            assert_eq!(text, ["+ 3\n", "+ 4\n"]);
+        };
+        let one = encode_record(&chunk(&s, "+ 1"), false).unwrap().len();
+        // A crash after any of the group's records but the last (or in the middle of one):
+        // the group goes, the record before it stays.
+        for cut in [one + 1, one + 40, whole.len() - 30, whole.len() - 1] {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            let (log, chunks) = open(dir.path(), 7, 0).unwrap();
+            assert_eq!(
+                (chunks.len(), log.next_record(), log.end()),
+                (1, 1, one as u64)
+            );
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().len(),
+                one as u64,
+                "cut at {cut}"
+            );
+        }
+        // A part that fails leaves nothing of its group; the log takes the next append.
+        let (mut log, _) = open(dir.path(), 7, 0).unwrap();
+        let failed =
+            log.append_group(&mut [part("+ 2"), Err(Error::internal("no more rows"))].into_iter());
+        assert!(failed.is_err());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), one as u64);
+        log.append(&chunk(&s, "+ 5")).unwrap();
+        let (_, chunks) = open(dir.path(), 7, 0).unwrap();
+        let text: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
+        assert_eq!(text, ["+ 1\n", "+ 5\n"]);
     }
 
     fn files(dir: &Path) -> Vec<String> {
@@ -591,7 +780,7 @@ mod tests {
     fn truncation_keeps_record_numbers_and_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let s = schema(&[("a", DataType::Int64)]);
-        let (mut log, _) = ChangeLog::open(dir.path(), 3, 0).unwrap();
+        let (mut log, _) = open(dir.path(), 3, 0).unwrap();
         for i in 0..5 {
             log.append(&chunk(&s, &format!("+ {i}"))).unwrap();
         }
@@ -604,20 +793,20 @@ mod tests {
         log.append(&chunk(&s, "+ 6")).unwrap();
         drop(log);
         assert_eq!(files(dir.path()), ["3.4.log"]);
-        let (log, chunks) = ChangeLog::open(dir.path(), 3, 0).unwrap();
+        let (log, chunks) = open(dir.path(), 3, 0).unwrap();
         assert_eq!((log.base(), log.next_record()), (4, 7));
         let text: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
         assert_eq!(text, ["+ 4\n", "+ 5\n", "+ 6\n"]);
         // Opened from a record on, only the records from there are returned.
         drop(log);
-        let (log, chunks) = ChangeLog::open(dir.path(), 3, 6).unwrap();
+        let (log, chunks) = open(dir.path(), 3, 6).unwrap();
         assert_eq!((log.base(), log.next_record()), (4, 7));
         let text: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
         assert_eq!(text, ["+ 6\n"]);
         // A crash during a truncation can leave the old file beside the new one: the new
         // one is the log, the old one goes.
         std::fs::write(dir.path().join("3.log"), b"").unwrap();
-        let (log, _) = ChangeLog::open(dir.path(), 3, 0).unwrap();
+        let (log, _) = open(dir.path(), 3, 0).unwrap();
         assert_eq!(log.base(), 4);
         assert_eq!(files(dir.path()), ["3.4.log"]);
         // Another table's files are not this one's.

@@ -81,8 +81,13 @@ impl Database {
                 .await
                 .map_err(|_| Error::internal("table actor stopped during replay"))?;
         }
-        for chunk in history {
-            let watermark = writer.advance_watermark(&chunk);
+        // A record at a time, read as it is sent, with a barrier whenever what is unsealed
+        // grows past its bound: a log longer than memory (a large statement's group) replays
+        // within it.
+        for record in history {
+            let (record, chunk) = record?;
+            writer.bound_unsealed().await?;
+            let watermark = writer.replayed(record, &chunk)?;
             feed.send_statement(chunk, watermark)
                 .await
                 .map_err(|_| Error::internal("table actor stopped during replay"))?;
@@ -747,5 +752,5 @@ pub(super) struct Replay {
     id: ObjectId,
     feed: Feed,
     writer: TableWriter,
-    pub(super) history: Vec<crate::stream::StreamChunk>,
+    pub(super) history: crate::table::Records,
 }

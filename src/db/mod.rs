@@ -200,6 +200,9 @@ pub struct Memory {
 /// The directory of the sources' ledgers, in the data directory.
 const SOURCES_DIR: &str = "sources";
 
+/// The data directory's subdirectory of statements' spooled rows (`spool_dir`).
+const SPOOL_DIR: &str = "spool";
+
 /// See [`Database::closed`].
 #[derive(Debug, Clone)]
 pub struct Closed {
@@ -253,12 +256,10 @@ impl Database {
             Duration::from_millis(config.barrier_interval_ms.max(1)),
             config.clock.clone(),
         );
-        // Spill files of an earlier run are of no use.
+        // Spill and spool files of an earlier run are of no use.
         let spill_dir = config.data_dir.join("spill");
-        if spill_dir.exists() {
-            std::fs::remove_dir_all(&spill_dir)?;
-        }
-        std::fs::create_dir_all(&spill_dir)?;
+        crate::table::Gather::clear(&spill_dir)?;
+        crate::table::Gather::clear(&config.data_dir.join(SPOOL_DIR))?;
         let query_runtime = crate::sql::query_runtime(config.memory_limit_bytes() / 2, spill_dir)?;
         let dataflow = Dataflow::start()?;
         let executor = crate::sql::Executor::start(statement_threads_max(&config))?;
@@ -444,8 +445,20 @@ impl Database {
         });
     }
 
+    /// Where statements' rows go when they are too many for memory (`changelog::Gather`).
+    pub fn spool_dir(&self) -> PathBuf {
+        self.config.data_dir.join(SPOOL_DIR)
+    }
+
+    /// A new path in the spool directory for a statement's scratch store (`state::Scratch`).
+    fn scratch_path(&self) -> PathBuf {
+        static SCRATCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SCRATCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.spool_dir().join(format!("{n}.keys"))
+    }
+
     pub async fn flush(&self) -> Result<Output> {
-        self.barriers.flush().await?;
+        self.barriers.flush_visible().await?;
         Ok(Output::command("FLUSH"))
     }
 }

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
 use datafusion::common::TableReference;
@@ -19,7 +18,7 @@ use crate::catalog::{Object, ObjectId, Scope, TableDef};
 use crate::error::{Error, Result};
 use crate::sql::dml::{self, conform};
 use crate::sql::{query_context, result_schema, RelationRows, RelationTable, Settings};
-use crate::table::{Block, TableWriter};
+use crate::table::{Block, Rows, TableWriter};
 
 use super::{Database, Output};
 
@@ -151,7 +150,7 @@ impl Database {
         };
         let affected = match block {
             Some(block) => w.stage(block, deleted, inserted).await?,
-            None => w.write(deleted, inserted).await?,
+            None => w.write(deleted, inserted, &self.scratch_path()).await?,
         };
         let tag = if tag == "INSERT" {
             "INSERT 0".to_string()
@@ -221,7 +220,8 @@ impl Database {
         // The statement's rows are gathered before they are written, and whatever read the
         // latest rows is gone by then.
         let ctx = self.statement_context(settings, latest, scope)?;
-        let rows = dml::rows(&ctx, &self.executor, statement, params, &schema).await?;
+        let spool = self.spool_dir();
+        let rows = dml::rows(&ctx, &self.executor, statement, params, (&schema, &spool)).await?;
         Ok((w, rows))
     }
 
@@ -243,7 +243,7 @@ impl Database {
     pub async fn copy_rows(
         &self,
         table: &TableDef,
-        rows: RecordBatch,
+        rows: Rows,
         block: Option<&mut Block>,
     ) -> Result<usize> {
         let scope = block.as_ref().map(|b| b.number);
@@ -260,7 +260,7 @@ impl Database {
         let mut w = writer.lock().await;
         match block {
             Some(block) => w.stage(block, None, Some(rows)).await,
-            None => w.write(None, Some(rows)).await,
+            None => w.write(None, Some(rows), &self.scratch_path()).await,
         }
     }
 

@@ -24,6 +24,9 @@ use crate::state::{StateStore, TableId};
 use crate::stream::{ActorErrors, FeedPosition, ERRORS_TABLE};
 use crate::table::TableWriter;
 
+/// How long a checkpoint's truncation waits for a table's writer.
+const TRUNCATE_WAIT: Duration = Duration::from_secs(1);
+
 /// Truncates each table's change log below the records every retained checkpoint holds, as
 /// each checkpoint completes, until the database is gone.
 pub(super) async fn truncate_logs(
@@ -40,8 +43,16 @@ pub(super) async fn truncate_logs(
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&table)
                 .cloned();
-            if let Some(writer) = writer {
-                if let Err(e) = writer.lock().await.truncate_log_below(floor) {
+            // A writer busy with a large statement is left for the next checkpoint rather
+            // than holding up this one's completion for the length of the statement.
+            let locked = match writer {
+                Some(w) => tokio::time::timeout(TRUNCATE_WAIT, w.lock_owned())
+                    .await
+                    .ok(),
+                None => None,
+            };
+            if let Some(mut writer) = locked {
+                if let Err(e) = writer.truncate_log_below(floor) {
                     tracing::warn!("cannot truncate the change log of table {table}: {e}");
                 }
             }

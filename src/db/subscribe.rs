@@ -316,7 +316,7 @@ impl Reader {
             match &mut self.phase {
                 Phase::Start(added) => {
                     self.barriers.wait_sealed(*added).await?;
-                    let snapshot = self.barriers.snapshot();
+                    let snapshot = self.barriers.sealed_snapshot();
                     self.phase = if let Some(past) = self.since.take() {
                         Phase::Since(Box::new(Since {
                             past,

@@ -223,9 +223,9 @@ impl Database {
         })
     }
 
-    /// Waits until a started view is whole. The inputs send their rows a part per barrier:
-    /// barriers follow each other until the last part is in, and the view is whole at that
-    /// epoch. A view that fails meanwhile shows why in its status, as one failing later does.
+    /// Waits until a started view is whole, and readers see it. The inputs send their rows a
+    /// part per barrier: barriers follow each other until the last part is in, and the view is
+    /// whole at that epoch. A view that fails meanwhile shows why in its status, as one failing later does.
     pub(super) async fn backfill(&self, backfill: Backfill) -> Result<()> {
         let Backfill {
             ids,
@@ -248,7 +248,9 @@ impl Database {
             let epoch = self.barriers.inject(None, vec![], vec![]).await?;
             self.barriers.wait_sealed(epoch).await?;
         }
-        Ok(())
+        // Whole, the view is not yet seen by readers while a large write holds them back.
+        let sealed = self.barriers.sealed_snapshot().epoch;
+        self.barriers.wait_visible(sealed).await
     }
 
     /// The degree of parallelism for the session's next view: its own setting or the server's.

@@ -7,15 +7,16 @@
 //! `BATCH_ROWS` rows at a time (binary ones are decoded one by one). A malformed line ends the
 //! COPY at once with PostgreSQL's error and the line in its CONTEXT; nothing is written
 //! before the data's end, so a COPY that fails applies nothing. The rows of one COPY are one
-//! statement: bounded as an INSERT's are (`sql::dml::check_statement_bytes`).
+//! statement, spooled to disk when they are many, as an INSERT's are (`table::Gather`).
 
 use std::fmt::Debug;
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::StringBuilder;
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, RecordBatch, StringArray};
-use datafusion::arrow::compute::{cast_with_options, concat_batches, CastOptions};
+use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::ScalarValue;
 use futures::{Sink, SinkExt};
@@ -34,6 +35,7 @@ use super::handler::to_pgwire;
 use crate::db::{CopyFrom, Output};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{BlockState, Session};
+use crate::table::Gather;
 use crate::types::SqlType;
 
 /// Rows read before their values are cast to the columns' types together.
@@ -63,8 +65,7 @@ pub struct CopyIn {
     /// The most bytes a line may have.
     line_max: usize,
     rows: Rows,
-    batches: Vec<RecordBatch>,
-    bytes: usize,
+    gathered: Gather,
     scratch: Vec<u8>,
     fields: Fields,
 }
@@ -79,7 +80,9 @@ struct Rows {
 }
 
 impl CopyIn {
-    pub fn new(from: CopyFrom, line_max: usize) -> CopyIn {
+    /// A COPY into `from`, of lines of at most `line_max` bytes, spooling its rows into
+    /// `spool` when they are many.
+    pub fn new(from: CopyFrom, line_max: usize, spool: &Path) -> CopyIn {
         let given = from.columns.len();
         let header = from.format.header || from.format.binary;
         let columns = &from.table.columns;
@@ -101,8 +104,7 @@ impl CopyIn {
                 values: vec![Vec::new(); given],
                 lines: Vec::new(),
             },
-            batches: Vec::new(),
-            bytes: 0,
+            gathered: Gather::new(from.table.schema(), spool),
             scratch: Vec::new(),
             fields: Vec::new(),
             from,
@@ -359,16 +361,14 @@ impl CopyIn {
             };
         }
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
-        self.bytes += batch.get_array_memory_size();
-        crate::sql::dml::check_statement_bytes(self.bytes)?;
-        self.batches.push(batch);
+        self.gathered.push(batch)?;
         self.rows.lines.clear();
         Ok(())
     }
 
     /// The end of the data: its last line (text may end without a line break), and every row
-    /// read, as one batch.
-    pub fn finish(mut self) -> Result<(CopyFrom, RecordBatch)> {
+    /// read.
+    pub fn finish(mut self) -> Result<(CopyFrom, crate::table::Rows)> {
         if !self.ended && !self.buf.is_empty() {
             let rest = std::mem::take(&mut self.buf);
             if self.from.format.binary {
@@ -392,8 +392,7 @@ impl CopyIn {
             return Err(bad_format("COPY file signature not recognized"));
         }
         self.flush()?;
-        let rows = concat_batches(&self.schema, &self.batches)?;
-        Ok((self.from, rows))
+        Ok((self.from, self.gathered.finish()?))
     }
 }
 
@@ -671,6 +670,7 @@ mod tests {
                 format,
             },
             1 << 20,
+            &std::env::temp_dir(),
         )
     }
 
@@ -686,6 +686,7 @@ mod tests {
             c.push(part.as_bytes()).unwrap();
         }
         let (_, rows) = c.finish().unwrap();
+        let rows = rows.into_memory().unwrap();
         assert_eq!(rows.num_rows(), 3);
         assert_eq!(rows.column(1).as_string::<i32>().value(0), "ab");
         assert!(rows.column(2).is_null(1));
@@ -697,7 +698,9 @@ mod tests {
         let mut c = copy(CopyFormat::csv());
         c.push(b"1,a,2024-01-01\n2,b,2024-01-02\nthree,c,2024-01-03\n")
             .unwrap();
-        let e = c.finish().unwrap_err();
+        let Err(e) = c.finish() else {
+            panic!("a bad value was read")
+        };
         assert_eq!(e.kind, ErrorKind::InvalidText);
         assert_eq!(e.message, "invalid input syntax for type bigint: \"three\"");
         assert_eq!(

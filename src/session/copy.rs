@@ -7,7 +7,7 @@ use datafusion::sql::sqlparser::ast::{
 
 use datafusion::common::ParamValues;
 
-use datafusion::arrow::array::RecordBatch;
+use crate::table::Rows;
 
 use super::Session;
 use crate::db::{CopyFormat, CopyFrom, Output, RowStream};
@@ -91,7 +91,7 @@ impl Session {
 
     /// Writes the rows a `COPY ... FROM STDIN` read, as one statement: in the session's block
     /// if one is open (which fails if they cannot be written).
-    pub async fn copy_rows(&mut self, from: &CopyFrom, rows: RecordBatch) -> Result<Output> {
+    pub async fn copy_rows(&mut self, from: &CopyFrom, rows: Rows) -> Result<Output> {
         let block = match &mut self.transaction {
             super::Transaction::Open(b) => Some(b),
             _ => None,

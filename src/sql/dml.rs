@@ -1,9 +1,11 @@
 //! DML planning: an INSERT, UPDATE or DELETE planned over a context whose tables are read at
 //! their latest rows, and run into the rows it deletes and the rows it inserts, in the
-//! table's types. The database locks the tables, builds the context and writes the rows.
+//! table's types (spooled to disk when they are many: `changelog::Gather`). The database
+//! locks the tables, builds the context and writes the rows.
+
+use std::path::Path;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::dml::InsertOp;
@@ -12,10 +14,11 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::changelog::{Gather, Rows};
+use crate::error::{Error, Result};
 
 /// A DML statement's command tag, and the rows it deletes and inserts.
-pub type DmlRows = (&'static str, Option<RecordBatch>, Option<RecordBatch>);
+pub type DmlRows = (&'static str, Option<Rows>, Option<Rows>);
 
 /// Whether `statement` reads relations: every DML statement but an INSERT of VALUES only.
 pub fn reads(statement: &ast::Statement) -> bool {
@@ -24,13 +27,14 @@ pub fn reads(statement: &ast::Statement) -> bool {
 }
 
 /// Plans and runs a DML statement's input over `ctx` (whose tables the statement reads
-/// at their latest rows): its command tag, and the rows it deletes and inserts in `schema`.
+/// at their latest rows): its command tag, and the rows it deletes and inserts in `schema`,
+/// spooled into `spool` when they are many.
 pub async fn rows(
     ctx: &SessionContext,
     executor: &super::Executor,
     statement: &ast::Statement,
     params: Option<&ParamValues>,
-    schema: &SchemaRef,
+    (schema, spool): (&SchemaRef, &Path),
 ) -> Result<DmlRows> {
     let state = ctx.state();
     let plan = state
@@ -44,10 +48,13 @@ pub async fn rows(
         return Err(Error::internal("DML statement did not plan as DML"));
     };
     let width = schema.fields().len();
+    let gather = || Gather::new(schema.clone(), spool);
     let (tag, deleted, inserted) = match &dml.op {
         WriteOp::Insert(InsertOp::Append) => {
-            let rows = run(ctx, executor, dml.input.as_ref().clone()).await?;
-            ("INSERT", None, Some(conform(schema, &rows, 0)?))
+            let mut rows = [(gather(), 0)];
+            run(ctx, executor, dml.input.as_ref().clone(), schema, &mut rows).await?;
+            let [(inserted, _)] = rows;
+            ("INSERT", None, Some(inserted.finish()?))
         }
         WriteOp::Insert(_) => {
             return Err(Error::not_supported(
@@ -55,8 +62,10 @@ pub async fn rows(
             ))
         }
         WriteOp::Delete => {
-            let rows = run(ctx, executor, dml.input.as_ref().clone()).await?;
-            ("DELETE", Some(conform(schema, &rows, 0)?), None)
+            let mut rows = [(gather(), 0)];
+            run(ctx, executor, dml.input.as_ref().clone(), schema, &mut rows).await?;
+            let [(deleted, _)] = rows;
+            ("DELETE", Some(deleted.finish()?), None)
         }
         WriteOp::Update => {
             let LogicalPlan::Projection(p) = dml.input.as_ref() else {
@@ -75,53 +84,33 @@ pub async fn rows(
                 .collect();
             exprs.extend(p.expr.iter().cloned());
             let both = LogicalPlan::Projection(Projection::try_new(exprs, p.input.clone())?);
-            let rows = run(ctx, executor, both).await?;
-            (
-                "UPDATE",
-                Some(conform(schema, &rows, 0)?),
-                Some(conform(schema, &rows, width)?),
-            )
+            let mut rows = [(gather(), 0), (gather(), width)];
+            run(ctx, executor, both, schema, &mut rows).await?;
+            let [(deleted, _), (inserted, _)] = rows;
+            ("UPDATE", Some(deleted.finish()?), Some(inserted.finish()?))
         }
         other => return Err(Error::not_supported(format!("{other} is not supported"))),
     };
     Ok((tag, deleted, inserted))
 }
 
-/// Executes a DML statement's input to completion. Its rows become one change-log record,
-/// which cannot exceed `RECORD_BYTES_MAX`; so the input is refused (54000) as soon as its
-/// batches hold too much (`check_statement_bytes`), instead of being gathered whole first.
+/// Executes a DML statement's input to completion, each batch's columns from each offset of
+/// `into` conformed to the table's types and gathered there (in memory while they are few,
+/// in the spool after).
 async fn run(
     ctx: &SessionContext,
     executor: &super::Executor,
     plan: LogicalPlan,
-) -> Result<RecordBatch> {
+    schema: &SchemaRef,
+    into: &mut [(Gather, usize)],
+) -> Result<()> {
     use futures::StreamExt;
     let mut rows = executor.execute(ctx.clone(), plan).await?;
-    let schema = rows.schema();
-    let (mut batches, mut bytes) = (Vec::new(), 0usize);
     while let Some(batch) = rows.next().await {
         let batch = batch?;
-        bytes += batch.get_array_memory_size();
-        check_statement_bytes(bytes)?;
-        batches.push(batch);
-    }
-    Ok(concat_batches(&schema, &batches)?)
-}
-
-/// Refuses (54000) a statement whose rows take `bytes` of memory as Arrow arrays, once they
-/// are more than twice what one change-log record holds (memory overstates what they encode
-/// to): an INSERT's, or a COPY's.
-pub fn check_statement_bytes(bytes: usize) -> Result<()> {
-    let limit = 2 * crate::changelog::RECORD_BYTES_MAX as usize;
-    if bytes > limit {
-        return Err(Error::new(
-            ErrorKind::ProgramLimitExceeded,
-            format!(
-                "a single statement's changes exceed {} bytes",
-                crate::changelog::RECORD_BYTES_MAX
-            ),
-        )
-        .with_hint("Split the statement (or the COPY's data) into smaller ones."));
+        for (gather, offset) in into.iter_mut() {
+            gather.push(conform(schema, &batch, *offset)?)?;
+        }
     }
     Ok(())
 }

@@ -10,6 +10,7 @@
 //! of the epochs up to e. The RocksDB WAL is off: durability comes from the table change logs
 //! (and, later, from checkpoints), never from RocksDB's own log.
 
+mod scratch;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use rocksdb::{
 };
 use tokio::sync::watch;
 
+pub use scratch::Scratch;
 pub use table::StateTable;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -72,8 +74,13 @@ pub struct StateStore {
     /// Set when a write failed: no further write is accepted, since the store may no longer
     /// reflect a whole epoch.
     poisoned: Mutex<Option<Error>>,
-    /// The last sealed epoch, and the snapshot readers use for it.
+    /// The last sealed epoch, and its snapshot.
     sealed: watch::Sender<Arc<Snapshot>>,
+    /// The snapshot readers use: the last sealed one, except while statements are applied
+    /// across epochs (`hold`), when it stays the one sealed before the first of them began.
+    visible: watch::Sender<Arc<Snapshot>>,
+    /// The holds in place, and the mark the first of them was taken with.
+    holds: Mutex<(usize, u64)>,
     /// Serialises sealing against the commit check, so that no batch of e+1 slips in between
     /// sealing e and taking its snapshot; and holds the writes since the last checkpoint.
     seal_lock: Mutex<Changes>,
@@ -213,11 +220,14 @@ impl StateStore {
         let block_cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
         let db = open_db(dir, create, deltas, &block_cache)?;
         let snapshot = Arc::new(Snapshot::new(db.clone(), epoch));
-        let (sealed, _) = watch::channel(snapshot);
+        let (sealed, _) = watch::channel(snapshot.clone());
+        let (visible, _) = watch::channel(snapshot);
         Ok(Arc::new(StateStore {
             db,
             poisoned: Mutex::new(None),
             sealed,
+            visible,
+            holds: Mutex::new((0, 0)),
             seal_lock: Mutex::new(Changes::new(true)),
             keep_changes: AtomicBool::new(true),
             delta_bytes_max: AtomicUsize::new(DELTA_BYTES_MAX),
@@ -326,11 +336,40 @@ impl StateStore {
         self.seal_lock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Marks `epoch` sealed: every actor has committed it. Readers see it from now on.
+    /// Marks `epoch` sealed: every actor has committed it. Readers see it from now on, unless
+    /// a hold keeps them at an earlier one.
     pub fn seal(&self, epoch: u64) {
         let _guard = self.changes();
         let snapshot = Arc::new(Snapshot::new(self.db.clone(), epoch));
-        self.sealed.send_replace(snapshot);
+        let holds = self.holds();
+        self.sealed.send_replace(snapshot.clone());
+        if holds.0 == 0 {
+            self.visible.send_replace(snapshot);
+        }
+    }
+
+    fn holds(&self) -> std::sync::MutexGuard<'_, (usize, u64)> {
+        self.holds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps readers at the epoch sealed now until the hold is dropped (and every other hold
+    /// with it), while epochs go on being sealed: a statement applied over several epochs is
+    /// seen whole or not at all. `mark` is remembered for `held_since`.
+    pub fn hold(self: &Arc<Self>, mark: u64) -> Hold {
+        let mut holds = self.holds();
+        if holds.0 == 0 {
+            holds.1 = mark;
+        }
+        holds.0 += 1;
+        Hold {
+            store: self.clone(),
+        }
+    }
+
+    /// While a hold is in place, the mark the first one was taken with.
+    pub fn held_since(&self) -> Option<u64> {
+        let holds = self.holds();
+        (holds.0 > 0).then_some(holds.1)
     }
 
     /// Takes a checkpoint of the committed state. Called between the last commit of an epoch
@@ -417,9 +456,26 @@ impl StateStore {
         self.db.compact_range::<&[u8], &[u8]>(None, None);
     }
 
-    /// The snapshot at the last sealed epoch.
+    /// The snapshot readers use: at the last sealed epoch, unless a hold keeps them at an
+    /// earlier one.
     pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.visible.borrow().clone()
+    }
+
+    /// The snapshot at the last sealed epoch, held or not: for what follows the epochs as they
+    /// are sealed (a table's writer, a subscription, a sink).
+    pub fn sealed_snapshot(&self) -> Arc<Snapshot> {
         self.sealed.borrow().clone()
+    }
+
+    /// Waits until readers see `epoch` (or a later one).
+    pub async fn wait_visible(&self, epoch: u64) -> Result<()> {
+        let mut visible = self.visible.subscribe();
+        visible
+            .wait_for(|s| s.epoch >= epoch)
+            .await
+            .map_err(|_| Error::unavailable("state store closed"))?;
+        Ok(())
     }
 
     /// Waits until `epoch` (or a later one) is sealed.
@@ -484,6 +540,23 @@ fn open_db(
         inner: db,
         closed: crate::DropFlag::default(),
     }))
+}
+
+/// Readers kept at an earlier epoch (`StateStore::hold`) until this is dropped.
+pub struct Hold {
+    store: Arc<StateStore>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut holds = self.store.holds();
+        holds.0 -= 1;
+        if holds.0 == 0 {
+            self.store
+                .visible
+                .send_replace(self.store.sealed.borrow().clone());
+        }
+    }
 }
 
 /// A consistent view of all state at one sealed epoch.

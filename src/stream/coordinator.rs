@@ -213,9 +213,17 @@ impl BarrierClient {
             .map_err(|_| Error::unavailable("the server is shutting down"))
     }
 
-    /// The state at the last sealed epoch.
-    pub fn snapshot(&self) -> Arc<crate::state::Snapshot> {
-        self.store.snapshot()
+    /// The state at the last sealed epoch, held or not (`StateStore::sealed_snapshot`).
+    pub fn sealed_snapshot(&self) -> Arc<crate::state::Snapshot> {
+        self.store.sealed_snapshot()
+    }
+
+    /// Keeps readers at the epoch sealed now until the hold is dropped (`StateStore::hold`):
+    /// a statement applied over several epochs. Readers that must see a write acknowledged
+    /// meanwhile wait for its end (`read_fence`).
+    pub fn hold(&self) -> crate::state::Hold {
+        self.store
+            .hold(self.writes.acknowledged.load(Ordering::SeqCst))
     }
 
     /// Waits until `epoch` is sealed: visible to every reader.
@@ -246,15 +254,33 @@ impl BarrierClient {
             .wait_for(|s| *s >= wanted)
             .await
             .map_err(|_| Error::unavailable("the barrier coordinator has stopped"))?;
+        drop(sealed);
+        // Sealed, the writes may still be held from readers by a statement applied across
+        // epochs that began before them: then they are seen with it, at its end.
+        if self.store.held_since().is_some_and(|mark| wanted > mark) {
+            self.store.wait_visible(self.store.sealed_epoch()).await?;
+        }
         Ok(())
     }
 
-    /// Injects a barrier and waits until it is sealed: every change acknowledged before the
-    /// call is then visible in every view.
+    /// Injects a barrier and waits until it is sealed (held from readers or not).
     pub async fn flush(&self) -> Result<u64> {
         let epoch = self.inject(None, vec![], vec![]).await?;
         self.wait_sealed(epoch).await?;
         Ok(epoch)
+    }
+
+    /// Injects a barrier and waits until readers see it: every change acknowledged before the
+    /// call is then visible in every view.
+    pub async fn flush_visible(&self) -> Result<u64> {
+        let epoch = self.flush().await?;
+        self.store.wait_visible(epoch).await?;
+        Ok(epoch)
+    }
+
+    /// Waits until readers see `epoch` (or a later one).
+    pub async fn wait_visible(&self, epoch: u64) -> Result<()> {
+        self.store.wait_visible(epoch).await
     }
 }
 

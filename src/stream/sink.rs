@@ -381,7 +381,7 @@ async fn deliver_range(
     (after, upto): (u64, u64),
     replace: bool,
 ) -> Result<u64> {
-    let snapshot = store.snapshot();
+    let snapshot = store.sealed_snapshot();
     let mut from = log_key(after + 1, 0);
     let mut begun = replace;
     if replace {

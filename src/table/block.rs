@@ -11,7 +11,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::common::HashMap as RowMap;
 
 use crate::catalog::ObjectId;
-use crate::changelog::Committed;
+use crate::changelog::{Committed, Rows};
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::relation::RowChanges;
 use crate::stream::{Feed, Op, StreamChunk};
@@ -20,7 +20,7 @@ use super::{add_to, TableWriter};
 
 /// The most bytes of changes a block keeps for one table: its commit is one change-log
 /// record, which holds at most `RECORD_BYTES_MAX`.
-const PENDING_BYTES_MAX: usize = crate::changelog::RECORD_BYTES_MAX as usize / 2;
+pub(super) const PENDING_BYTES_MAX: usize = crate::changelog::RECORD_BYTES_MAX as usize / 2;
 
 /// Shared by every table's writer and every session: the order of commits, and where each
 /// open block began in it.
@@ -164,9 +164,14 @@ impl TableWriter {
     pub async fn stage(
         &mut self,
         block: &mut Block,
-        deleted: Option<RecordBatch>,
-        inserted: Option<RecordBatch>,
+        deleted: Option<Rows>,
+        inserted: Option<Rows>,
     ) -> Result<usize> {
+        if super::large::spooled(&deleted) || super::large::spooled(&inserted) {
+            return Err(super::large::too_large_for_a_block(&self.def.name));
+        }
+        let deleted = deleted.and_then(Rows::into_memory);
+        let inserted = inserted.and_then(Rows::into_memory);
         let Some(chunk) = self.chunk_of(deleted, inserted)? else {
             return Ok(0);
         };

@@ -11,6 +11,7 @@
 //! memory until it does (`Unsealed`). See `docs/architecture.md` ("Tables").
 
 mod block;
+mod large;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -33,7 +34,7 @@ use crate::types::SqlType;
 
 use self::block::{affected, Pending};
 pub use self::block::{commit, Block, Transactions};
-pub use crate::changelog::CatalogPart;
+pub use crate::changelog::{CatalogPart, Gather, Records, Rows};
 
 /// Where a table restored from a checkpoint stands: how many records of its log its restored
 /// state holds, and its watermark then.
@@ -60,8 +61,9 @@ pub struct TableWriter {
     transactions: Arc<Transactions>,
     /// What was committed while some transaction block was open, for its COMMIT to check.
     recent: Recent,
-    /// A transaction block's commit reached only some of its tables' logs: this one takes no
-    /// more writes until a restart applies the rest.
+    /// A transaction block's commit reached only some of its tables' logs, or a large
+    /// statement was logged but not applied whole: the table takes no more writes until a
+    /// restart applies the rest.
     in_doubt: bool,
 }
 
@@ -145,22 +147,21 @@ impl TableWriter {
     }
 
     /// Opens the table's change log and returns the writer with the records to send through
-    /// the table's actor. Without `restored`, those are the whole log, which must start at
-    /// record 0, and the table's state must be empty. With it (a table restored from a
-    /// checkpoint), they are the records from the checkpoint's offset on, the restored state
-    /// holding those before. Either way the writer keeps the records it returns as unsealed
-    /// changes until an epoch that holds them is sealed; a write that finds more than
-    /// `unsealed_max` bytes of them waits for a barrier first.
+    /// the table's actor (`replayed` takes each in). Without `restored`, those are the whole
+    /// log, which must start at record 0, and the table's state must be empty. With it (a
+    /// table restored from a checkpoint), they are the records from the checkpoint's offset
+    /// on, the restored state holding those before. The writer keeps the records replayed as
+    /// unsealed changes until an epoch that holds them is sealed; a write that finds more
+    /// than `unsealed_max` bytes of them waits for a barrier first.
     pub fn open(
         def: TableDef,
         dir: &Path,
         (feed, barriers, transactions): (Feed, BarrierClient, Arc<Transactions>),
         restored: Option<Restored>,
         unsealed_max: usize,
-    ) -> Result<(TableWriter, Vec<StreamChunk>)> {
+    ) -> Result<(TableWriter, Records)> {
         let schema = def.schema();
-        let from = restored.as_ref().map_or(0, |r| r.offset);
-        let (log, history) = ChangeLog::open(dir, def.id, from)?;
+        let log = ChangeLog::open(dir, def.id)?;
         let key = if def.primary_key.is_empty() {
             None
         } else {
@@ -219,10 +220,27 @@ impl TableWriter {
                 r.offset
             }
         };
-        for (record, chunk) in (first..).zip(&history) {
-            writer.unsealed.add(record, chunk)?;
+        let records = writer.log.records_from(first)?;
+        Ok((writer, records))
+    }
+
+    /// Takes in record `record` of the log, replayed at start; returns the watermark it
+    /// advanced, to send with it.
+    pub fn replayed(&mut self, record: u64, chunk: &StreamChunk) -> Result<Option<Watermark>> {
+        self.unsealed.add(record, chunk)?;
+        Ok(self.advance_watermark(chunk))
+    }
+
+    /// Forgets the changes the last sealed epoch holds, first waiting for a barrier when they
+    /// have grown past their bound; returns the last sealed snapshot.
+    pub async fn bound_unsealed(&mut self) -> Result<Arc<Snapshot>> {
+        let mut snapshot = self.seal()?;
+        if self.unsealed.bytes > self.unsealed_max {
+            // The table's actor holds its epoch's changes in memory too: a barrier bounds both.
+            self.barriers.flush().await?;
+            snapshot = self.seal()?;
         }
-        Ok((writer, history))
+        Ok(snapshot)
     }
 
     /// The log's records from record `from` on, as the file holds them, with the numbers of
@@ -268,7 +286,7 @@ impl TableWriter {
 
     /// Forgets the changes that the last sealed epoch holds; returns its snapshot.
     fn seal(&mut self) -> Result<Arc<Snapshot>> {
-        let snapshot = self.barriers.snapshot();
+        let snapshot = self.barriers.sealed_snapshot();
         let offset = self
             .feed
             .offset_at(snapshot.epoch)
@@ -278,12 +296,20 @@ impl TableWriter {
     }
 
     /// Checks, logs and applies one statement's changes: `deleted` rows (taken from the latest
-    /// rows) and `inserted` rows. Returns how many rows the statement affected.
+    /// rows) and `inserted` rows. Returns how many rows the statement affected. Rows that were
+    /// spooled go part by part (`write_large`, whose key checks use a scratch store in
+    /// `scratch`).
     pub async fn write(
         &mut self,
-        deleted: Option<RecordBatch>,
-        inserted: Option<RecordBatch>,
+        deleted: Option<Rows>,
+        inserted: Option<Rows>,
+        scratch: &Path,
     ) -> Result<usize> {
+        if large::spooled(&deleted) || large::spooled(&inserted) {
+            return self.write_large(deleted, inserted, scratch).await;
+        }
+        let deleted = deleted.and_then(Rows::into_memory);
+        let inserted = inserted.and_then(Rows::into_memory);
         let Some(chunk) = self.chunk_of(deleted, inserted)? else {
             return Ok(0);
         };
@@ -351,20 +377,14 @@ impl TableWriter {
             return Err(Error::new(
                 ErrorKind::TransactionResolutionUnknown,
                 format!(
-                    "table \"{}\" cannot take writes: a transaction block committed to it is \
-                     not yet in its change log",
+                    "table \"{}\" cannot take writes: changes committed to it are not all \
+                     applied yet",
                     self.def.name
                 ),
             )
-            .with_hint("Restart the server: it applies the block at start."));
+            .with_hint("Restart the server: it applies them at start."));
         }
-        let mut snapshot = self.seal()?;
-        if self.unsealed.bytes > self.unsealed_max {
-            // The table's actor holds its epoch's changes in memory too: a barrier bounds both.
-            self.barriers.flush().await?;
-            snapshot = self.seal()?;
-        }
-        Ok(snapshot)
+        self.bound_unsealed().await
     }
 
     /// Takes in a logged statement (record `record`, commit `sequence`; `oldest`, the start of

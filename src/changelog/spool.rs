@@ -1,0 +1,298 @@
+//! A statement's rows as they are computed or received, before they are checked and logged:
+//! in memory while they are few, in a file of the data directory's spool once they pass
+//! `MEMORY_BYTES` or `PART_ROWS` (`docs/design/0023-large-writes.md`). A spooled statement becomes a group
+//! of records in its table's log, so that only the disk bounds how much one statement writes.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
+
+use crate::error::{Error, Result};
+
+/// Arrow memory a statement's rows may take before they go to the spool: about a part (a
+/// record of a group), so that what is held in memory is the same either way.
+pub const MEMORY_BYTES: usize = 32 << 20;
+
+/// Rows a statement may have before they go to the spool, and rows of a part: what a table's
+/// actor, its views and its writer hold per row in an epoch (encoded rows and keys, pending
+/// state writes) is several times a narrow row's Arrow bytes.
+pub const PART_ROWS: usize = 128 << 10;
+
+/// A statement's rows: one batch in memory, or a spool file.
+pub enum Rows {
+    Memory(RecordBatch),
+    Spooled(Spool),
+}
+
+impl Rows {
+    pub fn num_rows(&self) -> usize {
+        match self {
+            Rows::Memory(b) => b.num_rows(),
+            Rows::Spooled(s) => s.rows,
+        }
+    }
+
+    /// The batch, of rows held in memory.
+    pub fn into_memory(self) -> Option<RecordBatch> {
+        match self {
+            Rows::Memory(b) => Some(b),
+            Rows::Spooled(_) => None,
+        }
+    }
+
+    /// The rows in parts of about `MEMORY_BYTES` or `PART_ROWS` at most, in the order they
+    /// came.
+    pub fn parts(&self) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>> + Send + '_>> {
+        match self {
+            Rows::Memory(b) => Ok(Box::new(std::iter::once(Ok(b.clone())))),
+            Rows::Spooled(s) => s.parts(),
+        }
+    }
+}
+
+/// Rows written to a file of the spool directory, which goes when this does.
+pub struct Spool {
+    path: PathBuf,
+    schema: SchemaRef,
+    rows: usize,
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Spool {
+    /// The spooled rows in parts, read back one at a time.
+    fn parts(&self) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>> + Send + '_>> {
+        let file = File::open(&self.path).map_err(|e| {
+            Error::io(
+                &e,
+                format!("could not read spool file {}: {e}", self.path.display()),
+            )
+        })?;
+        let reader = StreamReader::try_new(BufReader::with_capacity(1 << 20, file), None)?;
+        Ok(Box::new(Parts {
+            reader,
+            schema: self.schema.clone(),
+            next: None,
+        }))
+    }
+}
+
+/// A spool's batches gathered into parts of at most about `MEMORY_BYTES` and `PART_ROWS`
+/// (a single larger batch is a part of its own).
+struct Parts {
+    reader: StreamReader<BufReader<File>>,
+    schema: SchemaRef,
+    /// A batch read that did not fit the last part.
+    next: Option<RecordBatch>,
+}
+
+impl Iterator for Parts {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        let mut batches: Vec<RecordBatch> = self.next.take().into_iter().collect();
+        let mut bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+        let mut rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        loop {
+            match self.reader.next() {
+                None => break,
+                Some(Err(e)) => return Some(Err(e.into())),
+                Some(Ok(batch)) => {
+                    let size = batch.get_array_memory_size();
+                    let full = bytes + size > MEMORY_BYTES || rows + batch.num_rows() > PART_ROWS;
+                    if !batches.is_empty() && full {
+                        self.next = Some(batch);
+                        break;
+                    }
+                    bytes += size;
+                    rows += batch.num_rows();
+                    batches.push(batch);
+                }
+            }
+        }
+        if batches.is_empty() {
+            return None;
+        }
+        Some(concat_batches(&self.schema, &batches).map_err(Into::into))
+    }
+}
+
+/// Spool files are told apart by a number of the process.
+static SPOOLS: AtomicU64 = AtomicU64::new(0);
+
+/// The rows of one statement as they come (`push`), in memory until they pass
+/// `MEMORY_BYTES` or `PART_ROWS`, then in a spool file.
+pub struct Gather {
+    schema: SchemaRef,
+    dir: PathBuf,
+    batches: Vec<RecordBatch>,
+    bytes: usize,
+    rows: usize,
+    file: Option<(Spool, StreamWriter<BufWriter<File>>)>,
+}
+
+impl Gather {
+    /// Gathers rows of `schema`, spooling them into `dir` when they are many.
+    pub fn new(schema: SchemaRef, dir: &Path) -> Gather {
+        Gather {
+            schema,
+            dir: dir.to_path_buf(),
+            batches: Vec::new(),
+            bytes: 0,
+            rows: 0,
+            file: None,
+        }
+    }
+
+    /// Deletes whatever files a previous run left in `dir` (a crash while statements were
+    /// gathered), and creates it.
+    pub fn clear(dir: &Path) -> Result<()> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        std::fs::create_dir_all(dir)?;
+        Ok(())
+    }
+
+    pub fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.rows += batch.num_rows();
+        if let Some((spool, writer)) = &mut self.file {
+            return write(spool, writer, &batch);
+        }
+        self.bytes += batch.get_array_memory_size();
+        self.batches.push(batch);
+        if self.bytes > MEMORY_BYTES || self.rows > PART_ROWS {
+            let mut file = self.create()?;
+            for batch in std::mem::take(&mut self.batches) {
+                write(&file.0, &mut file.1, &batch)?;
+            }
+            self.file = Some(file);
+        }
+        Ok(())
+    }
+
+    fn create(&self) -> Result<(Spool, StreamWriter<BufWriter<File>>)> {
+        let n = SPOOLS.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.join(format!("{n}.arrows"));
+        let spool = Spool {
+            path,
+            schema: self.schema.clone(),
+            rows: 0,
+        };
+        let file = crate::blocking(|| File::create(&spool.path)).map_err(|e| {
+            Error::io(
+                &e,
+                format!("could not create spool file {}: {e}", spool.path.display()),
+            )
+        })?;
+        let writer = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, file), &self.schema)?;
+        Ok((spool, writer))
+    }
+
+    /// The rows gathered: one batch, or the spool (written whole: a spool is read only by
+    /// this process, and a crash clears it).
+    pub fn finish(self) -> Result<Rows> {
+        match self.file {
+            None => Ok(Rows::Memory(concat_batches(&self.schema, &self.batches)?)),
+            Some((mut spool, mut writer)) => {
+                crate::blocking(|| writer.finish()).map_err(|e| spool_error(&spool, e))?;
+                spool.rows = self.rows;
+                Ok(Rows::Spooled(spool))
+            }
+        }
+    }
+}
+
+/// Appends `batch` to a spool file, off the async workers.
+fn write(
+    spool: &Spool,
+    writer: &mut StreamWriter<BufWriter<File>>,
+    batch: &RecordBatch,
+) -> Result<()> {
+    crate::blocking(|| writer.write(batch)).map_err(|e| spool_error(spool, e))
+}
+
+fn spool_error(spool: &Spool, e: ArrowError) -> Error {
+    let message = format!("could not write spool file {}: {e}", spool.path.display());
+    match &e {
+        ArrowError::IoError(_, io) => Error::io(io, message),
+        _ => Error::internal(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn batch(schema: &SchemaRef, from: i64, rows: i64) -> RecordBatch {
+        let ids = Int64Array::from_iter_values(from..from + rows);
+        let text = StringArray::from_iter_values(
+            (from..from + rows).map(|i| "y".repeat(200 + (i % 3) as usize)),
+        );
+        RecordBatch::try_new(schema.clone(), vec![Arc::new(ids), Arc::new(text)]).unwrap()
+    }
+
+    #[test]
+    fn rows_past_the_memory_bound_go_to_a_file_and_come_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Utf8, false),
+        ]));
+        let mut few = Gather::new(schema.clone(), dir.path());
+        few.push(batch(&schema, 0, 10)).unwrap();
+        assert!(matches!(few.finish().unwrap(), Rows::Memory(b) if b.num_rows() == 10));
+        let mut many = Gather::new(schema.clone(), dir.path());
+        let total = 400_000;
+        for from in (0..total).step_by(8192) {
+            many.push(batch(&schema, from, 8192.min(total - from)))
+                .unwrap();
+        }
+        let rows = many.finish().unwrap();
+        assert!(matches!(rows, Rows::Spooled(_)));
+        assert_eq!(rows.num_rows(), total as usize);
+        let mut next = 0;
+        let mut parts = 0;
+        for part in rows.parts().unwrap() {
+            let part = part.unwrap();
+            assert!(part.get_array_memory_size() <= 2 * MEMORY_BYTES);
+            assert!(part.num_rows() <= PART_ROWS);
+            let ids = part
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            for id in ids.values() {
+                assert_eq!(*id, next);
+                next += 1;
+            }
+            parts += 1;
+        }
+        assert_eq!((next, parts > 1), (total, true));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        drop(rows);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "the spool goes with its rows"
+        );
+    }
+}
