@@ -219,11 +219,11 @@ impl BarrierClient {
     }
 
     /// Keeps readers at the epoch sealed now until the hold is dropped (`StateStore::hold`):
-    /// a statement applied over several epochs. Readers that must see a write acknowledged
-    /// meanwhile wait for its end (`read_fence`).
+    /// a statement applied over several epochs. Readers that must see a write not sealed
+    /// before it wait for its end (`read_fence`): the hold is marked with the writes counted
+    /// sealed now, which the epoch it keeps holds (the count follows the seal).
     pub fn hold(&self) -> crate::state::Hold {
-        self.store
-            .hold(self.writes.acknowledged.load(Ordering::SeqCst))
+        self.store.hold(*self.writes.sealed.borrow())
     }
 
     /// Waits until `epoch` is sealed: visible to every reader.
@@ -237,26 +237,24 @@ impl BarrierClient {
     }
 
     /// Waits until every write acknowledged before the call, by any session, is in a sealed
-    /// epoch. At once when none came since the last seal; otherwise through the next barrier,
-    /// asked for now unless one already injected holds them, and shared by every reader
-    /// waiting for it.
+    /// epoch that readers see. At once when none came since the last seal; otherwise through
+    /// the next barrier, asked for now unless one already injected holds them, and shared by
+    /// every reader waiting for it. While a statement applied across epochs holds readers
+    /// back, writes that were not sealed when it began are seen with it, at its end.
     pub async fn read_fence(&self) -> Result<()> {
         let writes = &self.writes;
         let wanted = writes.acknowledged.load(Ordering::SeqCst);
         let mut sealed = writes.sealed.subscribe();
-        if *sealed.borrow() >= wanted {
-            return Ok(());
+        if *sealed.borrow() < wanted {
+            if writes.injected.load(Ordering::SeqCst) < wanted {
+                writes.wanted.notify_one();
+            }
+            sealed
+                .wait_for(|s| *s >= wanted)
+                .await
+                .map_err(|_| Error::unavailable("the barrier coordinator has stopped"))?;
         }
-        if writes.injected.load(Ordering::SeqCst) < wanted {
-            writes.wanted.notify_one();
-        }
-        sealed
-            .wait_for(|s| *s >= wanted)
-            .await
-            .map_err(|_| Error::unavailable("the barrier coordinator has stopped"))?;
         drop(sealed);
-        // Sealed, the writes may still be held from readers by a statement applied across
-        // epochs that began before them: then they are seen with it, at its end.
         if self.store.held_since().is_some_and(|mark| wanted > mark) {
             self.store.wait_visible(self.store.sealed_epoch()).await?;
         }
