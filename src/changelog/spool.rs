@@ -101,7 +101,14 @@ struct Parts {
 impl Iterator for Parts {
     type Item = Result<RecordBatch>;
 
+    /// Reads the next part off the async workers: the reads wait on the disk.
     fn next(&mut self) -> Option<Result<RecordBatch>> {
+        crate::blocking(|| self.read_part())
+    }
+}
+
+impl Parts {
+    fn read_part(&mut self) -> Option<Result<RecordBatch>> {
         let mut batches: Vec<RecordBatch> = self.next.take().into_iter().collect();
         let mut bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
         let mut rows: usize = batches.iter().map(|b| b.num_rows()).sum();

@@ -470,22 +470,12 @@ impl StateStore {
 
     /// Waits until readers see `epoch` (or a later one).
     pub async fn wait_visible(&self, epoch: u64) -> Result<()> {
-        let mut visible = self.visible.subscribe();
-        visible
-            .wait_for(|s| s.epoch >= epoch)
-            .await
-            .map_err(|_| Error::unavailable("state store closed"))?;
-        Ok(())
+        wait_for_epoch(&self.visible, epoch).await
     }
 
     /// Waits until `epoch` (or a later one) is sealed.
     pub async fn wait_sealed(&self, epoch: u64) -> Result<()> {
-        let mut sealed = self.sealed.subscribe();
-        sealed
-            .wait_for(|s| s.epoch >= epoch)
-            .await
-            .map_err(|_| Error::unavailable("state store closed"))?;
-        Ok(())
+        wait_for_epoch(&self.sealed, epoch).await
     }
 
     pub fn sealed_epoch(&self) -> u64 {
@@ -540,6 +530,15 @@ fn open_db(
         inner: db,
         closed: crate::DropFlag::default(),
     }))
+}
+
+/// Waits until the snapshot `snapshots` holds is of `epoch` or a later one.
+async fn wait_for_epoch(snapshots: &watch::Sender<Arc<Snapshot>>, epoch: u64) -> Result<()> {
+    let mut rx = snapshots.subscribe();
+    rx.wait_for(|s| s.epoch >= epoch)
+        .await
+        .map_err(|_| Error::unavailable("state store closed"))?;
+    Ok(())
 }
 
 /// Readers kept at an earlier epoch (`StateStore::hold`) until this is dropped.

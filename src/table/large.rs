@@ -27,7 +27,7 @@ fn changes<'a>(
     for (rows, op) in [(deleted, Op::Delete), (inserted, Op::Insert)] {
         if let Some(rows) = rows {
             all.push(rows.parts()?.map(move |part| {
-                let part = crate::blocking(|| part)?;
+                let part = part?;
                 Ok(StreamChunk::new(vec![op; part.num_rows()], part))
             }));
         }
