@@ -44,6 +44,14 @@ pub struct Config {
     pub authentication_timeout_ms: u64,
     /// Connections beyond this many are refused with SQLSTATE 53300.
     pub connections_max: usize,
+    /// Of `connections_max`, and of the batch plans that may run at once, this many are kept
+    /// for superusers (PostgreSQL's `superuser_reserved_connections`), so that an administrator
+    /// can always connect, look and cancel.
+    pub superuser_reserved_connections: usize,
+    /// The `statement_mem` every session starts with, in bytes (0: a statement is bounded only
+    /// by what all statements share). A role's `ALTER ROLE ... SET statement_mem` replaces it
+    /// for the role's sessions; either way, only a superuser may raise it.
+    pub statement_mem: u64,
     /// Statements longer than this are refused with SQLSTATE 54000.
     pub statement_bytes_max: usize,
     /// A wire-protocol message longer than this ends its connection with SQLSTATE 54000 before
@@ -187,6 +195,8 @@ impl Default for Config {
             allowed_paths: Vec::new(),
             authentication_timeout_ms: 60_000,
             connections_max: 100,
+            superuser_reserved_connections: 3,
+            statement_mem: 0,
             statement_bytes_max: 16 * 1024 * 1024,
             message_bytes_max: 64 * 1024 * 1024,
             memory_limit: None,
@@ -226,12 +236,20 @@ impl Config {
         Ok(config)
     }
 
-    /// Refuses settings that cannot run: `trust_remote_clients`, and rules whose address or
-    /// method does not read.
+    /// Refuses settings that cannot run: `trust_remote_clients`, rules whose address or
+    /// method does not read, a reserve that leaves no connection to others, a `statement_mem`
+    /// a session could not set.
     pub fn check(&self) -> Result<()> {
         if self.trust_remote_clients.is_some() {
             return Err(trust_remote_clients_gone());
         }
+        if self.superuser_reserved_connections >= self.connections_max {
+            return Err(Error::new(
+                ErrorKind::InvalidParameter,
+                "superuser_reserved_connections must be less than connections_max",
+            ));
+        }
+        crate::sql::parse_memory("statement_mem", &format!("{}B", self.statement_mem))?;
         for rule in &self.auth {
             address_range(&rule.address)?;
         }

@@ -270,3 +270,175 @@ async fn plans_running_at_once_are_bounded() {
     }
     assert_eq!(common::rows_as_text(answer.unwrap()), ["1"]);
 }
+
+/// The SQLSTATE and message of `sql`'s error, or `ok`.
+async fn outcome(client: &tokio_postgres::Client, sql: &str) -> String {
+    match client.batch_execute(sql).await {
+        Ok(()) => "ok".into(),
+        Err(e) => match e.as_db_error() {
+            Some(db) => format!("{} {}", db.code().code(), db.message()),
+            None => e.to_string(),
+        },
+    }
+}
+
+/// `weir_catalog.sessions` shows the working memory each session's statements hold (an open
+/// cursor's sort holds its rows), the most they held, and their plans' CPU time; the memory
+/// is given back when the cursor closes. Sessions of roles whose privileges the reader lacks
+/// show who they are, not what they use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sessions_memory_and_cpu_time_are_shown() {
+    let server = common::TestServer::start().await;
+    let admin = server.connect().await;
+    let sorting = server.connect().await;
+    admin
+        .batch_execute("CREATE ROLE app LOGIN PASSWORD 'pw'")
+        .await
+        .unwrap();
+    let app = common::connect_as(&server, "app", "pw").await.unwrap();
+    let pid = common::text_rows(&sorting, "SELECT pg_backend_pid()").await[0].clone();
+    sorting
+        .batch_execute(
+            "BEGIN; DECLARE c CURSOR FOR SELECT g FROM generate_series(1, 2000000) AS t(g) \
+             ORDER BY g DESC; FETCH 1 FROM c",
+        )
+        .await
+        .unwrap();
+    let usage = format!(
+        "SELECT memory_bytes, memory_peak_bytes, cpu_ms FROM weir_catalog.sessions \
+         WHERE pid = {pid}"
+    );
+    let row = common::text_rows(&admin, &usage).await;
+    let numbers: Vec<u64> = row[0].split(' ').map(|v| v.parse().unwrap()).collect();
+    let (held, peak, cpu_ms) = (numbers[0], numbers[1], numbers[2]);
+    // The sort held its 2 M bigints (16 MB) while it sorted them, and holds what it has not
+    // sent yet.
+    assert!(peak >= 16_000_000 && held >= 4_000_000, "{row:?}");
+    assert!(peak >= held && cpu_ms > 0, "{row:?}");
+    assert_eq!(
+        common::text_rows(&app, &usage).await,
+        ["NULL NULL NULL"],
+        "another role's session"
+    );
+    let own = "SELECT usename, state, memory_bytes FROM weir_catalog.sessions \
+               WHERE pid = pg_backend_pid()";
+    assert_eq!(common::text_rows(&app, own).await, ["app active 0"]);
+    sorting.batch_execute("CLOSE c; COMMIT").await.unwrap();
+    // A closed cursor's plan ends at its next wait.
+    let mut row = common::text_rows(&admin, &usage).await;
+    for _ in 0..100 {
+        if row[0].starts_with("0 ") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        row = common::text_rows(&admin, &usage).await;
+    }
+    assert_eq!(
+        row,
+        [format!("0 {peak} {}", row[0].rsplit(' ').next().unwrap())]
+    );
+}
+
+/// The last `superuser_reserved_connections` connections, and as many of the plans that may
+/// run at once, are kept for superusers: when other roles have taken the rest, an
+/// administrator still connects, looks and cancels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_connections_and_plans_are_kept_for_superusers() {
+    let server = common::TestServer::start_with(|c| {
+        c.connections_max = 5;
+        c.superuser_reserved_connections = 2;
+    })
+    .await;
+    let admin = server.connect().await;
+    admin
+        .batch_execute("CREATE ROLE app LOGIN PASSWORD 'pw'")
+        .await
+        .unwrap();
+    let app = common::connect_as(&server, "app", "pw").await.unwrap();
+    let _second = common::connect_as(&server, "app", "pw").await.unwrap();
+    let refused = common::connect_as(&server, "app", "pw").await.err();
+    assert_eq!(
+        refused.as_deref(),
+        Some(
+            "53300 remaining connection slots are reserved for roles with the SUPERUSER attribute"
+        )
+    );
+    let other_admin = server.connect().await;
+    // Of 16 plans at once, 14 for other roles than superusers.
+    app.batch_execute("BEGIN").await.unwrap();
+    for i in 0..14 {
+        let cursor =
+            format!("DECLARE c{i} CURSOR FOR SELECT g FROM generate_series(1, 1000000) AS t(g)");
+        app.batch_execute(&cursor).await.unwrap();
+    }
+    let refused = outcome(&app, "DECLARE c14 CURSOR FOR SELECT 1").await;
+    assert_eq!(
+        refused,
+        "53000 too many statements are running: 16 at once is the most, 2 of them kept for \
+         superusers"
+    );
+    let pid = "(SELECT pid FROM weir_catalog.sessions WHERE usename = 'app' AND state <> 'idle')";
+    let cancelled = format!("SELECT pg_cancel_backend({pid})");
+    assert_eq!(common::text_rows(&admin, &cancelled).await, ["t"]);
+    assert_eq!(common::text_rows(&other_admin, "SELECT 1").await, ["1"]);
+    drop(other_admin);
+}
+
+/// A role's `statement_mem`, or the server's when the role has none, bounds what its sessions
+/// may set: they may lower it, not raise or lift it, and only a superuser changes a role's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roles_statement_mem_only_a_superuser_raises() {
+    let server = common::TestServer::start_with(|c| c.statement_mem = 4 << 20).await;
+    let admin = server.connect().await;
+    admin
+        .batch_execute(
+            "CREATE ROLE app LOGIN PASSWORD 'pw'; CREATE ROLE other LOGIN PASSWORD 'pw'; \
+             ALTER ROLE app SET statement_mem = '1MB'",
+        )
+        .await
+        .unwrap();
+    let app = common::connect_as(&server, "app", "pw").await.unwrap();
+    let other = common::connect_as(&server, "other", "pw").await.unwrap();
+    assert_eq!(common::text_rows(&app, "SHOW statement_mem").await, ["1MB"]);
+    assert_eq!(
+        common::text_rows(&other, "SHOW statement_mem").await,
+        ["4MB"]
+    );
+    let denied = "42501 permission denied to set parameter \"statement_mem\"";
+    for raise in ["'2MB'", "0", "DEFAULT"] {
+        let set = format!("SET statement_mem = {raise}");
+        let expected = if raise == "DEFAULT" { "ok" } else { denied };
+        assert_eq!(outcome(&app, &set).await, expected, "{set}");
+    }
+    assert_eq!(outcome(&other, "SET statement_mem = '8MB'").await, denied);
+    assert_eq!(outcome(&app, "SET statement_mem = '512kB'").await, "ok");
+    let e = app
+        .simple_query("SELECT length(repeat('x', 2000000))")
+        .await
+        .unwrap_err();
+    let message = e
+        .as_db_error()
+        .map(|d| (d.code().code(), d.message().to_string()));
+    assert!(
+        message
+            .as_ref()
+            .is_some_and(|(code, m)| *code == "53200" && m.contains("statement_mem")),
+        "{message:?}"
+    );
+    app.batch_execute("RESET statement_mem").await.unwrap();
+    assert_eq!(common::text_rows(&app, "SHOW statement_mem").await, ["1MB"]);
+    for change in [
+        "ALTER ROLE app SET statement_mem = '64MB'",
+        "ALTER ROLE app RESET statement_mem",
+        "ALTER ROLE app RESET ALL",
+    ] {
+        assert_eq!(outcome(&app, change).await, denied, "{change}");
+    }
+    assert_eq!(outcome(&admin, "SET statement_mem = '64MB'").await, "ok");
+    admin
+        .batch_execute("ALTER ROLE app SET statement_mem = '64MB'")
+        .await
+        .unwrap();
+    let app = common::connect_as(&server, "app", "pw").await.unwrap();
+    assert_eq!(outcome(&app, "SET statement_mem = '32MB'").await, "ok");
+}

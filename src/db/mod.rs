@@ -262,7 +262,10 @@ impl Database {
         crate::table::Gather::clear(&config.data_dir.join(SPOOL_DIR))?;
         let query_runtime = crate::sql::query_runtime(config.memory_limit_bytes() / 2, spill_dir)?;
         let dataflow = Dataflow::start()?;
-        let executor = crate::sql::Executor::start(statement_threads_max(&config))?;
+        let executor = crate::sql::Executor::start(
+            statement_threads_max(&config),
+            config.superuser_reserved_connections,
+        )?;
         let db = Arc::new(Database {
             query_runtime,
             executor,

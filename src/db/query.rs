@@ -35,15 +35,17 @@ impl Database {
     }
 
     /// A context for one batch statement: as `context`, its working memory bounded by the
-    /// session's `statement_mem` too.
+    /// session's `statement_mem` too, and its memory and CPU time counted as the session's.
     fn statement_context(
         &self,
         settings: &Settings,
         overrides: Vec<(ObjectId, Arc<dyn TableProvider>)>,
         scope: Scope,
     ) -> Result<SessionContext> {
-        let runtime = crate::sql::statement_runtime(&self.query_runtime, settings.statement_mem()?);
-        self.context_in(settings, overrides, scope, &runtime)
+        let runtime = crate::sql::statement_runtime(&self.query_runtime, settings)?;
+        let ctx = self.context_in(settings, overrides, scope, &runtime)?;
+        crate::sql::own_statement(&ctx, settings);
+        Ok(ctx)
     }
 
     fn context_in(
@@ -67,6 +69,7 @@ impl Database {
         let seen = super::system_tables::Seen {
             scope,
             role: role.as_ref(),
+            backend: settings.backend.as_deref(),
         };
         crate::sql::register_system_tables(&ctx, self.system_tables(seen)?)?;
         Ok(ctx)

@@ -4,7 +4,7 @@
 
 use crate::catalog::{RoleDef, Verifier, BOOTSTRAP_ROLE};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::{RoleSpec, RoleStatement};
+use crate::sql::{RoleSpec, RoleStatement, STATEMENT_MEM};
 
 use super::{Database, Output};
 
@@ -94,6 +94,7 @@ impl Database {
                 if actor.name != *name {
                     may_change(&actor, Some(&role), &RoleSpec::default(), "alter")?;
                 }
+                may_change_setting(&actor, &role, setting.as_deref())?;
                 match (setting, value) {
                     (Some(setting), Some(value)) => {
                         match role.settings.iter_mut().find(|(k, _)| k == setting) {
@@ -177,6 +178,23 @@ fn may_change(
         return Err(denied(
             format!("permission denied to {verb} role"),
             &format!("Only roles with the CREATEROLE attribute may {verb} roles."),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `actor` may set or reset `role`'s `setting` (all of them: `None`). A role's
+/// statement_mem bounds what its sessions may set: only a superuser gives, changes or takes it
+/// away, as PostgreSQL keeps its superuser-only settings.
+fn may_change_setting(actor: &RoleDef, role: &RoleDef, setting: Option<&str>) -> Result<()> {
+    let touched = match setting {
+        Some(s) => s == STATEMENT_MEM,
+        None => role.settings.iter().any(|(k, _)| k == STATEMENT_MEM),
+    };
+    if touched && !actor.superuser {
+        return Err(denied(
+            format!("permission denied to set parameter \"{STATEMENT_MEM}\""),
+            "Only superusers may set a role's statement_mem.",
         ));
     }
     Ok(())

@@ -148,6 +148,9 @@ pub fn text_rows(columns: &[&'static str], values: Vec<Vec<String>>) -> Result<O
 pub(super) struct Seen<'a> {
     pub scope: Scope,
     pub role: Option<&'a crate::catalog::RoleDef>,
+    /// The reader's session, through which the server's sessions are seen (none for the
+    /// server's own reads).
+    pub backend: Option<&'a crate::sql::Backend>,
 }
 
 impl Seen<'_> {
@@ -179,7 +182,46 @@ impl Database {
             ("views", self.views_batch(seen)?),
             ("backfills", self.backfills_batch()?),
             ("secrets", self.secrets_batch()?),
+            ("sessions", self.sessions_batch(seen)?),
         ])
+    }
+
+    /// `weir_catalog.sessions`: each session of the server, and what its statements use: the
+    /// working memory they hold in the query pool now and the most they held at once, and the
+    /// CPU time of the threads their plans ran on. As in `pg_stat_activity`, a session of a
+    /// role whose privileges the reader lacks shows who it is, not what it does.
+    fn sessions_batch(&self, seen: Seen) -> Result<RecordBatch> {
+        use Type::*;
+        let mut rows = Rows::new(&[
+            ("pid", Int),
+            ("usename", Text),
+            ("state?", Text),
+            ("memory_bytes?", Int),
+            ("memory_peak_bytes?", Int),
+            ("cpu_ms?", Int),
+        ]);
+        let catalog = self.catalog();
+        let privileged = seen.role.map(|r| (r.superuser, catalog.privileged_as(r)));
+        for s in seen.backend.map(|b| b.sessions()).unwrap_or_default() {
+            let shown = privileged.as_ref().is_none_or(|(superuser, of)| {
+                *superuser
+                    || catalog
+                        .role(&s.start.user)
+                        .is_some_and(|r| of.contains(&r.oid))
+            });
+            let usage = &s.usage;
+            let cpu_ms = u64::try_from(usage.cpu().as_millis()).unwrap_or(u64::MAX);
+            let bytes = |b: usize| shown.then_some(b as u64);
+            rows.push(vec![
+                i64::from(s.start.pid).into(),
+                s.start.user.as_str().into(),
+                Cell::Text(shown.then(|| s.activity().state.name().to_string())),
+                bytes(usage.memory()).into(),
+                bytes(usage.memory_peak()).into(),
+                shown.then_some(cpu_ms).into(),
+            ]);
+        }
+        rows.batch()
     }
 
     /// `weir_catalog.secrets`: each secret's name, owner and backend, for everyone to see (as
@@ -450,6 +492,7 @@ impl Database {
         self.views_batch(Seen {
             scope,
             role: role.as_ref(),
+            backend: None,
         })
         .map(rows_of)
     }

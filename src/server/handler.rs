@@ -52,9 +52,8 @@ pub struct Connection {
     cert_pem: Option<Arc<Vec<u8>>>,
     /// The session's place in the registry of sessions, once started.
     backend: Arc<std::sync::Mutex<Option<Registered>>>,
-    /// The connection's place under the connection limit; `None` when it is over the limit
-    /// and is refused at startup.
-    permit: Option<OwnedSemaphorePermit>,
+    /// The connection's place under the connection limit.
+    slot: Slot,
     session: Arc<Mutex<Option<Session>>>,
     parser: Arc<StatementParser>,
     /// A second handle on the client's socket, until the session takes it.
@@ -63,12 +62,21 @@ pub struct Connection {
     copying: Arc<std::sync::Mutex<Option<CopyIn>>>,
 }
 
+/// A connection's place under `connections_max`.
+pub struct Slot {
+    /// `None` when the connection is over the limit: it is refused at startup.
+    pub permit: Option<OwnedSemaphorePermit>,
+    /// Every connection's places, of which the free ones tell whether a connection that is
+    /// not a superuser's may take one of the last.
+    pub slots: Arc<tokio::sync::Semaphore>,
+}
+
 impl Connection {
     /// The handlers of a connection on a socket of which `socket` is a second handle (for
     /// noticing that the client hangs up while a query runs).
     pub fn new(
         db: Arc<Database>,
-        permit: Option<OwnedSemaphorePermit>,
+        slot: Slot,
         (cancels, cert_pem): (Arc<Cancels>, Option<Arc<Vec<u8>>>),
         socket: Option<tokio::net::TcpStream>,
     ) -> Connection {
@@ -82,7 +90,7 @@ impl Connection {
             cancels,
             cert_pem,
             backend: Arc::new(std::sync::Mutex::new(None)),
-            permit,
+            slot,
             session,
             socket: Arc::new(std::sync::Mutex::new(socket)),
             copying: Arc::new(std::sync::Mutex::new(None)),
@@ -171,7 +179,8 @@ impl PgWireServerHandlers for Connection {
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
         Arc::new(Startup {
-            admitted: self.permit.is_some(),
+            admitted: self.slot.permit.is_some(),
+            slots: self.slot.slots.clone(),
             proof: Arc::default(),
             session: self.session.clone(),
             db: self.db.clone(),

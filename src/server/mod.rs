@@ -86,9 +86,13 @@ pub async fn serve(
             }
             false => permits.clone().try_acquire_owned().ok(),
         };
+        let slot = handler::Slot {
+            permit,
+            slots: permits.clone(),
+        };
         let handlers = Arc::new(Connection::new(
             db.clone(),
-            permit,
+            slot,
             (cancels.clone(), tls.as_ref().map(Tls::cert_pem)),
             second_handle(&socket),
         ));

@@ -29,6 +29,8 @@ use crate::sql::{BackendStart, Registered};
 
 pub(super) struct Startup {
     pub(super) admitted: bool,
+    /// Every connection's places under `connections_max`.
+    pub(super) slots: Arc<tokio::sync::Semaphore>,
     /// The client's proof of who it is, while its messages come.
     pub(super) proof: Arc<Mutex<Option<Box<dyn AuthMechanism>>>>,
     pub(super) session: Arc<Mutex<Option<Session>>>,
@@ -169,6 +171,15 @@ impl Startup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let role = auth::admitted(&self.db, user)?;
+        // The last free places are kept for superusers, as PostgreSQL keeps them.
+        let reserved = self.db.config.superuser_reserved_connections;
+        if !role.superuser && self.slots.available_permits() < reserved {
+            return Err(auth::fatal(
+                ErrorKind::TooManyConnections,
+                "remaining connection slots are reserved for roles with the SUPERUSER attribute"
+                    .into(),
+            ));
+        }
         // A role's connection limit, which superusers are not held to, as in PostgreSQL.
         let limit = usize::try_from(role.connection_limit).ok();
         if limit.is_some_and(|n| !role.superuser && self.cancels.sessions_of(&role.name) >= n) {

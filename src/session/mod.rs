@@ -53,6 +53,9 @@ pub struct Session {
     begun: Option<Begun>,
     /// The block's cursors, by name.
     cursors: HashMap<String, cursors::Cursor>,
+    /// The most `statement_mem` a session of its role may set unless a superuser (0: any):
+    /// the role's own, or the server's.
+    statement_mem_max: u64,
 }
 
 struct Begun {
@@ -99,6 +102,11 @@ impl Session {
         if let Some(user) = startup.get("user") {
             settings.insert("session_authorization".into(), user.clone());
         }
+        let statement_mem_max = db.config.statement_mem;
+        settings.insert(
+            crate::sql::STATEMENT_MEM.into(),
+            crate::sql::memory_text(statement_mem_max),
+        );
         Session {
             db,
             initial: settings.clone(),
@@ -107,6 +115,7 @@ impl Session {
             transaction: Transaction::Idle,
             begun: None,
             cursors: HashMap::new(),
+            statement_mem_max,
         }
     }
 

@@ -10,7 +10,7 @@ use datafusion::sql::sqlparser::ast;
 
 use crate::db::{text_rows, Output};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sql::{setting_name, setting_value};
+use crate::sql::{setting_name, setting_value, STATEMENT_MEM};
 
 use super::Session;
 
@@ -67,6 +67,11 @@ impl Session {
     /// back to); one no longer valid is skipped, with a warning in the log.
     pub fn start_as(&mut self, role: &crate::catalog::RoleDef) {
         (self.settings).insert("is_superuser".into(), on_off(role.superuser).into());
+        // The role's statement_mem, which its sessions may lower but not raise.
+        let own = role.settings.iter().find(|(k, _)| k == STATEMENT_MEM);
+        if let Some(Ok(bytes)) = own.map(|(k, v)| crate::sql::parse_memory(k, v)) {
+            self.statement_mem_max = bytes;
+        }
         for (name, value) in &role.settings {
             if let Err(e) = self.assign(name, value.clone()) {
                 tracing::warn!(role = %role.name, "role setting {name} skipped: {}", e.message);
@@ -150,6 +155,26 @@ impl Session {
         Ok(())
     }
 
+    /// A superuser's session may set any `statement_mem`; another may lower its role's (or
+    /// the server's, when its role has none), not raise it nor lift it (0), as PostgreSQL holds
+    /// its superuser-only settings.
+    fn may_set_statement_mem(&self, bytes: u64) -> Result<()> {
+        let most = self.statement_mem_max;
+        let superuser = self.settings.get("is_superuser").is_none_or(|v| v == "on");
+        if superuser || most == 0 || (bytes != 0 && bytes <= most) {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::InsufficientPrivilege,
+            format!("permission denied to set parameter \"{STATEMENT_MEM}\""),
+        )
+        .with_detail(format!(
+            "Statements of this session may use at most {} of working memory; only a \
+             superuser may raise it.",
+            crate::sql::memory_text(most)
+        )))
+    }
+
     /// Whether the session's current transaction (its block, or the statement's own outside
     /// one) is read-only.
     pub(super) fn read_only(&self) -> bool {
@@ -193,6 +218,11 @@ impl Session {
                 self.settings.insert(name.to_string(), on.to_string());
                 return Ok(());
             }
+            if name == STATEMENT_MEM {
+                let text = crate::sql::memory_text(self.statement_mem_max);
+                self.settings.insert(name.to_string(), text);
+                return Ok(());
+            }
             match default_settings().get(name) {
                 Some(v) => v.clone(),
                 None => return Ok(()),
@@ -216,8 +246,9 @@ impl Session {
         if name == "streaming_parallelism" {
             crate::db::parse_parallelism(&value)?;
         }
-        if name == crate::sql::STATEMENT_MEM {
-            crate::sql::parse_memory(name, &value)?;
+        if name == STATEMENT_MEM {
+            let bytes = crate::sql::parse_memory(name, &value)?;
+            self.may_set_statement_mem(bytes)?;
         }
         if matches!(
             name,

@@ -45,6 +45,8 @@ pub struct Backend {
     /// `idle_in_transaction_session_timeout` in milliseconds (0: none), as the session last
     /// set it.
     idle_in_transaction_ms: AtomicU64,
+    /// The memory and CPU time its statements use.
+    pub usage: Arc<super::usage::Usage>,
     registry: Weak<Backends>,
 }
 
@@ -119,6 +121,7 @@ impl Backends {
             terminate: Notify::new(),
             told: AtomicBool::new(false),
             idle_in_transaction_ms: AtomicU64::new(0),
+            usage: Arc::default(),
             registry: Arc::downgrade(self),
         });
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -318,6 +321,19 @@ pub fn parse_memory(name: &str, value: &str) -> crate::error::Result<u64> {
     Ok(bytes)
 }
 
+/// `bytes` as PostgreSQL shows a memory setting: in the largest unit that divides it.
+pub fn memory_text(bytes: u64) -> String {
+    let units = [(40, "TB"), (30, "GB"), (20, "MB"), (10, "kB")];
+    match units
+        .iter()
+        .find(|(shift, _)| bytes != 0 && bytes.is_multiple_of(1u64 << shift))
+    {
+        Some((shift, unit)) => format!("{}{unit}", bytes >> shift),
+        None if bytes == 0 => "0".into(),
+        None => format!("{bytes}B"),
+    }
+}
+
 impl std::ops::Deref for Settings {
     type Target = HashMap<String, String>;
 
@@ -343,6 +359,20 @@ mod tests {
             application_name: "psql".into(),
             client: "127.0.0.1:5000".parse().unwrap(),
         }
+    }
+
+    #[test]
+    fn memory_settings_read_back_as_they_are_shown() {
+        for (bytes, text) in [
+            (0, "0"),
+            (1 << 20, "1MB"),
+            (65 << 10, "65kB"),
+            (3 << 30, "3GB"),
+        ] {
+            assert_eq!(memory_text(bytes), text);
+            assert_eq!(parse_memory("m", text).unwrap(), bytes);
+        }
+        assert_eq!(memory_text(100_001), "100001B");
     }
 
     #[test]

@@ -28,30 +28,61 @@ use datafusion::prelude::SessionContext;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use super::{Settings, Usage};
 use crate::error::{Error, ErrorKind, Result};
 
-/// The threads batch plans run on, at most `threads_max` at once.
+/// The threads batch plans run on, at most `threads_max` at once, the last `reserved` of them
+/// for superusers' statements.
 pub struct Executor {
     runtime: Option<tokio::runtime::Runtime>,
     permits: Arc<Semaphore>,
+    reserve: Arc<Semaphore>,
     threads_max: usize,
+    reserved: usize,
 }
 
 impl Executor {
-    /// An executor of at most `threads_max` plans at once; its runtime's workers (for the tasks
-    /// operators spawn) are as many as the cores.
-    pub fn start(threads_max: usize) -> std::io::Result<Executor> {
+    /// An executor of at most `threads_max` plans at once, of which `reserved` are for
+    /// superusers alone (so that one can always run `pg_cancel_backend` and look around); its
+    /// runtime's workers (for the tasks operators spawn) are as many as the cores.
+    pub fn start(threads_max: usize, reserved: usize) -> std::io::Result<Executor> {
         let runtime = crate::cores_runtime("weir-query")?;
+        let reserved = reserved.min(threads_max.saturating_sub(1));
         Ok(Executor {
             runtime: Some(runtime),
-            permits: Arc::new(Semaphore::new(threads_max)),
+            permits: Arc::new(Semaphore::new(threads_max - reserved)),
+            reserve: Arc::new(Semaphore::new(reserved)),
             threads_max,
+            reserved,
         })
     }
 
     /// How many plans are running now.
     pub fn running(&self) -> usize {
-        self.threads_max - self.permits.available_permits()
+        self.threads_max - self.permits.available_permits() - self.reserve.available_permits()
+    }
+
+    /// A place for one more plan of `owner`'s: refused with 53000 past the limit (for others
+    /// than superusers, past the limit less the reserve).
+    fn permit(&self, owner: Option<&Owner>) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        let superuser = owner.is_none_or(|o| o.superuser);
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Err(_) if superuser => self.reserve.clone().try_acquire_owned(),
+            p => p,
+        };
+        permit.map_err(|_| {
+            let most = self.threads_max;
+            let message = match self.reserved {
+                r if r > 0 && !superuser => format!(
+                    "too many statements are running: {most} at once is the most, {r} of them \
+                     kept for superusers"
+                ),
+                _ => format!("too many statements are running: {most} at once is the most"),
+            };
+            Error::new(ErrorKind::InsufficientResources, message).with_hint(
+                "Close cursors that are no longer read, or retry when others have ended.",
+            )
+        })
     }
 
     fn handle(&self) -> tokio::runtime::Handle {
@@ -64,22 +95,15 @@ impl Executor {
 
     /// Plans `plan` physically and runs it on a thread of its own; the stream returned gives
     /// its batches as they are computed. Refused with 53000 when `threads_max` plans are
-    /// running (open cursors included).
+    /// running (open cursors included). The thread's CPU time counts as the session's that
+    /// owns `ctx` ([`own_statement`]).
     pub async fn execute(
         &self,
         ctx: SessionContext,
         plan: LogicalPlan,
     ) -> Result<SendableRecordBatchStream> {
-        let permit = self.permits.clone().try_acquire_owned().map_err(|_| {
-            Error::new(
-                ErrorKind::InsufficientResources,
-                format!(
-                    "too many statements are running: {} at once is the most",
-                    self.threads_max
-                ),
-            )
-            .with_hint("Close cursors that are no longer read, or retry when others have ended.")
-        })?;
+        let owner = ctx.state_ref().read().config().get_extension::<Owner>();
+        let permit = self.permit(owner.as_deref())?;
         let (planned_tx, planned) = oneshot::channel();
         let (tx, rx) = mpsc::channel::<DfResult<RecordBatch>>(1);
         let handle = self.handle();
@@ -113,6 +137,7 @@ impl Executor {
             .stack_size(crate::STACK_BYTES)
             .spawn(move || {
                 let _permit = permit;
+                let _counted = owner.map(|o| o.usage.count_this_thread());
                 // A panic in an operator fails the statement, which must not look like an end
                 // of its rows; the server goes on.
                 let ended = handle.block_on(std::panic::AssertUnwindSafe(job).catch_unwind());
@@ -172,19 +197,33 @@ impl Drop for Executor {
 /// How long a dropped executor waits for plans' tasks.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A statement's share of the query memory pool (`statement_mem`): what its operators and
-/// sized functions reserve is reserved from the pool every statement shares, and refused
-/// (53200, or a spill where the operator can) once the statement holds `share` bytes.
+/// A statement's place in the query memory pool: what its operators and sized functions
+/// reserve is reserved from the pool every statement shares, counted as its session's, and
+/// refused (53200, or a spill where the operator can) once the statement holds its share
+/// (`statement_mem`), if it has one.
 #[derive(Debug)]
 struct StatementPool {
     shared: Arc<dyn MemoryPool>,
-    share: usize,
+    share: Option<usize>,
     held: AtomicUsize,
+    usage: Option<Arc<Usage>>,
 }
 
 impl std::fmt::Display for StatementPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "a statement's share of {} bytes", self.share)
+        match self.share {
+            Some(share) => write!(f, "a statement's share of {share} bytes"),
+            None => write!(f, "a statement's place in {}", self.shared.name()),
+        }
+    }
+}
+
+impl StatementPool {
+    fn add(&self, bytes: usize) {
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(usage) = &self.usage {
+            usage.grow(bytes);
+        }
     }
 }
 
@@ -203,26 +242,28 @@ impl MemoryPool for StatementPool {
 
     fn grow(&self, reservation: &MemoryReservation, additional: usize) {
         self.shared.grow(reservation, additional);
-        self.held.fetch_add(additional, Ordering::Relaxed);
+        self.add(additional);
     }
 
     fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
         self.shared.shrink(reservation, shrink);
         self.held.fetch_sub(shrink, Ordering::Relaxed);
+        if let Some(usage) = &self.usage {
+            usage.shrink(shrink);
+        }
     }
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> DfResult<()> {
         let held = self.held.load(Ordering::Relaxed);
-        if held.saturating_add(additional) > self.share {
+        if let Some(share) = self.share.filter(|s| held.saturating_add(additional) > *s) {
             return Err(DataFusionError::ResourcesExhausted(format!(
                 "the statement would hold {} bytes of working memory, over its statement_mem \
-                 of {} bytes",
+                 of {share} bytes",
                 held.saturating_add(additional),
-                self.share
             )));
         }
         self.shared.try_grow(reservation, additional)?;
-        self.held.fetch_add(additional, Ordering::Relaxed);
+        self.add(additional);
         Ok(())
     }
 
@@ -231,24 +272,54 @@ impl MemoryPool for StatementPool {
     }
 
     fn memory_limit(&self) -> MemoryLimit {
-        MemoryLimit::Finite(self.share)
+        match self.share {
+            Some(share) => MemoryLimit::Finite(share),
+            None => self.shared.memory_limit(),
+        }
     }
 }
 
-/// What one statement runs in: `shared`'s spill directory and caches, and its memory pool
-/// with a share of `share` bytes of it for this statement (none of its own when `None`).
-pub fn statement_runtime(shared: &Arc<RuntimeEnv>, share: Option<usize>) -> Arc<RuntimeEnv> {
-    let Some(share) = share else {
-        return shared.clone();
-    };
-    Arc::new(RuntimeEnv {
+/// What one statement of a session with `settings` runs in: `shared`'s spill directory and
+/// caches, and its memory pool, where the statement's reservations count as the session's and
+/// are bounded by its `statement_mem` too.
+pub fn statement_runtime(shared: &Arc<RuntimeEnv>, settings: &Settings) -> Result<Arc<RuntimeEnv>> {
+    let share = settings.statement_mem()?;
+    let usage = settings.backend.as_ref().map(|b| b.usage.clone());
+    if share.is_none() && usage.is_none() {
+        return Ok(shared.clone());
+    }
+    Ok(Arc::new(RuntimeEnv {
         memory_pool: Arc::new(StatementPool {
             shared: shared.memory_pool.clone(),
             share,
             held: AtomicUsize::new(0),
+            usage,
         }),
         disk_manager: shared.disk_manager.clone(),
         cache_manager: shared.cache_manager.clone(),
         object_store_registry: shared.object_store_registry.clone(),
-    })
+    }))
+}
+
+/// Whose a statement is: the session whose memory and CPU time it counts in, and whether it may
+/// take the plans kept for superusers.
+#[derive(Debug)]
+struct Owner {
+    usage: Arc<Usage>,
+    superuser: bool,
+}
+
+/// Marks `ctx` as a statement of the session with `settings`, for [`Executor::execute`].
+pub fn own_statement(ctx: &SessionContext, settings: &Settings) {
+    let Some(backend) = &settings.backend else {
+        return;
+    };
+    let owner = Owner {
+        usage: backend.usage.clone(),
+        superuser: settings.get("is_superuser").is_none_or(|v| v == "on"),
+    };
+    ctx.state_ref()
+        .write()
+        .config_mut()
+        .set_extension(Arc::new(owner));
 }

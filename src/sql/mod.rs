@@ -25,6 +25,7 @@ mod rules;
 mod secrets;
 mod sized;
 mod stream_plan;
+mod usage;
 mod windows;
 
 // The face the rest of Weir sees. Two modules are open, their names read with them: `dml`
@@ -32,7 +33,6 @@ mod windows;
 // tables). The names below are the rest; everything else here is private to the front end.
 
 /// Statements as Weir parses them, its extensions included.
-pub use self::executor::{statement_runtime, Executor};
 pub use self::extensions::{CreateSink, CreateView, Format, FromSource, Include, Watermark};
 pub use self::parser::{
     check_supported, parse, parse_message, Count, CursorQuery, Parsed, Pending, Statement,
@@ -47,9 +47,13 @@ pub use self::ddl::{
 
 /// The server's sessions (`pg_stat_activity`), and a session's settings with its own.
 pub use self::backends::{
-    parse_memory, setting_name, Backend, BackendStart, BackendState, Backends, Registered,
-    Settings, STATEMENT_MEM,
+    memory_text, parse_memory, setting_name, Backend, BackendStart, BackendState, Backends,
+    Registered, Settings, STATEMENT_MEM,
 };
+
+/// Where batch plans run, and what memory and CPU time each session's statements use.
+pub use self::executor::{own_statement, statement_runtime, Executor};
+pub use self::usage::Usage;
 
 /// Batch queries: DataFusion over Weir's relations, and their results named as PostgreSQL
 /// names them.

@@ -226,8 +226,6 @@ extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
 
-/// Every row `sql` returns, in the order returned, as text: columns joined by spaces, NULL
-/// as `NULL`.
 /// A connection to `conn` (a server of Weir's or PostgreSQL's), its messages handled on a
 /// task of its own.
 pub async fn connect(conn: &str) -> tokio_postgres::Client {
@@ -240,6 +238,31 @@ pub async fn connect(conn: &str) -> tokio_postgres::Client {
     client
 }
 
+/// A connection to `server` as `user` with `password`, or the server's refusal as `SQLSTATE
+/// message`.
+pub async fn connect_as(
+    server: &TestServer,
+    user: &str,
+    password: &str,
+) -> Result<tokio_postgres::Client, String> {
+    let conn = format!(
+        "host=127.0.0.1 port={} user={user} password='{password}' dbname=weir",
+        server.addr.port()
+    );
+    match tokio_postgres::connect(&conn, tokio_postgres::NoTls).await {
+        Ok((client, connection)) => {
+            tokio::spawn(connection);
+            Ok(client)
+        }
+        Err(e) => Err(match e.as_db_error() {
+            Some(db) => format!("{} {}", db.code().code(), db.message()),
+            None => e.to_string(),
+        }),
+    }
+}
+
+/// Every row `sql` returns, in the order returned, as text: columns joined by spaces, NULL
+/// as `NULL`.
 pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     rows_as_text(client.simple_query(sql).await.unwrap())
 }
