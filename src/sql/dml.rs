@@ -37,8 +37,13 @@ pub async fn rows(
     (schema, spool): (&SchemaRef, &Path),
 ) -> Result<DmlRows> {
     let state = ctx.state();
+    // The statement's query is read as a batch query is (`FROM generate_series(...) s` names
+    // its column `s`, catalog spellings, subqueries), as its prepared form was described.
+    let mut statement = statement.clone();
+    let aggregates = state.aggregate_functions().clone();
+    super::pg_compat::rewrite(&mut statement, &|name| aggregates.contains_key(name));
     let plan = state
-        .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
+        .statement_to_plan(DFStatement::Statement(Box::new(statement)))
         .await?;
     let mut plan = crate::sql::rules::type_integer_constants(plan)?;
     if let Some(p) = params {
