@@ -334,7 +334,6 @@ async fn route(db: &Database, head: &str, access: Access) -> Response {
     }
 }
 
-/// Decodes `%XX` escapes and `+` (a space) in a query value.
 /// `/metrics`: the coordinator's and checkpoints' series, and where memory stands.
 fn metrics(db: &Database) -> String {
     use crate::metrics::gauge;
@@ -368,6 +367,20 @@ fn metrics(db: &Database) -> String {
         help,
         m.statements_running,
     );
+    let help = "State in RocksDB's memtables: written by views and tables, not yet flushed.";
+    gauge(
+        &mut out,
+        "weir_state_memtable_bytes",
+        help,
+        m.state_memtable_bytes,
+    );
+    let help = "Blocks of state files in RocksDB's block cache.";
+    gauge(
+        &mut out,
+        "weir_state_block_cache_bytes",
+        help,
+        m.state_block_cache_bytes,
+    );
     if let Some((rss, peak)) = crate::metrics::resident_bytes() {
         let help = "The process's resident memory (VmRSS).";
         gauge(&mut out, "weir_resident_memory_bytes", help, rss);
@@ -377,6 +390,7 @@ fn metrics(db: &Database) -> String {
     out
 }
 
+/// Decodes `%XX` escapes and `+` (a space) in a query value.
 fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -183,6 +183,19 @@ async fn runaway_statements_stay_within_their_share_and_others_are_answered() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     failures.extend(missing.iter().map(|m| format!("/metrics lacks {m}")));
+    // Beside them, what RocksDB holds in memory.
+    let (_, metrics) = common::http(admin, "GET /metrics").await;
+    for series in ["weir_state_memtable_bytes", "weir_state_block_cache_bytes"] {
+        let value = (metrics.lines()).find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .parse::<u64>()
+                .ok()
+        });
+        if value.is_none() {
+            failures.push(format!("/metrics lacks {series}"));
+        }
+    }
     eprintln!("{}", report.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

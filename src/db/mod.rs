@@ -189,6 +189,10 @@ fn statement_threads_max(config: &Config) -> usize {
 /// Where memory stands (`Database::memory`), for `/metrics`.
 pub struct Memory {
     pub limit_bytes: u64,
+    /// The views' and tables' state in RocksDB's memtables: written, not yet flushed.
+    pub state_memtable_bytes: u64,
+    /// Blocks of state files in RocksDB's block cache.
+    pub state_block_cache_bytes: u64,
     /// What batch statements may reserve together: half of `memory_limit`.
     pub statements_limit_bytes: u64,
     /// What they have reserved now.
@@ -383,7 +387,10 @@ impl Database {
             datafusion::execution::memory_pool::MemoryLimit::Finite(n) => n as u64,
             _ => 0,
         };
+        let (memtables, block_cache) = self.store.memory();
         Memory {
+            state_memtable_bytes: memtables,
+            state_block_cache_bytes: block_cache,
             limit_bytes: self.config.memory_limit_bytes(),
             statements_limit_bytes: share,
             statements_bytes: pool.reserved() as u64,

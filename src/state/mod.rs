@@ -422,6 +422,16 @@ impl StateStore {
         .sum()
     }
 
+    /// What RocksDB holds in memory: its memtables (the writes not yet flushed to SST
+    /// files), and its block cache's blocks.
+    pub fn memory(&self) -> (u64, u64) {
+        let memtables = self
+            .db
+            .property_int_value("rocksdb.cur-size-all-mem-tables");
+        let memtables = memtables.ok().flatten().unwrap_or(0);
+        (memtables, self.block_cache.get_usage() as u64)
+    }
+
     /// Sizes RocksDB's memory to the server's memory limit: write buffers (memtables) of a
     /// sixteenth of it, between 4 and 64 MiB (RocksDB's default), at most two of them; a
     /// block cache of a sixteenth, at most `BLOCK_CACHE_BYTES`; and the writes kept for a
