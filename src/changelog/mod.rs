@@ -168,7 +168,7 @@ impl ChangeLog {
         let len = file.metadata()?.len();
         file.seek(SeekFrom::Start(0))?;
         let reader = std::io::BufReader::with_capacity(1 << 20, &mut file);
-        let (_, starts, end) = read_records(reader, len, &path, u64::MAX)?;
+        let (_, starts, end) = read_records(reader, len, &path, false)?;
         if end < len {
             tracing::warn!(
                 path = %path.display(),
@@ -218,7 +218,7 @@ impl ChangeLog {
 
     /// Decodes a shipped segment: whole records only.
     pub fn decode_segment(bytes: &[u8], name: &str) -> Result<Vec<StreamChunk>> {
-        let (chunks, _, end) = read_records(bytes, bytes.len() as u64, Path::new(name), 0)?;
+        let (chunks, _, end) = read_records(bytes, bytes.len() as u64, Path::new(name), true)?;
         if end != bytes.len() as u64 {
             return Err(Error::new(
                 ErrorKind::DataCorruption,
@@ -466,10 +466,7 @@ impl Records {
         if crc32fast::hash(&payload) != crc {
             return Err(corrupt("checksum mismatch"));
         }
-        let batch = StreamReader::try_new(payload.as_slice(), None)?
-            .next()
-            .ok_or_else(|| corrupt("an empty record"))??;
-        StreamChunk::from_batch_with_ops(batch)
+        decode_payload(&payload, &self.path, pos)
     }
 }
 
@@ -482,6 +479,22 @@ impl Iterator for Records {
         self.next += 1;
         Some(crate::blocking(|| self.read(pos)).map(|chunk| (record, chunk)))
     }
+}
+
+/// The chunk a record's checked payload holds (the record at byte `pos` of `path`).
+fn decode_payload(payload: &[u8], path: &Path, pos: u64) -> Result<StreamChunk> {
+    let batch = StreamReader::try_new(payload, None)?
+        .next()
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::DataCorruption,
+                format!(
+                    "an empty record in change log {} at offset {pos}",
+                    path.display()
+                ),
+            )
+        })??;
+    StreamChunk::from_batch_with_ops(batch)
 }
 
 /// One record holding `chunk`; `more` when further records of its group follow it.
@@ -510,17 +523,15 @@ fn encode_record(chunk: &StreamChunk, more: bool) -> Result<Vec<u8>> {
     Ok(record)
 }
 
-/// Decodes whole records; returns them, where each starts, and the offset where the whole
-/// records end.
-/// Reads the `len` bytes of a log from its start, a record at a time: returns the
-/// records after the first `skip` ones, the byte position of every record, and the end of the
-/// last whole one. Only one record is in memory at a time (and the rest of the file, when a
-/// damaged length must be told from a torn tail).
+/// Reads the `len` bytes of a log from its start, a record at a time, each checked: returns
+/// the records (decoded only with `decode`), the byte position of every record, and the end
+/// of the last whole one. One record's bytes are in memory at a time (and the rest of the
+/// file, when a damaged length must be told from a torn tail).
 fn read_records(
     mut reader: impl Read,
     len: u64,
     path: &Path,
-    skip: u64,
+    decode: bool,
 ) -> Result<(Vec<StreamChunk>, Vec<u64>, u64)> {
     let (mut chunks, mut starts) = (Vec::new(), Vec::new());
     let mut payload = Vec::new();
@@ -571,18 +582,8 @@ fn read_records(
             ));
         }
         let kept = chunks.len();
-        if starts.len() as u64 >= skip {
-            let mut records = StreamReader::try_new(payload.as_slice(), None)?;
-            let batch = records.next().ok_or_else(|| {
-                Error::new(
-                    ErrorKind::DataCorruption,
-                    format!(
-                        "an empty record in change log {} at offset {pos}",
-                        path.display()
-                    ),
-                )
-            })??;
-            chunks.push(StreamChunk::from_batch_with_ops(batch)?);
+        if decode {
+            chunks.push(decode_payload(&payload, path, pos)?);
         }
         if more && group.is_none() {
             group = Some((pos, starts.len(), kept));
