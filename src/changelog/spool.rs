@@ -48,6 +48,25 @@ impl Rows {
         }
     }
 
+    /// The rows as one batch in memory, spooled ones read back, unless they take more than
+    /// `max_bytes` of it (`None`, found before they are all read).
+    pub fn read_back(self, max_bytes: usize) -> Result<Option<RecordBatch>> {
+        let spool = match self {
+            Rows::Memory(b) => return Ok(Some(b)),
+            Rows::Spooled(spool) => spool,
+        };
+        let (mut batches, mut bytes) = (Vec::new(), 0usize);
+        for part in spool.parts()? {
+            let part = part?;
+            bytes = bytes.saturating_add(part.get_array_memory_size());
+            if bytes > max_bytes {
+                return Ok(None);
+            }
+            batches.push(part);
+        }
+        Ok(Some(concat_batches(&spool.schema, &batches)?))
+    }
+
     /// The rows in parts of about `MEMORY_BYTES` or `PART_ROWS` at most, in the order they
     /// came.
     pub fn parts(&self) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>> + Send + '_>> {

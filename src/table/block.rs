@@ -20,7 +20,7 @@ use super::{add_to, TableWriter};
 
 /// The most bytes of changes a block keeps for one table: its commit is one change-log
 /// record, which holds at most `RECORD_BYTES_MAX`.
-pub(super) const PENDING_BYTES_MAX: usize = crate::changelog::RECORD_BYTES_MAX as usize / 2;
+const PENDING_BYTES_MAX: usize = crate::changelog::RECORD_BYTES_MAX as usize / 2;
 
 /// Shared by every table's writer and every session: the order of commits, and where each
 /// open block began in it.
@@ -167,11 +167,16 @@ impl TableWriter {
         deleted: Option<Rows>,
         inserted: Option<Rows>,
     ) -> Result<usize> {
-        if super::large::spooled(&deleted) || super::large::spooled(&inserted) {
-            return Err(super::large::too_large_for_a_block(&self.def.name));
-        }
-        let deleted = deleted.and_then(Rows::into_memory);
-        let inserted = inserted.and_then(Rows::into_memory);
+        // A block keeps its changes in memory: a statement's spooled rows are read back, as
+        // far as the block's bound could take them.
+        let read_back = |rows: Option<Rows>| match rows.map(|r| r.read_back(PENDING_BYTES_MAX)) {
+            None => Ok(None),
+            Some(Ok(Some(batch))) => Ok(Some(batch)),
+            Some(Ok(None)) => Err(too_large(&self.def.name)),
+            Some(Err(e)) => Err(e),
+        };
+        let deleted = crate::blocking(|| read_back(deleted))?;
+        let inserted = crate::blocking(|| read_back(inserted))?;
         let Some(chunk) = self.chunk_of(deleted, inserted)? else {
             return Ok(0);
         };
@@ -182,14 +187,7 @@ impl TableWriter {
         // Each change is kept twice at most: summed, and as a key touched.
         let bytes: usize = changes.iter().map(|c| 2 * c.bytes()).sum();
         if pending.bytes + bytes > PENDING_BYTES_MAX {
-            return Err(Error::new(
-                ErrorKind::ProgramLimitExceeded,
-                format!(
-                    "a transaction block's changes to table \"{}\" exceed {PENDING_BYTES_MAX} bytes",
-                    self.def.name
-                ),
-            )
-            .with_hint("Commit the block in smaller ones."));
+            return Err(too_large(&self.def.name));
         }
         for c in changes {
             add_to(&mut pending.changes, &c.row, c.weight);
@@ -383,4 +381,18 @@ pub async fn commit(
         w.barriers.wrote();
     }
     Ok(())
+}
+
+/// The error a statement gets when its table's changes in the block would pass
+/// `PENDING_BYTES_MAX`.
+fn too_large(table: &str) -> Error {
+    Error::new(
+        ErrorKind::ProgramLimitExceeded,
+        format!(
+            "a transaction block's changes to table \"{table}\" exceed {PENDING_BYTES_MAX} bytes"
+        ),
+    )
+    .with_hint(
+        "Run the statement outside a transaction block, or commit the block in smaller ones.",
+    )
 }

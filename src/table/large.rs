@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::changelog::Rows;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::state::{Scratch, Snapshot};
 use crate::stream::{Op, StreamChunk};
 
@@ -183,16 +183,4 @@ impl TableWriter {
 /// by `write_large`.
 pub(super) fn spooled(rows: &Option<Rows>) -> bool {
     matches!(rows, Some(Rows::Spooled(_)))
-}
-
-/// The error a transaction block gets for a statement too large for memory.
-pub(super) fn too_large_for_a_block(table: &str) -> Error {
-    Error::new(
-        crate::error::ErrorKind::ProgramLimitExceeded,
-        format!(
-            "a transaction block's changes to table \"{table}\" exceed {} bytes",
-            super::block::PENDING_BYTES_MAX
-        ),
-    )
-    .with_hint("Run the statement outside a transaction block, or in smaller ones.")
 }
