@@ -180,10 +180,7 @@ pub fn read_snapshot_part(
     let mut part: Vec<(Vec<u8>, i64)> = Vec::new();
     let (mut read, mut bytes, mut last) = (0, 0, Vec::new());
     let mut failure: Option<Error> = None;
-    snapshot.scan_table_from(table, Some(&start), &mut |k, v| {
-        if !k.starts_with(prefix) {
-            return false;
-        }
+    snapshot.scan_prefix_from(table, prefix, Some(&start), &mut |k, v| {
         match decode_count(v) {
             Ok(c) => {
                 let c = c + changes.and_then(|m| m.get(k)).copied().unwrap_or(0);
