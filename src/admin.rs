@@ -381,6 +381,16 @@ fn metrics(db: &Database) -> String {
         help,
         m.state_block_cache_bytes,
     );
+    let help = "The disk statements' temporary files take: spilled sorts and aggregations, \
+                spooled rows of large writes and COPY.";
+    gauge(&mut out, "weir_temp_disk_bytes", help, m.temp_disk_bytes);
+    let help = "The disk statements' temporary files may take together (temp_disk_limit).";
+    gauge(
+        &mut out,
+        "weir_temp_disk_limit_bytes",
+        help,
+        m.temp_disk_limit_bytes,
+    );
     if let Some((rss, peak)) = crate::metrics::resident_bytes() {
         let help = "The process's resident memory (VmRSS).";
         gauge(&mut out, "weir_resident_memory_bytes", help, rss);

@@ -62,6 +62,12 @@ pub struct Config {
     /// it for their working memory (sorts, hash tables, aggregations): past that, an operator
     /// that can spill to disk does, and a query that cannot is refused with 53200.
     pub memory_limit: Option<u64>,
+    /// The disk that statements' temporary files may take together, in bytes: what sorts,
+    /// aggregations and joins spill past their memory, and the rows of large writes and COPY
+    /// spooled before they are logged. By default half of the space free on the data
+    /// directory's file system when the server starts, so that the change logs and the state
+    /// always keep the other half. Past it, a statement fails with 53400 and its files go.
+    pub temp_disk_limit: Option<u64>,
     /// How often the coordinator ends an epoch when nothing else asks for one.
     pub barrier_interval_ms: u64,
     /// Capacity (in messages) of each channel between actors.
@@ -158,6 +164,39 @@ impl Config {
     }
 }
 
+impl Config {
+    /// `temp_disk_limit`, or its default: half of the space free on the data directory's file
+    /// system now (which must exist).
+    pub fn temp_disk_limit_bytes(&self) -> Result<u64> {
+        if let Some(limit) = self.temp_disk_limit {
+            return Ok(limit);
+        }
+        let free = free_space(&self.data_dir).map_err(|e| {
+            Error::io(
+                &e,
+                format!(
+                    "could not read the free space of {}: {e}",
+                    self.data_dir.display()
+                ),
+            )
+        })?;
+        Ok(free / 2)
+    }
+}
+
+/// The bytes an unprivileged process may still write to the file system of `path`.
+fn free_space(path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `stat` a statvfs the call fills in.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
 /// MemTotal from /proc/meminfo.
 fn physical_memory() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -200,6 +239,7 @@ impl Default for Config {
             statement_bytes_max: 16 * 1024 * 1024,
             message_bytes_max: 64 * 1024 * 1024,
             memory_limit: None,
+            temp_disk_limit: None,
             barrier_interval_ms: 1000,
             channel_messages_max: 16,
             subscription_bytes_max: 64 << 20,

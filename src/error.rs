@@ -94,6 +94,9 @@ pub enum ErrorKind {
     ProtocolViolation,
     /// A query needs more working memory than the server's limit leaves it.
     OutOfMemory,
+    /// A configured bound other than memory (53400): statements' temporary files past
+    /// `temp_disk_limit`.
+    ConfigurationLimitExceeded,
     /// The disk (or a quota) is full: nothing of the statement was kept.
     DiskFull,
     /// The process or the system has no file descriptor left.
@@ -239,6 +242,9 @@ impl Error {
     /// descriptor left, a device error; anything else (a closed channel, a refused
     /// connection) means a component is unavailable.
     pub fn io(e: &std::io::Error, message: impl Into<String>) -> Error {
+        if let Some(ours) = Error::carried(e) {
+            return ours;
+        }
         match e.raw_os_error() {
             Some(libc::ENOSPC | libc::EDQUOT) => {
                 Error::new(ErrorKind::DiskFull, message).with_hint("Check free disk space.")
@@ -254,15 +260,36 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Weir's own error, where `e` (or an error it came from) carries one: a library's I/O
+    /// error of a writer Weir gave it (a temporary file past its budget).
+    pub fn carried(e: &(dyn std::error::Error + 'static)) -> Option<Error> {
+        let mut next = Some(e);
+        while let Some(e) = next {
+            let io = e
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref());
+            if let Some(ours) = io.and_then(|inner| inner.downcast_ref::<Error>()) {
+                return Some(ours.clone());
+            }
+            next = e.source();
+        }
+        None
+    }
+}
+
 impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
-        from_datafusion(e)
+        match Error::carried(&e) {
+            Some(ours) => ours,
+            None => from_datafusion(e),
+        }
     }
 }
 
 impl From<datafusion::arrow::error::ArrowError> for Error {
     fn from(e: datafusion::arrow::error::ArrowError) -> Self {
-        from_arrow(&e)
+        Error::carried(&e).unwrap_or_else(|| from_arrow(&e))
     }
 }
 

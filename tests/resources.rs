@@ -455,3 +455,90 @@ async fn a_roles_statement_mem_only_a_superuser_raises() {
     let app = common::connect_as(&server, "app", "pw").await.unwrap();
     assert_eq!(outcome(&app, "SET statement_mem = '32MB'").await, "ok");
 }
+
+/// Statements' temporary files share `temp_disk_limit`: a sort past its memory spills within
+/// it and answers, holding its files while its cursor is open and giving them back when it
+/// closes; a sort, an `INSERT ... SELECT` and a COPY whose files would pass it fail with 53400,
+/// leave nothing behind (no row, no file) and the server answers the next statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temporary_files_stay_within_temp_disk_limit() {
+    const TEMP_LIMIT: u64 = 48 << 20;
+    let server = common::TestServer::start_with(|c| {
+        c.memory_limit = Some(64 << 20);
+        c.temp_disk_limit = Some(TEMP_LIMIT);
+    })
+    .await;
+    let client = server.connect().await;
+    let temp = || server.db.memory().temp_disk_bytes;
+    let files = || {
+        std::fs::read_dir(server.dir.path().join("spool"))
+            .unwrap()
+            .count()
+    };
+    let sort = |rows: u64| {
+        format!(
+            "DECLARE c CURSOR FOR SELECT g, md5(g::text) AS h FROM generate_series(1, {rows}) \
+             AS t(g) ORDER BY h"
+        )
+    };
+    // 600,000 rows of 32-character text do not fit the statements' 32 MiB: they spill.
+    client.batch_execute("BEGIN").await.unwrap();
+    client.batch_execute(&sort(600_000)).await.unwrap();
+    let first = common::text_rows(&client, "FETCH 1 FROM c").await;
+    assert_eq!(first, ["5329 00003e3b9e5336685200ae85d21b4f5e"]);
+    let spilled = temp();
+    assert!(
+        spilled > 0 && spilled <= TEMP_LIMIT && files() > 0,
+        "{spilled} bytes in {} files",
+        files()
+    );
+    client.batch_execute("CLOSE c; COMMIT").await.unwrap();
+    for _ in 0..100 {
+        if temp() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!((temp(), files()), (0, 0), "a closed cursor's files go");
+
+    let refused = "53400 temporary file size exceeds temp_disk_limit (48MB)";
+    let too_many = format!("BEGIN; {}; FETCH 1 FROM c", sort(3_000_000));
+    assert_eq!(outcome(&client, &too_many).await, refused);
+    client.batch_execute("ROLLBACK").await.unwrap();
+    client
+        .batch_execute("CREATE TABLE w (id bigint PRIMARY KEY, v text)")
+        .await
+        .unwrap();
+    let insert = "INSERT INTO w SELECT g, repeat('y', 200) FROM generate_series(1, 400000) AS t(g)";
+    assert_eq!(outcome(&client, insert).await, refused);
+    let text: String = (1..=400_000)
+        .map(|i| format!("{i}\t{}\n", "y".repeat(200)))
+        .collect();
+    let copied = async {
+        let sink = client
+            .copy_in::<_, bytes::Bytes>("COPY w FROM STDIN")
+            .await?;
+        futures::pin_mut!(sink);
+        for part in text.as_bytes().chunks(1 << 20) {
+            futures::SinkExt::send(&mut sink, bytes::Bytes::copy_from_slice(part)).await?;
+        }
+        sink.finish().await
+    };
+    let e = copied.await.unwrap_err();
+    let db = e
+        .as_db_error()
+        .map(|d| format!("{} {}", d.code().code(), d.message()));
+    assert_eq!(db.as_deref(), Some(refused), "{e}");
+    assert_eq!(
+        common::text_rows(&client, "SELECT count(*) FROM w").await,
+        ["0"]
+    );
+    assert_eq!((temp(), files()), (0, 0), "a refused statement's files go");
+    // Within the limit, the same INSERT is applied.
+    let fits = "INSERT INTO w SELECT g, repeat('y', 200) FROM generate_series(1, 150000) AS t(g)";
+    assert_eq!(outcome(&client, fits).await, "ok");
+    assert_eq!(
+        common::text_rows(&client, "SELECT count(*) FROM w").await,
+        ["150000"]
+    );
+}

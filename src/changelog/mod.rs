@@ -23,9 +23,11 @@ use crate::stream::StreamChunk;
 
 mod commits;
 mod spool;
+mod temp;
 
 pub use self::commits::{committed_blocks, redo, CatalogPart, Committed};
 pub use self::spool::{Gather, Rows, Spool};
+pub use self::temp::{Spills, TempDisk};
 
 /// The encoding of a log's records, as the catalog records it (`catalog::Catalog`): a reader
 /// refuses a data directory whose logs may hold a newer one. A change to the record layout

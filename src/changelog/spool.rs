@@ -1,12 +1,12 @@
 //! A statement's rows as they are computed or received, before they are checked and logged:
 //! in memory while they are few, in a file of the data directory's spool once they pass
 //! `MEMORY_BYTES` or `PART_ROWS` (`docs/design/0023-large-writes.md`). A spooled statement becomes a group
-//! of records in its table's log, so that only the disk bounds how much one statement writes.
+//! of records in its table's log, so that only the disk budget of statements' temporary files
+//! (`TempDisk`) bounds how much one statement writes.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
@@ -15,6 +15,7 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
 
+use super::temp::{Charged, TempDisk, TempFile};
 use crate::error::{Error, Result};
 
 /// Arrow memory a statement's rows may take before they go to the spool: about a part (a
@@ -77,26 +78,21 @@ impl Rows {
     }
 }
 
-/// Rows written to a file of the spool directory, which goes when this does.
+/// Rows written to a temporary file, which goes when this does.
 pub struct Spool {
-    path: PathBuf,
+    file: TempFile,
     schema: SchemaRef,
     rows: usize,
-}
-
-impl Drop for Spool {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
 }
 
 impl Spool {
     /// The spooled rows in parts, read back one at a time.
     fn parts(&self) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>> + Send + '_>> {
-        let file = File::open(&self.path).map_err(|e| {
+        let path = self.file.path();
+        let file = File::open(path).map_err(|e| {
             Error::io(
                 &e,
-                format!("could not read spool file {}: {e}", self.path.display()),
+                format!("could not read spool file {}: {e}", path.display()),
             )
         })?;
         let reader = StreamReader::try_new(BufReader::with_capacity(1 << 20, file), None)?;
@@ -155,41 +151,28 @@ impl Parts {
     }
 }
 
-/// Spool files are told apart by a number of the process.
-static SPOOLS: AtomicU64 = AtomicU64::new(0);
-
 /// The rows of one statement as they come (`push`), in memory until they pass
 /// `MEMORY_BYTES` or `PART_ROWS`, then in a spool file.
 pub struct Gather {
     schema: SchemaRef,
-    dir: PathBuf,
+    disk: Arc<TempDisk>,
     batches: Vec<RecordBatch>,
     bytes: usize,
     rows: usize,
-    file: Option<(Spool, StreamWriter<BufWriter<File>>)>,
+    file: Option<(Spool, StreamWriter<BufWriter<Charged>>)>,
 }
 
 impl Gather {
-    /// Gathers rows of `schema`, spooling them into `dir` when they are many.
-    pub fn new(schema: SchemaRef, dir: &Path) -> Gather {
+    /// Gathers rows of `schema`, spooling them into a file of `disk` when they are many.
+    pub fn new(schema: SchemaRef, disk: &Arc<TempDisk>) -> Gather {
         Gather {
             schema,
-            dir: dir.to_path_buf(),
+            disk: disk.clone(),
             batches: Vec::new(),
             bytes: 0,
             rows: 0,
             file: None,
         }
-    }
-
-    /// Deletes whatever files a previous run left in `dir` (a crash while statements were
-    /// gathered), and creates it.
-    pub fn clear(dir: &Path) -> Result<()> {
-        if dir.exists() {
-            std::fs::remove_dir_all(dir)?;
-        }
-        std::fs::create_dir_all(dir)?;
-        Ok(())
     }
 
     pub fn push(&mut self, batch: RecordBatch) -> Result<()> {
@@ -212,21 +195,16 @@ impl Gather {
         Ok(())
     }
 
-    fn create(&self) -> Result<(Spool, StreamWriter<BufWriter<File>>)> {
-        let n = SPOOLS.fetch_add(1, Ordering::Relaxed);
-        let path = self.dir.join(format!("{n}.arrows"));
+    fn create(&self) -> Result<(Spool, StreamWriter<BufWriter<Charged>>)> {
+        let file = self.disk.create("arrows")?;
+        let writer = file.writer()?;
         let spool = Spool {
-            path,
+            file,
             schema: self.schema.clone(),
             rows: 0,
         };
-        let file = crate::blocking(|| File::create(&spool.path)).map_err(|e| {
-            Error::io(
-                &e,
-                format!("could not create spool file {}: {e}", spool.path.display()),
-            )
-        })?;
-        let writer = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, file), &self.schema)?;
+        let writer = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, writer), &self.schema)
+            .map_err(|e| spool_error(&spool, e))?;
         Ok((spool, writer))
     }
 
@@ -247,14 +225,20 @@ impl Gather {
 /// Appends `batch` to a spool file, off the async workers.
 fn write(
     spool: &Spool,
-    writer: &mut StreamWriter<BufWriter<File>>,
+    writer: &mut StreamWriter<BufWriter<Charged>>,
     batch: &RecordBatch,
 ) -> Result<()> {
     crate::blocking(|| writer.write(batch)).map_err(|e| spool_error(spool, e))
 }
 
 fn spool_error(spool: &Spool, e: ArrowError) -> Error {
-    let message = format!("could not write spool file {}: {e}", spool.path.display());
+    if let Some(ours) = Error::carried(&e) {
+        return ours;
+    }
+    let message = format!(
+        "could not write spool file {}: {e}",
+        spool.file.path().display()
+    );
     match &e {
         ArrowError::IoError(_, io) => Error::io(io, message),
         _ => Error::internal(message),
@@ -279,14 +263,15 @@ mod tests {
     #[test]
     fn rows_past_the_memory_bound_go_to_a_file_and_come_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
+        let disk = TempDisk::new(dir.path(), u64::MAX).unwrap();
         let schema: SchemaRef = Arc::new(Schema::new(vec![
             Field::new("a", DataType::Int64, false),
             Field::new("b", DataType::Utf8, false),
         ]));
-        let mut few = Gather::new(schema.clone(), dir.path());
+        let mut few = Gather::new(schema.clone(), &disk);
         few.push(batch(&schema, 0, 10)).unwrap();
         assert!(matches!(few.finish().unwrap(), Rows::Memory(b) if b.num_rows() == 10));
-        let mut many = Gather::new(schema.clone(), dir.path());
+        let mut many = Gather::new(schema.clone(), &disk);
         let total = 400_000;
         for from in (0..total).step_by(8192) {
             many.push(batch(&schema, from, 8192.min(total - from)))
@@ -314,11 +299,13 @@ mod tests {
         }
         assert_eq!((next, parts > 1), (total, true));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert!(disk.used() > 0);
         drop(rows);
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),
             0,
             "the spool goes with its rows"
         );
+        assert_eq!(disk.used(), 0);
     }
 }

@@ -169,8 +169,10 @@ pub struct Database {
     checkpoints: std::sync::OnceLock<CheckpointClient>,
     /// The recoveries recorded in the data directory, this start's last.
     recoveries: Mutex<Vec<restore::Recovery>>,
-    /// The memory pool and spill directory of batch queries.
+    /// The memory pool and spill files of batch queries.
     query_runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    /// Statements' temporary files (spills, spooled rows) and their disk budget.
+    temp: Arc<crate::table::TempDisk>,
     /// The threads batch plans run on, off the server's async workers.
     executor: crate::sql::Executor,
     /// The threads the dataflow's actors run on (`actors` hands them out), owned here so that
@@ -199,13 +201,35 @@ pub struct Memory {
     pub statements_bytes: u64,
     /// Batch plans running, open cursors included.
     pub statements_running: u64,
+    /// What statements' temporary files take of the disk, and may take (`temp_disk_limit`).
+    pub temp_disk_bytes: u64,
+    pub temp_disk_limit_bytes: u64,
 }
 
 /// The directory of the sources' ledgers, in the data directory.
 const SOURCES_DIR: &str = "sources";
 
-/// The data directory's subdirectory of statements' spooled rows (`spool_dir`).
+/// The data directory's subdirectory of statements' temporary files (`TempDisk`) and large
+/// writes' scratch stores.
 const SPOOL_DIR: &str = "spool";
+
+/// Statements' temporary files, under `<data_dir>/spool` within `temp_disk_limit`. Those of an
+/// earlier run are of no use.
+fn temp_disk(config: &Config) -> Result<Arc<crate::table::TempDisk>> {
+    let dir = config.data_dir.join(SPOOL_DIR);
+    // (Versions before temp_disk_limit spilled to a directory of their own.)
+    for old in [dir.clone(), config.data_dir.join("spill")] {
+        if old.exists() {
+            std::fs::remove_dir_all(&old)?;
+        }
+    }
+    let limit = config.temp_disk_limit_bytes()?;
+    tracing::info!(
+        "statements' temporary files may take {} of disk (temp_disk_limit)",
+        crate::sql::memory_text(limit)
+    );
+    crate::table::TempDisk::new(&dir, limit)
+}
 
 /// See [`Database::closed`].
 #[derive(Debug, Clone)]
@@ -260,11 +284,8 @@ impl Database {
             Duration::from_millis(config.barrier_interval_ms.max(1)),
             config.clock.clone(),
         );
-        // Spill and spool files of an earlier run are of no use.
-        let spill_dir = config.data_dir.join("spill");
-        crate::table::Gather::clear(&spill_dir)?;
-        crate::table::Gather::clear(&config.data_dir.join(SPOOL_DIR))?;
-        let query_runtime = crate::sql::query_runtime(config.memory_limit_bytes() / 2, spill_dir)?;
+        let temp = temp_disk(&config)?;
+        let query_runtime = crate::sql::query_runtime(config.memory_limit_bytes() / 2, &temp)?;
         let dataflow = Dataflow::start()?;
         let executor = crate::sql::Executor::start(
             statement_threads_max(&config),
@@ -272,6 +293,7 @@ impl Database {
         )?;
         let db = Arc::new(Database {
             query_runtime,
+            temp,
             executor,
             actors: ActorContext {
                 runtime: dataflow.handle(),
@@ -395,6 +417,8 @@ impl Database {
             statements_limit_bytes: share,
             statements_bytes: pool.reserved() as u64,
             statements_running: self.executor.running() as u64,
+            temp_disk_bytes: self.temp.used(),
+            temp_disk_limit_bytes: self.temp.limit(),
         }
     }
 
@@ -455,16 +479,17 @@ impl Database {
         });
     }
 
-    /// Where statements' rows go when they are too many for memory (`changelog::Gather`).
-    pub fn spool_dir(&self) -> PathBuf {
-        self.config.data_dir.join(SPOOL_DIR)
+    /// Where statements' rows go when they are too many for memory (`changelog::Gather`), and
+    /// what batch queries spill.
+    pub fn temp_disk(&self) -> &Arc<crate::table::TempDisk> {
+        &self.temp
     }
 
     /// A new path in the spool directory for a statement's scratch store (`state::Scratch`).
     fn scratch_path(&self) -> PathBuf {
         static SCRATCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = SCRATCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.spool_dir().join(format!("{n}.keys"))
+        self.temp.dir().join(format!("{n}.keys"))
     }
 
     pub async fn flush(&self) -> Result<Output> {

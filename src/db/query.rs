@@ -223,8 +223,8 @@ impl Database {
         // The statement's rows are gathered before they are written, and whatever read the
         // latest rows is gone by then.
         let ctx = self.statement_context(settings, latest, scope)?;
-        let spool = self.spool_dir();
-        let rows = dml::rows(&ctx, &self.executor, statement, params, (&schema, &spool)).await?;
+        let temp = &self.temp;
+        let rows = dml::rows(&ctx, &self.executor, statement, params, (&schema, temp)).await?;
         Ok((w, rows))
     }
 

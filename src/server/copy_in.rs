@@ -10,7 +10,6 @@
 //! statement, spooled to disk when they are many, as an INSERT's are (`table::Gather`).
 
 use std::fmt::Debug;
-use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -35,7 +34,7 @@ use super::handler::to_pgwire;
 use crate::db::{CopyFrom, Output};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{BlockState, Session};
-use crate::table::Gather;
+use crate::table::{Gather, TempDisk};
 use crate::types::SqlType;
 
 /// Rows read before their values are cast to the columns' types together.
@@ -81,8 +80,8 @@ struct Rows {
 
 impl CopyIn {
     /// A COPY into `from`, of lines of at most `line_max` bytes, spooling its rows into
-    /// `spool` when they are many.
-    pub fn new(from: CopyFrom, line_max: usize, spool: &Path) -> CopyIn {
+    /// a temporary file of `temp` when they are many.
+    pub fn new(from: CopyFrom, line_max: usize, temp: &Arc<TempDisk>) -> CopyIn {
         let given = from.columns.len();
         let header = from.format.header || from.format.binary;
         let columns = &from.table.columns;
@@ -104,7 +103,7 @@ impl CopyIn {
                 values: vec![Vec::new(); given],
                 lines: Vec::new(),
             },
-            gathered: Gather::new(from.table.schema(), spool),
+            gathered: Gather::new(from.table.schema(), temp),
             scratch: Vec::new(),
             fields: Vec::new(),
             from,
@@ -670,7 +669,7 @@ mod tests {
                 format,
             },
             1 << 20,
-            &std::env::temp_dir(),
+            &TempDisk::new(&std::env::temp_dir(), u64::MAX).unwrap(),
         )
     }
 

@@ -49,6 +49,7 @@ pub fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::UndefinedDatabase => "3D000",
         ErrorKind::ProtocolViolation => "08P01",
         ErrorKind::OutOfMemory => "53200",
+        ErrorKind::ConfigurationLimitExceeded => "53400",
         ErrorKind::DiskFull => "53100",
         ErrorKind::InsufficientResources => "53000",
         ErrorKind::IoError => "58030",

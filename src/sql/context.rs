@@ -13,7 +13,7 @@ use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::TableProvider;
 use datafusion::error::DataFusionError;
-use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::disk_manager::DiskManagerBuilder;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SessionStateBuilder;
@@ -125,9 +125,12 @@ impl PhysicalOptimizerRule for YieldingJoins {
     }
 }
 
-/// What batch queries run in: a memory pool of `bytes` shared by every query, and a directory
-/// that operators spill to when they would go past it.
-pub fn query_runtime(bytes: u64, spill_dir: std::path::PathBuf) -> Result<Arc<RuntimeEnv>> {
+/// What batch queries run in: a memory pool of `bytes` shared by every query, and the
+/// temporary files (`temp`) that operators spill to when they would go past it.
+pub fn query_runtime(
+    bytes: u64,
+    temp: &Arc<crate::changelog::TempDisk>,
+) -> Result<Arc<RuntimeEnv>> {
     let pool = TrackConsumersPool::new(
         GreedyMemoryPool::new(usize::try_from(bytes).unwrap_or(usize::MAX)),
         std::num::NonZeroUsize::MIN.saturating_add(2),
@@ -135,7 +138,8 @@ pub fn query_runtime(bytes: u64, spill_dir: std::path::PathBuf) -> Result<Arc<Ru
     Ok(RuntimeEnvBuilder::new()
         .with_memory_pool(Arc::new(pool))
         .with_disk_manager_builder(
-            DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![spill_dir])),
+            DiskManagerBuilder::default()
+                .with_temp_file_factory(Arc::new(crate::changelog::Spills(temp.clone()))),
         )
         .build_arc()?)
 }

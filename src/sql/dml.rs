@@ -3,7 +3,7 @@
 //! table's types (spooled to disk when they are many: `changelog::Gather`). The database
 //! locks the tables, builds the context and writes the rows.
 
-use std::path::Path;
+use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -14,7 +14,7 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 
-use crate::changelog::{Gather, Rows};
+use crate::changelog::{Gather, Rows, TempDisk};
 use crate::error::{Error, Result};
 
 /// A DML statement's command tag, and the rows it deletes and inserts.
@@ -28,13 +28,13 @@ pub fn reads(statement: &ast::Statement) -> bool {
 
 /// Plans and runs a DML statement's input over `ctx` (whose tables the statement reads
 /// at their latest rows): its command tag, and the rows it deletes and inserts in `schema`,
-/// spooled into `spool` when they are many.
+/// spooled into a temporary file of `temp` when they are many.
 pub async fn rows(
     ctx: &SessionContext,
     executor: &super::Executor,
     statement: &ast::Statement,
     params: Option<&ParamValues>,
-    (schema, spool): (&SchemaRef, &Path),
+    (schema, temp): (&SchemaRef, &Arc<TempDisk>),
 ) -> Result<DmlRows> {
     let state = ctx.state();
     // The statement's query is read as a batch query is (`FROM generate_series(...) s` names
@@ -53,7 +53,7 @@ pub async fn rows(
         return Err(Error::internal("DML statement did not plan as DML"));
     };
     let width = schema.fields().len();
-    let gather = || Gather::new(schema.clone(), spool);
+    let gather = || Gather::new(schema.clone(), temp);
     let (tag, deleted, inserted) = match &dml.op {
         WriteOp::Insert(InsertOp::Append) => {
             let mut rows = [(gather(), 0)];

@@ -34,7 +34,7 @@ use crate::types::SqlType;
 
 use self::block::{affected, Pending};
 pub use self::block::{commit, Block, Transactions};
-pub use crate::changelog::{CatalogPart, Gather, Records, Rows};
+pub use crate::changelog::{CatalogPart, Gather, Records, Rows, TempDisk};
 
 /// Where a table restored from a checkpoint stands: how many records of its log its restored
 /// state holds, and its watermark then.
