@@ -2,7 +2,8 @@
 //!
 //! Runs the `weir` binary as a child process with checkpoints every few hundred milliseconds,
 //! two writers changing two tables, a third sending transaction blocks over both (`blocks`:
-//! committed, rolled back, cut off by the kill), and views over them; kills the server again and again,
+//! committed, rolled back, cut off by the kill), a fourth sending statements too large to
+//! hold in memory (`large`), and views over them; kills the server again and again,
 //! alternately with `SIGKILL` at a random moment and by arming one failpoint
 //! (`WEIR_FAILPOINTS`, debug builds) of the checkpoint, table and recovery paths, so that the
 //! process aborts exactly there, or one I/O error of the change log (a full disk, a failed
@@ -28,72 +29,24 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 use weir::rng::Rng;
 
+mod armed;
 mod blocks;
+mod large;
 mod model;
 mod server;
 mod sinks;
 mod upstreams;
 mod verify;
 
+use self::armed::Armed;
 use self::blocks::{transact_until_failure, Blocks, InDoubt};
+use self::large::Large;
 use self::model::{Model, Statement};
 use self::server::{print_log_tail, Death, Launcher, Server};
 use self::sinks::Sinks;
 use self::upstreams::Upstreams;
 use self::verify::{check, resolve};
 use crate::replay::{connect, describe, exec, rows};
-
-/// The failpoints armed in turn, every other kill.
-const FAILPOINTS: &[&str] = &[
-    "checkpoint.before_upload",
-    "checkpoint.between_uploads",
-    "checkpoint.before_manifest",
-    "checkpoint.after_manifest",
-    "checkpoint.during_expiry",
-    "table.after_append",
-    "table.log_truncated",
-    // A block over both tables: after its commit point, and between its two tables' appends.
-    "table.after_commit_point",
-    "table.commit_appended",
-    "recovery.during_download",
-    "recovery.before_swap",
-    "recovery.between_renames",
-    "recovery.after_swap",
-    // I/O errors, injected rather than fatal: the writers' statements that meet them are
-    // refused (53100, 53000, 58030) and must leave nothing behind, before a kill at random.
-    "changelog.write:enospc",
-    "changelog.sync:eio",
-    "changelog.sync:emfile",
-    "changelog.write:enospc+cut_back",
-    // The state store's writes (a RocksDB flush or write on a full disk): every actor stops,
-    // tables refuse writes (53100) until the restart.
-    "state.write:enospc",
-    // Checkpoint uploads: the checkpoint fails, nothing else does.
-    "checkpoint.put:eio",
-    // Catalog saves: the round's DDL is refused (53100) and leaves nothing behind.
-    "catalog.save:enospc",
-    // Sinks: after a delivery's writes, before the target's commit (the checkpoint's manifest
-    // is durable by then); after the Kafka messages, before the marker (sent again); after a
-    // file delivery's commit record, and after its files' renames (finished at start).
-    "sink.postgres.before_commit",
-    "sink.kafka.before_marker",
-    "sink.file.before_publish",
-    "sink.file.before_marker",
-];
-
-/// The `WEIR_FAILPOINTS` value that injects the I/O error named `fault` (an entry of
-/// `FAILPOINTS` with a `:`) from its `at`-th hit on, for a few hits.
-fn io_fault_spec(fault: &str, at: u64) -> String {
-    let (point, kind) = fault.split_once(':').unwrap_or((fault, "eio"));
-    let until = at + 3;
-    match kind.split_once('+') {
-        // A failed write whose cut-back fails too: the next append cuts back first.
-        Some((kind, "cut_back")) => {
-            format!("{point}@{at}..{until}:{kind},changelog.cut_back@1:eio")
-        }
-        _ => format!("{point}@{at}..{until}:{kind}"),
-    }
-}
 
 /// Whether a statement Weir refused met an injected I/O error (and so was not applied).
 fn io_refusal(code: &str) -> bool {
@@ -103,6 +56,7 @@ fn io_refusal(code: &str) -> bool {
 const SCHEMA: &[&str] = &[
     "CREATE TABLE t1 (id bigint PRIMARY KEY, g int NOT NULL, v bigint, n numeric(12,2), s text)",
     "CREATE TABLE t2 (id bigint, k bigint, w bigint)",
+    large::SCHEMA,
 ];
 
 /// The views created at the start: (name, query).
@@ -135,6 +89,7 @@ const VIEWS: &[(&str, &str)] = &[
         "SELECT sum(c) AS c, max(mx) AS mx FROM v_groups",
     ),
     ("v_filter", "SELECT id, k, w FROM t2 WHERE w % 3 = 0"),
+    large::VIEW,
 ];
 
 /// Views created (and later dropped) between kills, so that restarts meet views created and
@@ -198,6 +153,9 @@ struct Tally {
     blocks_rolled_back: u64,
     blocks_in_doubt_applied: u64,
     blocks_in_doubt_not_applied: u64,
+    large_acknowledged: u64,
+    large_in_doubt_applied: u64,
+    large_in_doubt_not_applied: u64,
     checks: u64,
     /// Transactions and messages written to the upstreams.
     upstream_changes: u64,
@@ -249,7 +207,8 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
     println!(
         "crash: {} kills in {:.0} s ({} at random, at failpoints: {}; {} armed but not reached), \
          {} statements acknowledged, in doubt: {} applied, {} not; transaction blocks: {} \
-         committed, {} rolled back, in doubt: {} applied, {} not; {} checks of every view, sink target and \
+         committed, {} rolled back, in doubt: {} applied, {} not; large statements: {} \
+         acknowledged, in doubt: {} applied, {} not; {} checks of every view, sink target and \
          table against PostgreSQL; {} changes to the CDC and Kafka upstreams; I/O errors \
          injected in {} rounds ({}), {} statements refused for them",
         tally.kills_random + tally.fired.values().sum::<u64>(),
@@ -268,6 +227,9 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
         tally.blocks_rolled_back,
         tally.blocks_in_doubt_applied,
         tally.blocks_in_doubt_not_applied,
+        tally.large_acknowledged,
+        tally.large_in_doubt_applied,
+        tally.large_in_doubt_not_applied,
         tally.checks,
         tally.upstream_changes,
         tally.injected.values().sum::<u64>(),
@@ -295,53 +257,15 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
     }
 }
 
-/// What one round arms before the server starts: a failpoint, or an I/O fault of the change
-/// log, catalog or state store, and the `WEIR_FAILPOINTS` spec that arms it.
-struct Armed {
-    failpoint: Option<&'static str>,
-    io_fault: Option<&'static str>,
-    spec: Option<String>,
-}
-
-impl Armed {
-    /// Every other round arms the next failpoint, at one of its first few hits.
-    fn for_round(round: u64, rng: &mut Rng) -> Armed {
-        let armed = (round % 2 == 1).then(|| FAILPOINTS[(round as usize / 2) % FAILPOINTS.len()]);
-        let io_fault = armed.filter(|name| name.contains(':'));
-        let failpoint = armed.filter(|name| !name.contains(':'));
-        let spec = match (failpoint, io_fault) {
-            // A catalog is saved only by DDL: from its first save on.
-            (_, Some(fault)) if fault.starts_with("catalog.") => Some(io_fault_spec(fault, 1)),
-            (_, Some(fault)) => Some(io_fault_spec(fault, 1 + rng.below(20))),
-            (Some(name), None) => {
-                let at = if name.starts_with("recovery.") {
-                    1
-                } else {
-                    1 + rng.below(3)
-                };
-                Some(format!("{name}@{at}"))
-            }
-            (None, None) => None,
-        };
-        Armed {
-            failpoint,
-            io_fault,
-            spec,
-        }
-    }
-
-    /// The failpoint armed for after the start (recovery's fire during it).
-    fn after_start(&self) -> Option<&'static str> {
-        self.failpoint.filter(|n| !n.starts_with("recovery."))
-    }
-}
-
 /// What a run carries from round to round.
 struct Run {
     models: Vec<Model>,
     /// The block writer, between rounds.
     blocks: Option<Blocks>,
     blocks_in_doubt: Vec<InDoubt>,
+    /// The large writer, between rounds.
+    large: Option<Large>,
+    large_in_doubt: Option<large::Statement>,
     /// The views compared with PostgreSQL after every restart.
     views: Vec<String>,
     /// Views created by a round, dropped by a later one.
@@ -394,6 +318,8 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         ],
         blocks: Some(Blocks::new(args.seed.wrapping_mul(31) + 3)),
         blocks_in_doubt: Vec::new(),
+        large: Some(Large::new(args.seed.wrapping_mul(31) + 4)),
+        large_in_doubt: None,
         views: VIEWS.iter().map(|(n, _)| n.to_string()).collect(),
         later: Vec::new(),
         in_doubt: Vec::new(),
@@ -601,6 +527,12 @@ async fn write_until_death(
         let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
         tokio::spawn(transact_until_failure(weir, pg, blocks, foreign_ids))
     };
+    let large = run.large.take().ok_or("the large writer is missing")?;
+    let large = {
+        let pg = connect(pg_conn).await?;
+        let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
+        tokio::spawn(large::write_until_failure(weir, pg, large))
+    };
     let upstream = run.upstreams.write(pg_conn).await?;
     let wait = match armed.after_start() {
         Some(_) => Duration::from_secs(10),
@@ -634,6 +566,12 @@ async fn write_until_death(
     tally.blocks_rolled_back += outcome.rolled_back;
     tally.refused += outcome.refused;
     run.blocks_in_doubt.extend(outcome.in_doubt);
+    let (large, outcome) = large.await.map_err(|e| format!("large writer: {e}"))?;
+    run.large = Some(large);
+    let outcome = outcome?;
+    tally.large_acknowledged += outcome.acknowledged;
+    tally.refused += outcome.refused;
+    run.large_in_doubt = outcome.in_doubt;
     run.models.sort_by_key(|m| m.table);
     Ok(())
 }

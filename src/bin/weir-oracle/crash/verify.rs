@@ -44,6 +44,15 @@ pub(super) async fn resolve(
         }
         run.blocks_in_doubt.remove(0);
     }
+    if let Some(statement) = &run.large_in_doubt {
+        let large = run.large.as_mut().ok_or("the large writer is missing")?;
+        if super::large::resolve(weir, pg, large, statement).await? {
+            tally.large_in_doubt_applied += 1;
+        } else {
+            tally.large_in_doubt_not_applied += 1;
+        }
+        run.large_in_doubt = None;
+    }
     Ok(())
 }
 
