@@ -391,6 +391,21 @@ fn metrics(db: &Database) -> String {
         help,
         m.temp_disk_limit_bytes,
     );
+    let help = "Operators' caches of their state (aggregations' groups), estimated.";
+    gauge(
+        &mut out,
+        "weir_operator_cache_bytes",
+        help,
+        m.operator_cache_bytes,
+    );
+    let help = "What operators' caches may hold together (an eighth of memory_limit); past it \
+                each empties its own at its next barrier.";
+    gauge(
+        &mut out,
+        "weir_operator_cache_limit_bytes",
+        help,
+        m.operator_cache_limit_bytes,
+    );
     if let Some((rss, peak)) = crate::metrics::resident_bytes() {
         let help = "The process's resident memory (VmRSS).";
         gauge(&mut out, "weir_resident_memory_bytes", help, rss);

@@ -169,6 +169,8 @@ async fn runaway_statements_stay_within_their_share_and_others_are_answered() {
         "weir_statement_memory_bytes 0".to_string(),
         format!("weir_statement_memory_limit_bytes {}", LIMIT_BYTES / 2),
         "weir_statements_running 0".to_string(),
+        format!("weir_operator_cache_limit_bytes {}", LIMIT_BYTES / 8),
+        "weir_temp_disk_bytes 0".to_string(),
     ];
     let mut missing = Vec::new();
     for _ in 0..100 {
@@ -185,7 +187,13 @@ async fn runaway_statements_stay_within_their_share_and_others_are_answered() {
     failures.extend(missing.iter().map(|m| format!("/metrics lacks {m}")));
     // Beside them, what RocksDB holds in memory.
     let (_, metrics) = common::http(admin, "GET /metrics").await;
-    for series in ["weir_state_memtable_bytes", "weir_state_block_cache_bytes"] {
+    let series = [
+        "weir_state_memtable_bytes",
+        "weir_state_block_cache_bytes",
+        "weir_operator_cache_bytes",
+        "weir_temp_disk_limit_bytes",
+    ];
+    for series in series {
         let value = (metrics.lines()).find_map(|l| {
             l.strip_prefix(series)?
                 .strip_prefix(' ')?

@@ -195,6 +195,10 @@ pub struct Memory {
     pub state_memtable_bytes: u64,
     /// Blocks of state files in RocksDB's block cache.
     pub state_block_cache_bytes: u64,
+    /// Operators' caches of their state (aggregations' groups), and the most they should
+    /// hold together (an eighth of `memory_limit`).
+    pub operator_cache_bytes: u64,
+    pub operator_cache_limit_bytes: u64,
     /// What batch statements may reserve together: half of `memory_limit`.
     pub statements_limit_bytes: u64,
     /// What they have reserved now.
@@ -410,7 +414,10 @@ impl Database {
             _ => 0,
         };
         let (memtables, block_cache) = self.store.memory();
+        let (caches, caches_max) = self.store.caches_memory();
         Memory {
+            operator_cache_bytes: caches,
+            operator_cache_limit_bytes: caches_max,
             state_memtable_bytes: memtables,
             state_block_cache_bytes: block_cache,
             limit_bytes: self.config.memory_limit_bytes(),

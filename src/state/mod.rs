@@ -10,6 +10,7 @@
 //! of the epochs up to e. The RocksDB WAL is off: durability comes from the table change logs
 //! (and, later, from checkpoints), never from RocksDB's own log.
 
+mod caches;
 mod scratch;
 mod table;
 
@@ -23,6 +24,8 @@ use rocksdb::{
 };
 use tokio::sync::watch;
 
+pub use caches::CacheShare;
+use caches::Caches;
 pub use scratch::Scratch;
 pub use table::StateTable;
 
@@ -91,6 +94,9 @@ pub struct StateStore {
     delta_bytes_max: AtomicUsize,
     /// RocksDB's cache of blocks read.
     block_cache: rocksdb::Cache,
+    /// What operators' caches of their state hold together (`CacheShare`), and the most they
+    /// should.
+    caches: Arc<Caches>,
 }
 
 /// The encoding of what the state store holds below the operators' own layouts (which
@@ -232,6 +238,7 @@ impl StateStore {
             keep_changes: AtomicBool::new(true),
             delta_bytes_max: AtomicUsize::new(DELTA_BYTES_MAX),
             block_cache,
+            caches: Caches::new(),
         }))
     }
 
@@ -435,8 +442,10 @@ impl StateStore {
     /// Sizes RocksDB's memory to the server's memory limit: write buffers (memtables) of a
     /// sixteenth of it, between 4 and 64 MiB (RocksDB's default), at most two of them; a
     /// block cache of a sixteenth, at most `BLOCK_CACHE_BYTES`; and the writes kept for a
-    /// delta checkpoint to an eighth of it, at most `DELTA_BYTES_MAX`.
+    /// delta checkpoint to an eighth of it, at most `DELTA_BYTES_MAX`; operators' caches of
+    /// state to another eighth.
     pub fn limit_memory(&self, memory_limit: u64) -> Result<()> {
+        self.caches.max.store(memory_limit / 8, Ordering::Relaxed);
         let part = |divisor: u64, max: usize| {
             usize::try_from(memory_limit / divisor).map_or(max, |b| b.min(max))
         };

@@ -36,7 +36,7 @@ use datafusion::physical_plan::PhysicalExpr;
 use self::accumulator::{Acc, Added, Values};
 use self::codec::{decode_i64, decode_state, encode_state, GroupState};
 use crate::error::{Error, ErrorKind, Result};
-use crate::state::{EpochWrites, StateStore, StateTable, TableId};
+use crate::state::{CacheShare, EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
@@ -48,9 +48,18 @@ use crate::stream::spec::{AggCall, AggKind, AggSpec};
 /// Group keys start with a 2-byte virtual node.
 const VNODE_BYTES: usize = 2;
 
-/// Past this many cached groups, the cache is emptied at the next barrier (state stays in
-/// RocksDB; the cache only saves reads).
-const CACHED_GROUPS_MAX: usize = 200_000;
+/// What a cached group takes besides its key: the map's entry, the state's fields and its
+/// emitted row's vector.
+const CACHED_GROUP_BYTES: u64 = 128;
+
+/// The memory a cached group is counted for (`CacheShare`): its key, its emitted row (about
+/// its key and its aggregates again) and its accumulators. Extremes of text are counted as
+/// their size in the accumulator only; the estimate is the same at load and at eviction, so
+/// what is counted is given back exactly.
+fn cached_bytes(key: &[u8], calls: usize) -> u64 {
+    let acc = std::mem::size_of::<Acc>() as u64 + 16;
+    CACHED_GROUP_BYTES + 2 * key.len() as u64 + calls as u64 * acc
+}
 
 /// Output rows of groups: the batch, each row's encoding, and the error of each row that has
 /// an aggregate out of range (NULL there).
@@ -102,7 +111,10 @@ pub struct HashAgg {
     values: StateTable,
     /// The input only inserts: MIN and MAX keep their extreme in the group's state.
     append_only: bool,
+    /// The groups' state read or changed, until its share of memory is over
+    /// (`cache_share`); state stays in RocksDB, the cache only saves reads.
     cache: HashMap<Vec<u8>, GroupState>,
+    cache_share: CacheShare,
     dirty: HashSet<Vec<u8>>,
     global: bool,
     /// Whether the single group of a global aggregate has been emitted yet.
@@ -164,6 +176,7 @@ impl HashAgg {
             output_codec: RowCodec::for_schema(&schema)?,
             value_codecs,
             groups: StateTable::new(store.clone(), groups_table),
+            cache_share: store.cache_share(),
             values: StateTable::new(store, values_table),
             append_only,
             cache: HashMap::new(),
@@ -195,14 +208,23 @@ impl HashAgg {
                 None => self.empty_state(),
             };
             self.cache.insert(key.to_vec(), state);
+            self.cache_share.grow(cached_bytes(key, self.calls.len()));
         }
         Ok(())
     }
 
-    /// Empties the group cache once it holds too many groups.
+    /// Drops a group from the cache.
+    fn uncache(&mut self, key: &[u8]) {
+        if self.cache.remove(key).is_some() {
+            self.cache_share.shrink(cached_bytes(key, self.calls.len()));
+        }
+    }
+
+    /// Empties the group cache when operators' caches hold more than their share of memory.
     fn trim_cache(&mut self) {
-        if self.cache.len() > CACHED_GROUPS_MAX {
+        if self.cache_share.over() {
             self.cache.clear();
+            self.cache_share.clear();
         }
     }
 
@@ -459,7 +481,7 @@ impl HashAgg {
                 }
                 set_failed(&self.errors, state, None);
                 self.groups.delete(key.clone());
-                self.cache.remove(key);
+                self.uncache(key);
             } else {
                 self.groups.put(key.clone(), encode_state(state));
             }
@@ -615,6 +637,35 @@ mod tests {
             self.epochs.end(&mut self.agg, &mut out).await;
             render_sorted(&out)
         }
+    }
+
+    /// Past operators' share of memory for caches (an eighth of the limit), the cache is
+    /// emptied at the barrier and what it counted given back; its groups' state comes back
+    /// from RocksDB when they change again.
+    #[tokio::test]
+    async fn the_cache_empties_past_its_share_and_groups_come_back_from_state() {
+        let mut h = harness(true);
+        let store = h.epochs.store.clone();
+        store.limit_memory(2 << 20).unwrap();
+        let many: Vec<String> = (0..1000).map(|g| format!("+ {g} {g}")).collect();
+        let out = h.epoch(&many.join("\n")).await;
+        assert_eq!(out.lines().count(), 1000);
+        assert!(h.agg.cache.is_empty(), "1000 groups are over 256 KiB");
+        assert_eq!(store.caches_memory(), (0, 256 << 10));
+        assert_eq!(
+            h.epoch("+ 7 4").await,
+            "+ 7 2 2 11 4 7 5.5\n- 7 1 1 7 7 7 7.0"
+        );
+        assert_eq!(h.agg.cache.len(), 1);
+        let (held, _) = store.caches_memory();
+        assert_eq!(held, h.agg.cache_share.held());
+        assert!(held > 0 && held < 1024, "{held}");
+        drop(h);
+        assert_eq!(
+            store.caches_memory().0,
+            0,
+            "a dropped operator gives its share back"
+        );
     }
 
     #[tokio::test]

@@ -30,11 +30,12 @@ impl HashAgg {
 
     /// Saves the state of the open windows the epoch touched; they emit nothing yet.
     pub(super) fn save_open_windows(&mut self) {
-        for key in self.dirty.drain() {
+        let dirty: Vec<Vec<u8>> = self.dirty.drain().collect();
+        for key in dirty {
             let state = &self.cache[&key];
             if state.rows == 0 {
                 self.groups.delete(key.clone());
-                self.cache.remove(&key);
+                self.uncache(&key);
             } else {
                 self.groups.put(key.clone(), super::encode_state(state));
             }
@@ -101,7 +102,7 @@ impl HashAgg {
 
     /// Deletes a closed group's state and its calls' values.
     fn forget(&mut self, key: Vec<u8>) -> Result<()> {
-        self.cache.remove(&key);
+        self.uncache(&key);
         self.dirty.remove(&key);
         let mut values = Vec::new();
         self.values.scan(&key, false, &mut |k, _| {
