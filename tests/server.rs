@@ -753,23 +753,28 @@ async fn readers_see_each_view_at_the_same_prefix_of_the_input() {
     server.stop().await;
 }
 
-/// An `INSERT ... SELECT` of 200 million rows is spooled to disk as it is computed, not
-/// gathered in memory (before spooling, it took the server past 3 GiB before failing with
-/// 54000): stopped by `statement_timeout` while it computes its rows, it applies nothing, the
-/// server stays under 1 GiB, and its spool file is gone.
+/// An `INSERT ... SELECT` of endless rows is spooled to disk as it is computed, not gathered
+/// in memory (before spooling, 200 million rows took the server past 3 GiB before failing
+/// with 54000): stopped by `statement_timeout` while it computes its rows, it applies nothing,
+/// the server stays under 1 GiB, and its spool file is gone. (A statement of a fixed number of
+/// rows would end before the timeout on a fast enough machine; `temp_disk_limit` keeps what
+/// it writes meanwhile far below what a disk can take in 3 s.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_larger_than_memory_is_spooled_not_gathered() {
     const GIB: u64 = 1 << 30;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = ChildServer::start(&data).await;
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, format!("temp_disk_limit = {}\n", 24 * GIB)).unwrap();
+    let server = ChildServer::start_with(&data, &["--config", config.to_str().unwrap()]).await;
     let client = server.connect().await;
     client
-        .batch_execute("CREATE TABLE t (a bigint, b bigint); SET statement_timeout = '8s'")
+        .batch_execute("CREATE TABLE t (a bigint, b bigint); SET statement_timeout = '3s'")
         .await
         .unwrap();
-    let insert = client
-        .batch_execute("INSERT INTO t SELECT value, -value FROM generate_series(1, 200000000)");
+    let insert = client.batch_execute(
+        "INSERT INTO t SELECT value, -value FROM generate_series(1, 9000000000000000000)",
+    );
     let watch = common::rss_reaches(server.pid(), GIB);
     let spooled = std::cell::Cell::new(false);
     let look = async {
