@@ -162,12 +162,8 @@ pub(super) async fn transact_until_failure(
                 outcome.in_doubt = Some(in_doubt);
                 // Its tables take no writes until the restart: wait for the kill.
                 let _ = weir.simple_query("ROLLBACK").await;
-                loop {
-                    if weir.simple_query("SELECT 1").await.is_err() {
-                        return (blocks, Ok(outcome));
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                super::until_death(&weir).await;
+                return (blocks, Ok(outcome));
             }
             Some(e) if e.code().is_some_and(|c| io_refusal(c.code())) => {
                 outcome.refused += 1;

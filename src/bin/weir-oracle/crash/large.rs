@@ -10,8 +10,7 @@ use std::time::Duration;
 use tokio_postgres::Client;
 use weir::rng::Rng;
 
-use super::io_refusal;
-use crate::replay::{connect, describe, exec, rows};
+use crate::replay::{exec, rows};
 
 pub(super) const SCHEMA: &str = "CREATE TABLE big (id bigint PRIMARY KEY, v bigint NOT NULL)";
 
@@ -50,13 +49,6 @@ pub(super) struct Large {
     rng: Rng,
     ranges: Vec<Range>,
     next_id: i64,
-}
-
-/// What the large writer did before the server died under it.
-pub(super) struct Outcome {
-    pub(super) acknowledged: u64,
-    pub(super) refused: u64,
-    pub(super) in_doubt: Option<Statement>,
 }
 
 impl Large {
@@ -119,56 +111,21 @@ impl Large {
     }
 }
 
-/// Sends large statements to Weir at `conn` one at a time, each acknowledged one to
-/// PostgreSQL too, until Weir's connection breaks.
-pub(super) async fn write_until_failure(
-    conn: String,
-    pg: Client,
-    mut large: Large,
-) -> (Large, Result<Outcome, String>) {
-    let mut outcome = Outcome {
-        acknowledged: 0,
-        refused: 0,
-        in_doubt: None,
-    };
-    let Ok(weir) = connect(&conn).await else {
-        return (large, Ok(outcome));
-    };
-    loop {
-        let statement = large.next();
-        let answer =
-            tokio::time::timeout(Duration::from_secs(120), weir.simple_query(&statement.sql)).await;
-        match answer {
-            Err(_) => {
-                let e = format!("weir: no answer within 120 s to {}", statement.sql);
-                return (large, Err(e));
-            }
-            Ok(Ok(_)) => {
-                if let Err(e) = exec(&pg, &statement.sql).await {
-                    return (large, Err(format!("postgres: {}: {e}", statement.sql)));
-                }
-                large.apply(&statement);
-                outcome.acknowledged += 1;
-            }
-            Ok(Err(e)) if e.code().is_some_and(|c| io_refusal(c.code())) => outcome.refused += 1,
-            // Another writer's block met an injected error between its tables' logs: `big`
-            // takes writes again only after the restart. Wait for the kill.
-            Ok(Err(e)) if e.code().is_some_and(|c| c.code() == "08007") => {
-                outcome.refused += 1;
-                while weir.simple_query("SELECT 1").await.is_ok() {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                return (large, Ok(outcome));
-            }
-            Ok(Err(e)) if e.as_db_error().is_some() => {
-                let e = format!("weir refused {}: {}", statement.sql, describe(e));
-                return (large, Err(e));
-            }
-            Ok(Err(_)) => {
-                outcome.in_doubt = Some(statement);
-                return (large, Ok(outcome));
-            }
-        }
+impl super::Writer for Large {
+    type Statement = Statement;
+    /// A large statement in a debug build takes seconds: up to a minute on a busy machine.
+    const ANSWER_WITHIN: Duration = Duration::from_secs(120);
+
+    fn next_statement(&mut self) -> Statement {
+        self.next()
+    }
+
+    fn sql(statement: &Statement) -> &str {
+        &statement.sql
+    }
+
+    fn acknowledged(&mut self, statement: &Statement) {
+        self.apply(statement);
     }
 }
 

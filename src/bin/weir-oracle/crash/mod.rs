@@ -531,7 +531,7 @@ async fn write_until_death(
     let large = {
         let pg = connect(pg_conn).await?;
         let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
-        tokio::spawn(large::write_until_failure(weir, pg, large))
+        tokio::spawn(write_until_failure(weir, pg, large))
     };
     let upstream = run.upstreams.write(pg_conn).await?;
     let wait = match armed.after_start() {
@@ -641,78 +641,102 @@ async fn change_views(
     Ok(())
 }
 
+/// A writer of single statements (`Model`, `Large`): what it sends next, and what it does
+/// once Weir has acknowledged one.
+trait Writer: Send + 'static {
+    type Statement: Send;
+    /// How long a statement may go unanswered before the run fails.
+    const ANSWER_WITHIN: Duration;
+    fn next_statement(&mut self) -> Self::Statement;
+    fn sql(statement: &Self::Statement) -> &str;
+    fn acknowledged(&mut self, statement: &Self::Statement);
+}
+
+impl Writer for Model {
+    type Statement = Statement;
+    const ANSWER_WITHIN: Duration = Duration::from_secs(60);
+
+    fn next_statement(&mut self) -> Statement {
+        self.next()
+    }
+
+    fn sql(statement: &Statement) -> &str {
+        &statement.sql
+    }
+
+    fn acknowledged(&mut self, statement: &Statement) {
+        self.apply(&statement.change);
+    }
+}
+
 /// What a writer did before the server died under it.
-struct Outcome {
+struct Outcome<S> {
     acknowledged: u64,
     /// Statements refused because of an injected I/O error.
     refused: u64,
     /// The statement the death interrupted, if it was sending one.
-    in_doubt: Option<Statement>,
+    in_doubt: Option<S>,
 }
 
-/// Connects to Weir at `conn` and sends the model's statements one at a time, each
+/// Connects to Weir at `conn` and sends the writer's statements one at a time, each
 /// acknowledged one to PostgreSQL too, until Weir's connection breaks. A server that died
 /// before the connection was made (an early kill or failpoint) got no statement.
-async fn write_until_failure(
+async fn write_until_failure<W: Writer>(
     conn: String,
     pg: Client,
-    mut model: Model,
-) -> (Model, Result<Outcome, String>) {
-    let Ok(weir) = connect(&conn).await else {
-        let outcome = Outcome {
-            acknowledged: 0,
-            refused: 0,
-            in_doubt: None,
-        };
-        return (model, Ok(outcome));
+    mut writer: W,
+) -> (W, Result<Outcome<W::Statement>, String>) {
+    let mut outcome = Outcome {
+        acknowledged: 0,
+        refused: 0,
+        in_doubt: None,
     };
-    let (mut acknowledged, mut refused) = (0, 0);
+    let Ok(weir) = connect(&conn).await else {
+        return (writer, Ok(outcome));
+    };
     loop {
-        let statement = model.next();
-        let answer =
-            tokio::time::timeout(Duration::from_secs(60), weir.simple_query(&statement.sql)).await;
+        let statement = writer.next_statement();
+        let sql = W::sql(&statement);
+        let answer = tokio::time::timeout(W::ANSWER_WITHIN, weir.simple_query(sql)).await;
         match answer {
             Err(_) => {
-                let e = format!("weir: no answer within 60 s to {}", statement.sql);
-                return (model, Err(e));
+                let within = W::ANSWER_WITHIN.as_secs();
+                let e = format!("weir: no answer within {within} s to {sql}");
+                return (writer, Err(e));
             }
             Ok(Ok(_)) => {
-                if let Err(e) = exec(&pg, &statement.sql).await {
-                    return (model, Err(format!("postgres: {}: {e}", statement.sql)));
+                if let Err(e) = exec(&pg, sql).await {
+                    return (writer, Err(format!("postgres: {sql}: {e}")));
                 }
-                model.apply(&statement.change);
-                acknowledged += 1;
+                writer.acknowledged(&statement);
+                outcome.acknowledged += 1;
             }
             // An injected I/O error: refused, so not applied anywhere.
-            Ok(Err(e)) if e.code().is_some_and(|c| io_refusal(c.code())) => refused += 1,
+            Ok(Err(e)) if e.code().is_some_and(|c| io_refusal(c.code())) => outcome.refused += 1,
             // A transaction block's commit met the injected error between its tables' logs:
             // they refuse writes (not applied) until the restart applies it. Wait for the kill.
             Ok(Err(e)) if e.code().is_some_and(|c| c.code() == "08007") => {
-                refused += 1;
-                while weir.simple_query("SELECT 1").await.is_ok() {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                let outcome = Outcome {
-                    acknowledged,
-                    refused,
-                    in_doubt: None,
-                };
-                return (model, Ok(outcome));
+                outcome.refused += 1;
+                until_death(&weir).await;
+                return (writer, Ok(outcome));
             }
             // Refused by the server: the writer never sends what should be refused.
             Ok(Err(e)) if e.as_db_error().is_some() => {
-                let e = format!("weir refused {}: {}", statement.sql, describe(e));
-                return (model, Err(e));
+                let e = format!("weir refused {sql}: {}", describe(e));
+                return (writer, Err(e));
             }
             // The connection broke: the server died with the statement in doubt.
             Ok(Err(_)) => {
-                let outcome = Outcome {
-                    acknowledged,
-                    refused,
-                    in_doubt: Some(statement),
-                };
-                return (model, Ok(outcome));
+                outcome.in_doubt = Some(statement);
+                return (writer, Ok(outcome));
             }
         }
+    }
+}
+
+/// Returns once the server behind `weir` no longer answers.
+async fn until_death(weir: &Client) {
+    while weir.simple_query("SELECT 1").await.is_ok() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
