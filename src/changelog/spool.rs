@@ -231,10 +231,9 @@ fn write(
     crate::blocking(|| writer.write(batch)).map_err(|e| spool_error(spool, e))
 }
 
+/// A spool write's error; one the temporary files' budget refused is carried through the
+/// `IoError` (`Error::io`).
 fn spool_error(spool: &Spool, e: ArrowError) -> Error {
-    if let Some(ours) = Error::carried(&e) {
-        return ours;
-    }
     let message = format!(
         "could not write spool file {}: {e}",
         spool.file.path().display()
