@@ -550,3 +550,133 @@ async fn temporary_files_stay_within_temp_disk_limit() {
         ["150000"]
     );
 }
+
+/// A transaction block whose changes to a table pass what it keeps in memory (16 MiB) keeps
+/// them on disk, in the spool directory, instead of being refused (54000 past 128 MiB before):
+/// its own statements read them, its keys are checked against them, another session sees
+/// none of them until COMMIT applies all of them (the view too); ROLLBACK, a failed block and
+/// a commit take the files with them. A block that writes a second table keeps its changes in
+/// memory, and is refused with 54000 past them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_block_past_memory_keeps_its_changes_on_disk() {
+    let server = common::TestServer::start_with(|c| c.memory_limit = Some(LIMIT_BYTES)).await;
+    let a = server.connect().await;
+    let b = server.connect().await;
+    let on_disk = || {
+        std::fs::read_dir(server.dir.path().join("spool"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("block".as_ref()))
+            .count()
+    };
+    a.batch_execute(
+        "CREATE TABLE t (id bigint PRIMARY KEY, v text);
+         CREATE TABLE other (x int);
+         CREATE MATERIALIZED VIEW tv AS SELECT count(*) AS n, sum(id) AS s, max(v) AS top FROM t;
+         INSERT INTO t SELECT g, 'a' FROM generate_series(1, 1000) AS g(g);",
+    )
+    .await
+    .unwrap();
+    let count = |c| async move { common::text_rows(c, "SELECT count(*), sum(id) FROM t").await };
+    // 400,000 rows of 200 bytes: about 170 MB of changes as a block counts them.
+    let insert = |from: u64, to: u64| {
+        format!(
+            "INSERT INTO t SELECT g, repeat('y', 200) FROM generate_series({from}, {to}) AS g(g)"
+        )
+    };
+    a.batch_execute("BEGIN").await.unwrap();
+    a.batch_execute(&insert(1001, 400_000)).await.unwrap();
+    assert_eq!(on_disk(), 1);
+    assert_eq!(count(&a).await, ["400000 80000200000"]);
+    assert_eq!(count(&b).await, ["1000 500500"]);
+    let updated = a
+        .execute("UPDATE t SET v = 'z' WHERE id % 2 = 0", &[])
+        .await
+        .unwrap();
+    let deleted = a
+        .execute("DELETE FROM t WHERE id > 300000", &[])
+        .await
+        .unwrap();
+    assert_eq!((updated, deleted), (200_000, 100_000));
+    assert_eq!(
+        common::text_rows(
+            &a,
+            "SELECT count(*), count(*) FILTER (WHERE v = 'z') FROM t"
+        )
+        .await,
+        ["300000 150000"]
+    );
+    assert_eq!(
+        outcome(&a, "INSERT INTO t VALUES (300001, 'again')").await,
+        "ok",
+        "a key the block deleted is free"
+    );
+    a.batch_execute("DELETE FROM t WHERE id = 300001")
+        .await
+        .unwrap();
+    assert_eq!(count(&b).await, ["1000 500500"]);
+    a.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(on_disk(), 0);
+    let expected = ["300000 45000150000"];
+    assert_eq!(count(&b).await, expected);
+    assert_eq!(
+        common::text_rows(&b, "SELECT n, s, top FROM tv").await,
+        ["300000 45000150000 z"]
+    );
+
+    // A key among those on disk is taken; the failed block's files go.
+    a.batch_execute("BEGIN").await.unwrap();
+    a.batch_execute(&insert(1_000_001, 1_150_000))
+        .await
+        .unwrap();
+    assert_eq!(on_disk(), 1);
+    let taken = outcome(&a, "INSERT INTO t VALUES (1000005, 'dup')").await;
+    assert!(taken.starts_with("23505 "), "{taken}");
+    assert_eq!(on_disk(), 0);
+    a.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(count(&b).await, expected);
+
+    // Another session's commit of a key the block changed fails the block's commit.
+    a.batch_execute("BEGIN").await.unwrap();
+    a.batch_execute(&insert(1_000_001, 1_150_000))
+        .await
+        .unwrap();
+    a.batch_execute("UPDATE t SET v = 'mine' WHERE id = 7")
+        .await
+        .unwrap();
+    b.batch_execute("UPDATE t SET v = 'theirs' WHERE id = 7")
+        .await
+        .unwrap();
+    let conflict = outcome(&a, "COMMIT").await;
+    assert!(conflict.starts_with("40001 "), "{conflict}");
+    assert_eq!(on_disk(), 0);
+    assert_eq!(count(&b).await, expected);
+
+    // ROLLBACK takes them too.
+    a.batch_execute("BEGIN").await.unwrap();
+    a.batch_execute(&insert(1_000_001, 1_150_000))
+        .await
+        .unwrap();
+    a.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(on_disk(), 0);
+
+    // A block that writes two tables keeps its changes in memory.
+    let refused = "54000 a transaction block that writes more than one table, or runs DDL, \
+                   keeps at most 16MB of changes to each";
+    a.batch_execute("BEGIN; INSERT INTO other VALUES (1)")
+        .await
+        .unwrap();
+    assert_eq!(outcome(&a, &insert(1_000_001, 1_150_000)).await, refused);
+    a.batch_execute("ROLLBACK").await.unwrap();
+    a.batch_execute("BEGIN").await.unwrap();
+    a.batch_execute(&insert(1_000_001, 1_150_000))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&a, "INSERT INTO other VALUES (1)").await, refused);
+    a.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(on_disk(), 0);
+    assert_eq!(count(&b).await, expected);
+    assert_eq!(
+        common::text_rows(&b, "SELECT count(*) FROM other").await,
+        ["0"]
+    );
+}

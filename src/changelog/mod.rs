@@ -27,7 +27,7 @@ mod temp;
 
 pub use self::commits::{committed_blocks, redo, CatalogPart, Committed};
 pub use self::spool::{Gather, Rows, Spool};
-pub use self::temp::{Spills, TempDisk};
+pub use self::temp::{Reserved, Spills, TempDisk};
 
 /// The encoding of a log's records, as the catalog records it (`catalog::Catalog`): a reader
 /// refuses a data directory whose logs may hold a newer one. A change to the record layout

@@ -52,10 +52,15 @@ impl TempDisk {
         self.used.load(Ordering::Relaxed)
     }
 
+    /// A new path in the directory, whose name ends in `.{kind}`.
+    pub fn path(&self, kind: &str) -> PathBuf {
+        let n = self.files.fetch_add(1, Ordering::Relaxed);
+        self.dir.join(format!("{n}.{kind}"))
+    }
+
     /// A new empty file, whose name ends in `.{kind}`.
     pub fn create(self: &Arc<Self>, kind: &str) -> Result<TempFile> {
-        let n = self.files.fetch_add(1, Ordering::Relaxed);
-        let path = self.dir.join(format!("{n}.{kind}"));
+        let path = self.path(kind);
         let file = crate::blocking(|| File::create(&path)).map_err(|e| {
             Error::io(
                 &e,
@@ -78,6 +83,44 @@ impl TempDisk {
             return Err(std::io::Error::other(exceeded(self.limit)));
         }
         Ok(())
+    }
+}
+
+/// What a scratch store in the directory (which RocksDB writes, not Weir) takes of the budget:
+/// set to its size on disk after each write, and given back when dropped.
+pub struct Reserved {
+    disk: Arc<TempDisk>,
+    bytes: u64,
+}
+
+impl Reserved {
+    pub fn new(disk: &Arc<TempDisk>) -> Reserved {
+        Reserved {
+            disk: disk.clone(),
+            bytes: 0,
+        }
+    }
+
+    /// Counts `bytes` in all instead of what was counted before: refused with 53400 (and
+    /// what was counted kept) when more would pass the limit.
+    pub fn set(&mut self, bytes: u64) -> Result<()> {
+        if bytes > self.bytes {
+            self.disk
+                .charge(bytes - self.bytes)
+                .map_err(|_| exceeded(self.disk.limit))?;
+        } else {
+            self.disk
+                .used
+                .fetch_sub(self.bytes - bytes, Ordering::Relaxed);
+        }
+        self.bytes = bytes;
+        Ok(())
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.disk.used.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 

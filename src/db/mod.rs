@@ -492,13 +492,6 @@ impl Database {
         &self.temp
     }
 
-    /// A new path in the spool directory for a statement's scratch store (`state::Scratch`).
-    fn scratch_path(&self) -> PathBuf {
-        static SCRATCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = SCRATCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.temp.dir().join(format!("{n}.keys"))
-    }
-
     pub async fn flush(&self) -> Result<Output> {
         self.barriers.flush_visible().await?;
         Ok(Output::command("FLUSH"))

@@ -152,8 +152,8 @@ impl Database {
             e = stop => return Err(e),
         };
         let affected = match block {
-            Some(block) => w.stage(block, deleted, inserted).await?,
-            None => w.write(deleted, inserted, &self.scratch_path()).await?,
+            Some(block) => w.stage(block, deleted, inserted, &self.temp).await?,
+            None => w.write(deleted, inserted, &self.temp).await?,
         };
         let tag = if tag == "INSERT" {
             "INSERT 0".to_string()
@@ -262,8 +262,8 @@ impl Database {
         }
         let mut w = writer.lock().await;
         match block {
-            Some(block) => w.stage(block, None, Some(rows)).await,
-            None => w.write(None, Some(rows), &self.scratch_path()).await,
+            Some(block) => w.stage(block, None, Some(rows), &self.temp).await,
+            None => w.write(None, Some(rows), &self.temp).await,
         }
     }
 
@@ -315,7 +315,7 @@ impl Database {
             guards.push(w.lock().await);
         }
         let mut held: Vec<&mut TableWriter> = guards.iter_mut().map(|g| &mut **g).collect();
-        crate::table::commit(block, &mut held, catalog, settle).await
+        crate::table::commit(block, &mut held, catalog, settle, &self.temp).await
     }
 
     /// Plans a query (for Describe, or before running it) over a context with `overrides`

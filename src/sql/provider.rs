@@ -22,7 +22,7 @@ use datafusion::physical_plan::{
 
 use crate::error::{Error, ErrorKind};
 use crate::state::{Snapshot, TableId};
-use crate::stream::relation::{read_added, read_snapshot_part, RowChanges};
+use crate::stream::relation::{read_added_part, read_snapshot_part, Changes};
 use crate::stream::RowCodec;
 
 /// Distinct rows per batch when reading a relation.
@@ -64,7 +64,7 @@ pub enum RelationRows {
         table: TableId,
         snapshot: Arc<Snapshot>,
         order: Vec<usize>,
-        changes: Arc<RowChanges>,
+        changes: Arc<Changes>,
     },
     /// A source: a stream whose rows are not kept, so there is nothing to read.
     Stream { name: String },
@@ -158,7 +158,7 @@ struct SnapshotScan {
     snapshot: Arc<Snapshot>,
     /// The order in which the rows store their columns (`RowCodec::ordered`).
     order: Vec<usize>,
-    changes: Option<Arc<RowChanges>>,
+    changes: Option<Arc<Changes>>,
     /// The relation's columns.
     schema: SchemaRef,
     projection: Option<Vec<usize>>,
@@ -178,7 +178,7 @@ impl SnapshotScan {
             TableId,
             Arc<Snapshot>,
             Vec<usize>,
-            Option<Arc<RowChanges>>,
+            Option<Arc<Changes>>,
         ),
         schema: SchemaRef,
         projection: Option<Vec<usize>>,
@@ -345,10 +345,9 @@ impl ExecutionPlan for SnapshotScan {
         let (table, snapshot, schema) = (self.table, self.snapshot.clone(), self.schema.clone());
         let (projection, changes) = (self.projection.clone(), self.changes.clone());
         let prefix = Arc::new(self.prefix.clone());
-        // Where the next batch starts (`None`: the snapshot is read, and the rows the changes
-        // add are next), and how many rows may still be read.
-        let start = (Some(None::<Vec<u8>>), self.limit.unwrap_or(usize::MAX));
-        let batches = futures::stream::try_unfold(start, move |(from, left)| {
+        // Where the next batch starts, and how many rows may still be read.
+        let start = (Phase::Snapshot(None), self.limit.unwrap_or(usize::MAX));
+        let batches = futures::stream::try_unfold(start, move |(phase, left)| {
             let (snapshot, schema, codec) = (snapshot.clone(), schema.clone(), codec.clone());
             let (projection, prefix, changes) =
                 (projection.clone(), prefix.clone(), changes.clone());
@@ -356,31 +355,38 @@ impl ExecutionPlan for SnapshotScan {
                 if left == 0 {
                     return Ok(None);
                 }
-                let read = tokio::task::spawn_blocking(move || match from {
-                    Some(after) => {
-                        let rows = SCAN_ROWS_MAX.min(left);
-                        let from = (prefix.as_slice(), after.as_deref());
-                        let part = read_snapshot_part(
-                            &snapshot,
-                            table,
-                            &schema,
-                            &codec,
-                            from,
-                            rows,
-                            changes.as_deref(),
-                        )?;
-                        Ok(match (part, changes) {
-                            (Some((batch, last)), _) => Some((batch, Some(Some(last)))),
-                            (None, Some(changes)) => {
-                                let added = read_added(
-                                    &snapshot, table, &schema, &codec, &prefix, &changes,
-                                )?;
-                                Some((added, None))
-                            }
-                            (None, None) => None,
-                        })
+                let read = tokio::task::spawn_blocking(move || {
+                    let rows = SCAN_ROWS_MAX.min(left);
+                    match (phase, changes) {
+                        (Phase::Snapshot(after), changes) => {
+                            let from = (prefix.as_slice(), after.as_deref());
+                            let part = read_snapshot_part(
+                                &snapshot,
+                                table,
+                                &schema,
+                                &codec,
+                                from,
+                                rows,
+                                changes.as_deref(),
+                            )?;
+                            Ok(match (part, changes) {
+                                (Some((batch, last)), _) => {
+                                    Some((batch, Phase::Snapshot(Some(last))))
+                                }
+                                // The snapshot is read: the rows the changes add are next.
+                                (None, Some(_)) => Some((empty(&schema), Phase::Added(None))),
+                                (None, None) => None,
+                            })
+                        }
+                        (Phase::Added(after), Some(changes)) => {
+                            let from = (prefix.as_slice(), after.as_deref());
+                            let part = read_added_part(
+                                &snapshot, table, &schema, &codec, from, rows, &changes,
+                            )?;
+                            Ok(part.map(|(batch, last)| (batch, Phase::Added(Some(last)))))
+                        }
+                        (Phase::Added(_), None) => Ok(None),
                     }
-                    None => Ok(None),
                 })
                 .await
                 .map_err(|e| DataFusionError::External(Box::new(e)))?
@@ -403,6 +409,17 @@ impl ExecutionPlan for SnapshotScan {
             batches,
         )))
     }
+}
+
+/// Where a scan of a relation goes on: in its snapshot, or (with changes) among the rows the
+/// changes add, after the last key read.
+enum Phase {
+    Snapshot(Option<Vec<u8>>),
+    Added(Option<Vec<u8>>),
+}
+
+fn empty(schema: &SchemaRef) -> datafusion::arrow::array::RecordBatch {
+    datafusion::arrow::array::RecordBatch::new_empty(schema.clone())
 }
 
 fn external(e: Error) -> DataFusionError {
@@ -434,7 +451,7 @@ fn broken(name: &str, reason: &Error) -> Error {
 mod tests {
     use super::*;
     use crate::state::{EpochWrites, StateStore};
-    use crate::stream::relation::Materialize;
+    use crate::stream::relation::{Materialize, RowChanges};
     use crate::stream::test_util::{chunk, schema};
     use datafusion::arrow::array::{AsArray, RecordBatch};
     use datafusion::arrow::datatypes::{DataType, Int64Type};
@@ -551,14 +568,10 @@ mod tests {
         changes.insert(key(5, 5).into(), -1); // gone
         changes.insert(key(3, 3).into(), 1); // twice now
         changes.insert(key(-1, 9).into(), 2); // new, twice
-        let read = |filters: Vec<Expr>| {
+        let in_memory = Arc::new(Changes::new(Arc::new(changes), None));
+        let read = |filters: Vec<Expr>, changes: &Arc<Changes>| {
             let mut plan = SnapshotScan::new(
-                (
-                    9,
-                    snapshot.clone(),
-                    Vec::new(),
-                    Some(Arc::new(changes.clone())),
-                ),
+                (9, snapshot.clone(), Vec::new(), Some(changes.clone())),
                 s.clone(),
                 None,
                 None,
@@ -590,14 +603,39 @@ mod tests {
             .chain([(3, 3), (-1, 9), (-1, 9)])
             .collect();
         expected.sort_unstable();
-        assert_eq!(read(vec![]).await, expected);
+        assert_eq!(read(vec![], &in_memory).await, expected);
         use datafusion::prelude::{col, lit};
-        assert_eq!(
-            read(vec![col("a").eq(lit(-1i64))]).await,
-            [(-1, 9), (-1, 9)]
-        );
-        assert_eq!(read(vec![col("a").eq(lit(3i64))]).await, [(3, 3), (3, 3)]);
-        assert_eq!(read(vec![col("a").eq(lit(5i64))]).await, []);
+        let a_is = |a: i64| vec![col("a").eq(lit(a))];
+        assert_eq!(read(a_is(-1), &in_memory).await, [(-1, 9), (-1, 9)]);
+        assert_eq!(read(a_is(3), &in_memory).await, [(3, 3), (3, 3)]);
+        assert_eq!(read(a_is(5), &in_memory).await, []);
+
+        // The same with some of the changes on disk (a transaction block's past memory), one
+        // row's changes on both, and more rows added there than one read takes.
+        let dir = tempfile::tempdir().unwrap();
+        let tally = crate::state::Tally::create(&dir.path().join("t")).unwrap();
+        let mut memory = RowChanges::default();
+        memory.insert(key(0, 0).into(), -1);
+        memory.insert(key(3, 3).into(), 2);
+        let more = SCAN_ROWS_MAX as i64 + 10;
+        let on_disk: Vec<(Vec<u8>, i64)> = [(key(5, 5), -1), (key(3, 3), -1), (key(-1, 9), 2)]
+            .into_iter()
+            .chain((0..more).map(|i| (key(-2 - i, 1), 1)))
+            .map(|(k, c)| ([b"r".as_slice(), &k].concat(), c))
+            .collect();
+        tally
+            .add(on_disk.iter().map(|(k, c)| (k.as_slice(), *c)))
+            .unwrap();
+        let layered = Arc::new(Changes::new(Arc::new(memory), Some(tally.view(b"r"))));
+        // Changes written after the read began are not seen.
+        tally.add([(on_disk[2].0.as_slice(), 5)]).unwrap();
+        expected.extend((0..more).map(|i| (-2 - i, 1)));
+        expected.sort_unstable();
+        assert_eq!(read(vec![], &layered).await, expected);
+        assert_eq!(read(a_is(-1), &layered).await, [(-1, 9), (-1, 9)]);
+        assert_eq!(read(a_is(3), &layered).await, [(3, 3), (3, 3)]);
+        assert_eq!(read(a_is(5), &layered).await, []);
+        assert_eq!(read(a_is(-7), &layered).await, [(-7, 1)]);
     }
 
     /// Equalities on the first columns narrow the read to the rows they select; other

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 pub use caches::CacheShare;
 use caches::Caches;
-pub use scratch::Scratch;
+pub use scratch::{Scratch, Tally, TallyView};
 pub use table::StateTable;
 
 use crate::error::{Error, ErrorKind, Result};

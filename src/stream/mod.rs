@@ -62,7 +62,7 @@ pub use self::subscribe::{net_epoch, subscribe, Change, Subscription};
 /// dataflow: batch queries (`sql::provider`) and table writers (`table`).
 pub mod relation {
     pub use super::operators::materialize::{
-        read_added, read_excess_part, read_snapshot_part, Materialize, RowChanges,
+        read_added_part, read_excess_part, read_snapshot_part, Changes, Materialize, RowChanges,
     };
 }
 

@@ -7,20 +7,15 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::RecordBatch;
-use datafusion::common::HashMap as RowMap;
+use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
 
 use crate::catalog::ObjectId;
-use crate::changelog::{Committed, Rows};
+use crate::changelog::{Committed, Gather, Rows, TempDisk};
 use crate::error::{Error, ErrorKind, Result};
-use crate::stream::relation::RowChanges;
 use crate::stream::{Feed, Op, StreamChunk};
 
-use super::{add_to, TableWriter};
-
-/// The most bytes of changes a block keeps for one table: its commit is one change-log
-/// record, which holds at most `RECORD_BYTES_MAX`.
-const PENDING_BYTES_MAX: usize = crate::changelog::RECORD_BYTES_MAX as usize / 2;
+use super::pending::{Pending, MEMORY_BYTES};
+use super::{large, TableWriter};
 
 /// Shared by every table's writer and every session: the order of commits, and where each
 /// open block began in it.
@@ -146,68 +141,71 @@ impl Block {
     }
 }
 
-/// A block's changes to one table, summed as the writer sums its unsealed changes: by row
-/// (as the table stores it) and, with a primary key, by key. Never 0.
-#[derive(Default)]
-pub(super) struct Pending {
-    pub(super) changes: RowChanges,
-    pub(super) keys: RowMap<Arc<[u8]>, i64>,
-    /// What the block changed, for its conflicts: each key of a table with a primary key
-    /// (also where its changes summed to 0, as an UPDATE's do), each row deleted otherwise.
-    touched: RowMap<Arc<[u8]>, ()>,
-    bytes: usize,
-}
-
 impl TableWriter {
     /// Checks one statement's changes in a block (against the latest rows with the block's
-    /// earlier changes) and keeps them in the block. Returns how many rows it affected.
+    /// earlier changes) and keeps them in the block, on disk past memory (in `temp`). Returns
+    /// how many rows it affected.
     pub async fn stage(
         &mut self,
         block: &mut Block,
         deleted: Option<Rows>,
         inserted: Option<Rows>,
+        temp: &Arc<TempDisk>,
     ) -> Result<usize> {
-        // A block keeps its changes in memory: a statement's spooled rows are read back, as
-        // far as the block's bound could take them.
-        let read_back = |rows: Option<Rows>| match rows.map(|r| r.read_back(PENDING_BYTES_MAX)) {
-            None => Ok(None),
-            Some(Ok(Some(batch))) => Ok(Some(batch)),
-            Some(Ok(None)) => Err(too_large(&self.def.name)),
-            Some(Err(e)) => Err(e),
-        };
-        let deleted = crate::blocking(|| read_back(deleted))?;
-        let inserted = crate::blocking(|| read_back(inserted))?;
-        let Some(chunk) = self.chunk_of(deleted, inserted)? else {
-            return Ok(0);
-        };
+        let id = self.def.id;
+        if block.tables.iter().any(|(t, p)| *t != id && p.on_disk()) {
+            return Err(past_memory());
+        }
         let snapshot = self.ready().await?;
-        let pending = block.tables.entry(self.def.id).or_default();
-        self.check_keys(&chunk, &snapshot, Some(pending))?;
-        let changes = self.unsealed.encode(&chunk)?;
-        // Each change is kept twice at most: summed, and as a key touched.
-        let bytes: usize = changes.iter().map(|c| 2 * c.bytes()).sum();
-        if pending.bytes + bytes > PENDING_BYTES_MAX {
-            return Err(too_large(&self.def.name));
-        }
-        for c in changes {
-            add_to(&mut pending.changes, &c.row, c.weight);
-            if let Some(k) = &c.key {
-                add_to(&mut pending.keys, k, c.weight);
-            }
-            match c.key {
-                Some(k) => pending.touched.insert(k, ()),
-                None if c.weight < 0 => pending.touched.insert(c.row, ()),
-                None => None,
+        let affected = if large::spooled(&deleted) || large::spooled(&inserted) {
+            // A part at a time: the block's earlier parts are among its changes when the next
+            // is checked, as a statement's earlier rows are.
+            let (deleted, inserted) = (deleted.as_ref(), inserted.as_ref());
+            let rows = |r: Option<&Rows>| r.map_or(0, Rows::num_rows);
+            crate::blocking(|| -> Result<()> {
+                for chunk in large::changes(deleted, inserted)? {
+                    let chunk = chunk?;
+                    if chunk.ops.first() == Some(&Op::Insert) {
+                        self.check_columns(&chunk.data)?;
+                    }
+                    self.stage_chunk(block, &chunk, &snapshot, temp)?;
+                }
+                Ok(())
+            })?;
+            rows(deleted).max(rows(inserted))
+        } else {
+            let deleted = deleted.and_then(Rows::into_memory);
+            let inserted = inserted.and_then(Rows::into_memory);
+            let Some(chunk) = self.chunk_of(deleted, inserted)? else {
+                return Ok(0);
             };
+            self.stage_chunk(block, &chunk, &snapshot, temp)?;
+            affected(&chunk)
+        };
+        let on_disk = block.tables.get(&id).is_some_and(Pending::on_disk);
+        if on_disk && (block.tables.len() > 1 || block.ddl) {
+            return Err(past_memory());
         }
-        pending.bytes += bytes;
-        Ok(affected(&chunk))
+        Ok(affected)
+    }
+
+    /// Checks a chunk of a statement in a block and adds it to the block's changes.
+    fn stage_chunk(
+        &self,
+        block: &mut Block,
+        chunk: &StreamChunk,
+        snapshot: &crate::state::Snapshot,
+        temp: &Arc<TempDisk>,
+    ) -> Result<()> {
+        let pending = block.tables.entry(self.def.id).or_default();
+        self.check_keys(chunk, snapshot, Some(pending))?;
+        pending.add(self.unsealed.encode(chunk)?, temp)
     }
 
     /// The block's changes to this table as one statement: deleted rows, then inserted ones.
     fn net_chunk(&self, pending: &Pending) -> Result<Option<StreamChunk>> {
         let mut rows: Vec<(&Arc<[u8]>, i64)> =
-            pending.changes.iter().map(|(r, w)| (r, *w)).collect();
+            pending.in_memory()?.iter().map(|(r, w)| (r, *w)).collect();
         if rows.is_empty() {
             return Ok(None);
         }
@@ -226,7 +224,7 @@ impl TableWriter {
         let data = RecordBatch::try_new_with_options(
             self.schema.clone(),
             columns,
-            &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(ops.len())),
+            &RecordBatchOptions::new().with_row_count(Some(ops.len())),
         )?;
         Ok(Some(StreamChunk::new(ops, data)))
     }
@@ -249,8 +247,7 @@ impl TableWriter {
         if self.recent.horizon > block.start {
             return Err(conflict());
         }
-        let after = |k: &[u8]| self.recent.keys.get(k).is_some_and(|s| *s > block.start);
-        if pending.touched.keys().any(|k| after(k)) {
+        if pending.touched_since(&self.recent.keys, block.start)? {
             return Err(conflict());
         }
         Ok(())
@@ -279,7 +276,14 @@ pub async fn commit(
     writers: &mut [&mut TableWriter],
     catalog: Option<crate::changelog::CatalogPart<'_>>,
     settle: impl FnOnce() -> Result<()>,
+    temp: &Arc<TempDisk>,
 ) -> Result<()> {
+    if block.tables.values().any(Pending::on_disk) {
+        return match (writers, catalog) {
+            ([writer], None) => commit_large(block, writer, temp).await,
+            _ => Err(past_memory()),
+        };
+    }
     let mut parts: Vec<(usize, StreamChunk)> = Vec::new();
     for (i, writer) in writers.iter_mut().enumerate() {
         let Some(pending) = block.tables.remove(&writer.def.id) else {
@@ -383,16 +387,90 @@ pub async fn commit(
     Ok(())
 }
 
-/// The error a statement gets when its table's changes in the block would pass
-/// `PENDING_BYTES_MAX`.
-fn too_large(table: &str) -> Error {
+/// Commits a block that wrote one table, some of its changes on disk: its net changes are
+/// spooled (deleted rows, then inserted ones) and written as a statement of that size is
+/// (`TableWriter::write`), after the block's conflicts are checked.
+async fn commit_large(
+    mut block: Block,
+    writer: &mut TableWriter,
+    temp: &Arc<TempDisk>,
+) -> Result<()> {
+    let Some(pending) = block.tables.remove(&writer.def.id) else {
+        return Err(Error::internal(
+            "a block's commit without the table it wrote",
+        ));
+    };
+    writer.ready().await?;
+    writer.check_conflicts(&block, &pending)?;
+    let (deleted, inserted) = crate::blocking(|| writer.net_rows(&pending, temp))?;
+    drop(pending);
+    writer.write(deleted, inserted, temp).await?;
+    Ok(())
+}
+
+impl TableWriter {
+    /// A block's changes to this table as the rows a statement deletes and inserts, through
+    /// spools.
+    fn net_rows(
+        &self,
+        pending: &Pending,
+        temp: &Arc<TempDisk>,
+    ) -> Result<(Option<Rows>, Option<Rows>)> {
+        let changes = pending.rows();
+        let mut sides = Vec::with_capacity(2);
+        for inserts in [false, true] {
+            let mut gather = Gather::new(self.schema.clone(), temp);
+            let mut rows: Vec<Vec<u8>> = Vec::new();
+            let flush = |rows: &mut Vec<Vec<u8>>, gather: &mut Gather| -> Result<()> {
+                if rows.is_empty() {
+                    return Ok(());
+                }
+                let columns = self.unsealed.rows.decode(rows.iter().map(Vec::as_slice))?;
+                let options = RecordBatchOptions::new().with_row_count(Some(rows.len()));
+                gather.push(RecordBatch::try_new_with_options(
+                    self.schema.clone(),
+                    columns,
+                    &options,
+                )?)?;
+                rows.clear();
+                Ok(())
+            };
+            changes.scan_from(&[], None, &mut |row, weight| {
+                if (weight > 0) == inserts {
+                    for _ in 0..weight.unsigned_abs() {
+                        rows.push(row.to_vec());
+                        if rows.len() == NET_ROWS {
+                            flush(&mut rows, &mut gather)?;
+                        }
+                    }
+                }
+                Ok(true)
+            })?;
+            flush(&mut rows, &mut gather)?;
+            sides.push(Some(gather.finish()?));
+        }
+        let inserted = sides.pop().flatten();
+        let deleted = sides.pop().flatten();
+        Ok((deleted, inserted))
+    }
+}
+
+/// Rows decoded at once when a block's changes on disk are spooled at its commit.
+const NET_ROWS: usize = 8192;
+
+/// What a block that writes several tables or runs DDL gets when its changes to one of them
+/// pass what it keeps in memory: its commit is one record per table, or a commit file.
+fn past_memory() -> Error {
     Error::new(
         ErrorKind::ProgramLimitExceeded,
         format!(
-            "a transaction block's changes to table \"{table}\" exceed {PENDING_BYTES_MAX} bytes"
+            "a transaction block that writes more than one table, or runs DDL, keeps at most \
+             {} of changes to each",
+            crate::sql::memory_text(MEMORY_BYTES as u64)
         ),
     )
     .with_hint(
-        "Run the statement outside a transaction block, or commit the block in smaller ones.",
+        "A block that writes one table is bounded by temp_disk_limit alone: commit the other \
+         changes in a block of their own.",
     )
 }

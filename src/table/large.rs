@@ -5,8 +5,9 @@
 //! it or none (`docs/design/0023-large-writes.md`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::changelog::Rows;
+use crate::changelog::{Reserved, Rows, TempDisk};
 use crate::error::Result;
 use crate::state::{Scratch, Snapshot};
 use crate::stream::{Op, StreamChunk};
@@ -19,7 +20,7 @@ const ADDED: u8 = 1;
 
 /// A statement's changes a part at a time, as chunks: the deleted rows first, then the
 /// inserted ones, as `TableWriter::chunk_of` orders a small statement's.
-fn changes<'a>(
+pub(super) fn changes<'a>(
     deleted: Option<&'a Rows>,
     inserted: Option<&'a Rows>,
 ) -> Result<impl Iterator<Item = Result<StreamChunk>> + 'a> {
@@ -43,13 +44,13 @@ impl TableWriter {
         &mut self,
         deleted: Option<Rows>,
         inserted: Option<Rows>,
-        scratch: &std::path::Path,
+        temp: &Arc<TempDisk>,
     ) -> Result<usize> {
         let (deleted, inserted) = (deleted.as_ref(), inserted.as_ref());
         let rows = |r: Option<&Rows>| r.map_or(0, Rows::num_rows);
         let affected = rows(deleted).max(rows(inserted));
         let snapshot = self.ready().await?;
-        crate::blocking(|| self.check_large(deleted, inserted, &snapshot, scratch))?;
+        crate::blocking(|| self.check_large(deleted, inserted, &snapshot, temp))?;
         let first = crate::blocking(|| self.log.append_group(&mut changes(deleted, inserted)?))?;
         // Durable but not yet sent nor acknowledged: a crash here leaves a statement in doubt.
         crate::failpoint::hit("table.after_append");
@@ -100,17 +101,17 @@ impl TableWriter {
     /// Checks a large statement's rows as `check_columns` and `check_keys` check a small
     /// one's: its inserted rows against the columns' constraints, and its keys (deleted ones
     /// first) against the latest rows and each other, those of earlier parts in a scratch
-    /// store in `dir`.
+    /// store in `temp` (whose files count against its budget).
     fn check_large(
         &self,
         deleted: Option<&Rows>,
         inserted: Option<&Rows>,
         snapshot: &Snapshot,
-        dir: &std::path::Path,
+        temp: &Arc<TempDisk>,
     ) -> Result<()> {
         let keyed = self.unsealed.key.is_some();
-        let scratch = match keyed {
-            true => Some(Scratch::create(dir)?),
+        let mut scratch = match keyed {
+            true => Some((Scratch::create(&temp.path("keys"))?, Reserved::new(temp))),
             false => None,
         };
         for chunk in changes(deleted, inserted)? {
@@ -118,8 +119,9 @@ impl TableWriter {
             if chunk.ops.first() == Some(&Op::Insert) {
                 self.check_columns(&chunk.data)?;
             }
-            if let Some(scratch) = &scratch {
+            if let Some((scratch, reserved)) = &mut scratch {
                 self.check_part_keys(&chunk, snapshot, scratch)?;
+                reserved.set(scratch.disk_bytes())?;
             }
         }
         Ok(())

@@ -12,6 +12,7 @@
 
 mod block;
 mod large;
+mod pending;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -28,12 +29,13 @@ use crate::catalog::TableDef;
 use crate::changelog::ChangeLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::Snapshot;
-use crate::stream::relation::{read_snapshot_part, RowChanges};
+use crate::stream::relation::{read_snapshot_part, Changes, RowChanges};
 use crate::stream::{BarrierClient, Feed, Op, RowCodec, StreamChunk, Watermark};
 use crate::types::SqlType;
 
-use self::block::{affected, Pending};
+use self::block::affected;
 pub use self::block::{commit, Block, Transactions};
+use self::pending::Pending;
 pub use crate::changelog::{CatalogPart, Gather, Records, Rows, TempDisk};
 
 /// Where a table restored from a checkpoint stands: how many records of its log its restored
@@ -88,7 +90,7 @@ pub struct Latest {
     pub snapshot: Arc<Snapshot>,
     /// The order in which the table's rows store their columns.
     pub order: Vec<usize>,
-    pub changes: Arc<RowChanges>,
+    pub changes: Arc<Changes>,
 }
 
 /// The changes of the table's logged statements that the last sealed epoch does not hold:
@@ -268,19 +270,13 @@ impl TableWriter {
         }
         let snapshot = self.seal()?;
         let changes = match block.and_then(|b| b.pending(self.def.id)) {
-            Some(pending) if !pending.changes.is_empty() => {
-                let mut both = (*self.unsealed.changes).clone();
-                for (row, weight) in &pending.changes {
-                    add_to(&mut both, row, *weight);
-                }
-                Arc::new(both)
-            }
-            _ => self.unsealed.changes.clone(),
+            Some(pending) => pending.over(&self.unsealed.changes),
+            None => Changes::new(self.unsealed.changes.clone(), None),
         };
         Ok(Latest {
             snapshot,
             order: self.def.storage_order(),
-            changes,
+            changes: Arc::new(changes),
         })
     }
 
@@ -298,15 +294,15 @@ impl TableWriter {
     /// Checks, logs and applies one statement's changes: `deleted` rows (taken from the latest
     /// rows) and `inserted` rows. Returns how many rows the statement affected. Rows that were
     /// spooled go part by part (`write_large`, whose key checks use a scratch store in
-    /// `scratch`).
+    /// `temp`).
     pub async fn write(
         &mut self,
         deleted: Option<Rows>,
         inserted: Option<Rows>,
-        scratch: &Path,
+        temp: &Arc<TempDisk>,
     ) -> Result<usize> {
         if large::spooled(&deleted) || large::spooled(&inserted) {
-            return self.write_large(deleted, inserted, scratch).await;
+            return self.write_large(deleted, inserted, temp).await;
         }
         let deleted = deleted.and_then(Rows::into_memory);
         let inserted = inserted.and_then(Rows::into_memory);
@@ -534,11 +530,20 @@ impl TableWriter {
         let Some(keys) = self.unsealed.keys_of(chunk.data.columns())? else {
             return Ok(());
         };
+        // How the block moved each key (read once: it may be on disk).
+        let mut in_block: HashMap<&[u8], i64> = HashMap::new();
+        if let Some(pending) = pending {
+            for key in &keys {
+                if !in_block.contains_key(key.as_slice()) {
+                    in_block.insert(key, pending.moved(key)?);
+                }
+            }
+        }
         // How the unsealed changes and the block's moved a key: +1 added, -1 removed, 0
         // untouched (or both), when only the snapshot tells whether the table holds it.
         let moved = |key: &[u8]| {
             self.unsealed.keys.get(key).copied().unwrap_or(0)
-                + pending.map_or(0, |p| p.keys.get(key).copied().unwrap_or(0))
+                + in_block.get(key).copied().unwrap_or(0)
         };
         let unsettled: Vec<&[u8]> = keys
             .iter()

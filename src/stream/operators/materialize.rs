@@ -6,14 +6,14 @@
 //! backfills from them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{RecordBatch, UInt32Array};
 use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use crate::error::{Error, Result};
-use crate::state::{EpochWrites, Snapshot, StateStore, StateTable, TableId};
+use crate::state::{EpochWrites, Snapshot, StateStore, StateTable, TableId, TallyView};
 use crate::stream::chunk::StreamChunk;
 use crate::stream::rows::RowCodec;
 
@@ -123,6 +123,92 @@ impl Materialize {
 /// Keys are shared with the statements' records that hold them (`table::Unsealed`).
 pub type RowChanges = datafusion::common::HashMap<Arc<[u8]>, i64>;
 
+/// What a read lays over a table's snapshot to see its latest rows: changes in memory (the
+/// unsealed statements', with a transaction block's), and a block's changes kept on disk
+/// (`table::Pending`), as they were when the read began.
+pub struct Changes {
+    memory: Arc<RowChanges>,
+    disk: Option<TallyView>,
+    /// The changes in memory in key order, once a read needs them so.
+    sorted: OnceLock<Vec<(Arc<[u8]>, i64)>>,
+}
+
+impl std::fmt::Debug for Changes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Changes({} in memory", self.memory.len())?;
+        match self.disk {
+            Some(_) => write!(f, ", more on disk)"),
+            None => write!(f, ")"),
+        }
+    }
+}
+
+impl Changes {
+    pub fn new(memory: Arc<RowChanges>, disk: Option<TallyView>) -> Changes {
+        Changes {
+            memory,
+            disk,
+            sorted: OnceLock::new(),
+        }
+    }
+
+    /// The change in multiplicity of one row.
+    pub fn get(&self, row: &[u8]) -> Result<i64> {
+        let memory = self.memory.get(row).copied().unwrap_or(0);
+        match &self.disk {
+            Some(disk) => Ok(memory + disk.get(row)?),
+            None => Ok(memory),
+        }
+    }
+
+    /// Visits the rows whose keys start with `prefix` and whose multiplicity changes, from
+    /// the first at or after `start`, in key order, until `visit` returns false.
+    pub fn scan_from(
+        &self,
+        prefix: &[u8],
+        start: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8], i64) -> Result<bool>,
+    ) -> Result<()> {
+        let sorted = self.sorted.get_or_init(|| {
+            let mut all: Vec<(Arc<[u8]>, i64)> =
+                self.memory.iter().map(|(k, c)| (k.clone(), *c)).collect();
+            all.sort_unstable();
+            all
+        });
+        let from = start.filter(|s| *s > prefix).unwrap_or(prefix);
+        let first = sorted.partition_point(|(k, _)| &**k < from);
+        let mut memory = sorted[first..]
+            .iter()
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .peekable();
+        let mut go_on = true;
+        if let Some(disk) = &self.disk {
+            disk.scan_from(prefix, Some(from), &mut |row, on_disk| {
+                while let Some((k, c)) = memory.next_if(|(k, _)| &**k < row) {
+                    if !visit(k, *c)? {
+                        go_on = false;
+                        return Ok(false);
+                    }
+                }
+                let c = on_disk + memory.next_if(|(k, _)| &**k == row).map_or(0, |(_, c)| *c);
+                if c != 0 && !visit(row, c)? {
+                    go_on = false;
+                    return Ok(false);
+                }
+                Ok(true)
+            })?;
+        }
+        if go_on {
+            for (k, c) in memory {
+                if *c != 0 && !visit(k, *c)? {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Reads a materialized relation at a sealed epoch, as batches of at most `rows_max` distinct
 /// rows (for tests: a relation is read a part at a time everywhere else).
 #[cfg(test)]
@@ -162,7 +248,7 @@ const PART_BYTES_MAX: usize = 4 << 20;
 /// `prefix` (the encoding of the values of the first columns), each counted with its
 /// `changes`. Returns them as a batch, with the last key read to continue from; `None` past
 /// the last row. Rows that `changes` adds and the snapshot lacks are not among them
-/// (`read_added`).
+/// (`read_added_part`).
 pub fn read_snapshot_part(
     snapshot: &Snapshot,
     table: TableId,
@@ -170,7 +256,7 @@ pub fn read_snapshot_part(
     codec: &RowCodec,
     (prefix, after): (&[u8], Option<&[u8]>),
     rows_max: usize,
-    changes: Option<&RowChanges>,
+    changes: Option<&Changes>,
 ) -> Result<Option<(RecordBatch, Vec<u8>)>> {
     // The smallest key greater than `after`, or the first with the prefix.
     let start = match after {
@@ -182,12 +268,17 @@ pub fn read_snapshot_part(
     let mut failure: Option<Error> = None;
     snapshot.scan_prefix_from(table, prefix, Some(&start), &mut |k, v| {
         match decode_count(v) {
-            Ok(c) => {
-                let c = c + changes.and_then(|m| m.get(k)).copied().unwrap_or(0);
-                if c > 0 {
-                    part.push((k.to_vec(), c));
+            Ok(c) => match changes.map_or(Ok(0), |m| m.get(k)) {
+                Ok(change) => {
+                    if c + change > 0 {
+                        part.push((k.to_vec(), c + change));
+                    }
                 }
-            }
+                Err(e) => {
+                    failure = Some(e);
+                    return false;
+                }
+            },
             Err(e) => {
                 failure = Some(e);
                 return false;
@@ -247,25 +338,35 @@ pub fn read_excess_part(
     Ok(Some((decode_counted(codec, schema, &excess)?, last)))
 }
 
-/// The rows that `changes` adds to a relation whose snapshot does not hold them, among those
-/// whose keys start with `prefix`: the rest of a read with changes, after `read_snapshot_part`.
-pub fn read_added(
+/// The next at most `rows_max` rows that `changes` touches among those whose keys start with
+/// `prefix`, after the key `after` (from the first without it): those it adds to a relation
+/// whose snapshot does not hold them, as a batch (which can be empty), with the last key read
+/// to continue from; `None` past the last. The rest of a read with changes, after
+/// `read_snapshot_part`.
+pub fn read_added_part(
     snapshot: &Snapshot,
     table: TableId,
     schema: &SchemaRef,
     codec: &RowCodec,
-    prefix: &[u8],
-    changes: &RowChanges,
-) -> Result<RecordBatch> {
-    let mut added = Vec::new();
-    for (row, change) in changes {
-        if *change > 0 && row.starts_with(prefix) && snapshot.get(table, row)?.is_none() {
-            added.push((row.to_vec(), *change));
+    (prefix, after): (&[u8], Option<&[u8]>),
+    rows_max: usize,
+    changes: &Changes,
+) -> Result<Option<(RecordBatch, Vec<u8>)>> {
+    let start = after.map(|k| [k, &[0]].concat());
+    let (mut added, mut read, mut last) = (Vec::new(), 0, Vec::new());
+    changes.scan_from(prefix, start.as_deref(), &mut |row, change| {
+        if change > 0 && snapshot.get(table, row)?.is_none() {
+            added.push((row.to_vec(), change));
         }
+        read += 1;
+        last.clear();
+        last.extend_from_slice(row);
+        Ok(read < rows_max.max(1))
+    })?;
+    if read == 0 {
+        return Ok(None);
     }
-    // In key order, as a scan would give them.
-    added.sort_unstable();
-    decode_counted(codec, schema, &added)
+    Ok(Some((decode_counted(codec, schema, &added)?, last)))
 }
 
 fn decode_count(v: &[u8]) -> Result<i64> {
