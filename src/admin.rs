@@ -399,12 +399,27 @@ fn metrics(db: &Database) -> String {
         m.operator_cache_bytes,
     );
     let help = "What operators' caches may hold together (an eighth of memory_limit); past it \
-                each empties its own at its next barrier.";
+                a barrier is asked for, at which each empties its own.";
     gauge(
         &mut out,
         "weir_operator_cache_limit_bytes",
         help,
         m.operator_cache_limit_bytes,
+    );
+    let help = "Operators' state writes of the current epoch, held until its barrier, estimated.";
+    gauge(
+        &mut out,
+        "weir_epoch_writes_bytes",
+        help,
+        m.epoch_writes_bytes,
+    );
+    let help = "What operators' state writes of an epoch may hold together (an eighth of \
+                memory_limit); past it a barrier is asked for.";
+    gauge(
+        &mut out,
+        "weir_epoch_writes_limit_bytes",
+        help,
+        m.epoch_writes_limit_bytes,
     );
     if let Some((rss, peak)) = crate::metrics::resident_bytes() {
         let help = "The process's resident memory (VmRSS).";

@@ -680,3 +680,46 @@ async fn a_transaction_block_past_memory_keeps_its_changes_on_disk() {
         ["0"]
     );
 }
+
+/// A view over a source that produces as fast as the view takes its rows, with periodic
+/// barriers an hour apart: its epochs still end by memory, not by time. Past their share (an
+/// eighth of `memory_limit`), the aggregation's cache of groups and the epoch's state writes
+/// ask for a barrier, which flushes them: the view's rows become visible while the source
+/// goes on (before, nothing was until the hour's barrier, and an epoch held every group it
+/// touched: 3.8 GB of resident memory under a 256 MiB `memory_limit` with 10 s barriers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_sources_epochs_end_when_their_state_passes_its_share() {
+    let server = common::TestServer::start_with(|c| {
+        c.memory_limit = Some(64 << 20);
+        c.barrier_interval_ms = 3_600_000;
+        c.checkpoint.interval_ms = 0;
+    })
+    .await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', stream = 'bid', events = 400000);
+             CREATE MATERIALIZED VIEW pairs AS
+                 SELECT auction, bidder, count(*) AS n, max(price) AS top FROM bid
+                 GROUP BY auction, bidder",
+        )
+        .await
+        .unwrap();
+    let seen = || async { common::text_rows(&client, "SELECT count(*) FROM pairs").await };
+    let started = Instant::now();
+    while seen().await == ["0"] {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no barrier came while the source produced"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        common::text_rows(&client, "SELECT sum(n) FROM pairs").await,
+        ["368000"]
+    );
+    let memory = server.db.memory();
+    assert_eq!(memory.epoch_writes_limit_bytes, 8 << 20);
+    assert_eq!(memory.epoch_writes_bytes, 0, "the last epoch is flushed");
+}

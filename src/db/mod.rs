@@ -199,6 +199,10 @@ pub struct Memory {
     /// hold together (an eighth of `memory_limit`).
     pub operator_cache_bytes: u64,
     pub operator_cache_limit_bytes: u64,
+    /// Operators' state writes of the current epoch (estimated), and the most they should
+    /// hold before a barrier is asked for (an eighth of `memory_limit`).
+    pub epoch_writes_bytes: u64,
+    pub epoch_writes_limit_bytes: u64,
     /// What batch statements may reserve together: half of `memory_limit`.
     pub statements_limit_bytes: u64,
     /// What they have reserved now.
@@ -415,7 +419,10 @@ impl Database {
         };
         let (memtables, block_cache) = self.store.memory();
         let (caches, caches_max) = self.store.caches_memory();
+        let (epoch_writes, epoch_writes_max) = self.store.epoch_writes_memory();
         Memory {
+            epoch_writes_bytes: epoch_writes,
+            epoch_writes_limit_bytes: epoch_writes_max,
             operator_cache_bytes: caches,
             operator_cache_limit_bytes: caches_max,
             state_memtable_bytes: memtables,

@@ -1,8 +1,14 @@
-//! What operators' caches of their state hold in memory, counted against one share of the
-//! memory limit (`StateStore::cache_share`).
+//! What operators hold in memory between barriers, counted against shares of the memory
+//! limit: their caches of state (`StateStore::cache_share`), and the epoch's state writes that
+//! the next barrier hands to the store (`StateTable`). Past either share, the store asks the
+//! coordinator for a barrier (`StateStore::over_share`): it flushes the writes and lets the
+//! caches empty, so that an epoch's memory is bounded by its size, not by the time between
+//! periodic barriers.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+
+use tokio::sync::Notify;
 
 use super::StateStore;
 
@@ -27,6 +33,30 @@ impl StateStore {
             c.max.load(Ordering::Relaxed),
         )
     }
+
+    /// What operators' state writes of the current epoch hold together (estimated), and the
+    /// most they should before a barrier is asked for.
+    pub fn epoch_writes_memory(&self) -> (u64, u64) {
+        let c = &self.caches;
+        (
+            c.unflushed.load(Ordering::Relaxed),
+            c.unflushed_max.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Told when operators' caches or their epoch's writes have passed their share: the
+    /// coordinator then injects a barrier, unless `over_shares` says the one it injected
+    /// meanwhile has already brought them back.
+    pub fn share_passed(&self) -> &Notify {
+        &self.caches.passed
+    }
+
+    /// Whether operators' caches or their epoch's writes are over their share now. Clears the
+    /// request made when they passed it: the next pass asks again.
+    pub fn over_shares(&self) -> bool {
+        self.caches.asked.store(false, Ordering::Relaxed);
+        self.caches.over()
+    }
 }
 
 /// The memory operators' caches of state take together: an estimate each operator keeps of
@@ -35,6 +65,12 @@ impl StateStore {
 pub(super) struct Caches {
     pub(super) held: AtomicU64,
     pub(super) max: AtomicU64,
+    /// The epoch's state writes operators hold (`StateTable`), and the most they should.
+    pub(super) unflushed: AtomicU64,
+    pub(super) unflushed_max: AtomicU64,
+    /// A barrier was asked for since the coordinator last looked (`over_shares`).
+    asked: AtomicBool,
+    passed: Notify,
 }
 
 impl Caches {
@@ -42,7 +78,36 @@ impl Caches {
         Arc::new(Caches {
             held: AtomicU64::new(0),
             max: AtomicU64::new(CACHES_BYTES_DEFAULT),
+            unflushed: AtomicU64::new(0),
+            unflushed_max: AtomicU64::new(CACHES_BYTES_DEFAULT),
+            asked: AtomicBool::new(false),
+            passed: Notify::new(),
         })
+    }
+
+    fn over(&self) -> bool {
+        let over = |held: &AtomicU64, max: &AtomicU64| {
+            held.load(Ordering::Relaxed) > max.load(Ordering::Relaxed)
+        };
+        over(&self.held, &self.max) || over(&self.unflushed, &self.unflushed_max)
+    }
+
+    /// Asks for a barrier when the caches or the epoch's writes are over their share (once
+    /// until the coordinator looks).
+    fn ask_if_over(&self) {
+        if self.over() && !self.asked.swap(true, Ordering::Relaxed) {
+            self.passed.notify_one();
+        }
+    }
+
+    /// Counts `added` more bytes of epoch writes, and `removed` fewer.
+    pub(super) fn count_unflushed(&self, added: u64, removed: u64) {
+        if added > removed {
+            self.unflushed.fetch_add(added - removed, Ordering::Relaxed);
+            self.ask_if_over();
+        } else if removed > added {
+            self.unflushed.fetch_sub(removed - added, Ordering::Relaxed);
+        }
     }
 }
 
@@ -60,6 +125,7 @@ impl CacheShare {
     pub fn grow(&mut self, bytes: u64) {
         self.held += bytes;
         self.caches.held.fetch_add(bytes, Ordering::Relaxed);
+        self.caches.ask_if_over();
     }
 
     pub fn shrink(&mut self, bytes: u64) {
@@ -86,5 +152,57 @@ impl CacheShare {
 impl Drop for CacheShare {
     fn drop(&mut self) {
         self.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+    use crate::state::{EpochWrites, StateTable};
+
+    fn asked(store: &StateStore) -> bool {
+        store.share_passed().notified().now_or_never().is_some()
+    }
+
+    /// An epoch's state writes past their share ask for a barrier once, until the coordinator
+    /// looks; taken for the barrier they no longer count. Caches past theirs ask too.
+    #[tokio::test]
+    async fn writes_and_caches_past_their_share_ask_for_a_barrier() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        store.limit_memory(8 << 16).unwrap(); // shares of 64 KiB
+        let mut table = StateTable::new(store.clone(), 7);
+        for i in 0u32..200 {
+            table.put(i.to_be_bytes().to_vec(), vec![0; 100]);
+        }
+        // 200 writes of about 200 bytes, and the same keys again: counted once.
+        let (held, max) = store.epoch_writes_memory();
+        assert_eq!((held, max), (200 * (96 + 4 + 100), 64 << 10));
+        for i in 0u32..200 {
+            table.delete(i.to_be_bytes().to_vec());
+        }
+        assert_eq!(store.epoch_writes_memory().0, 200 * (96 + 4));
+        assert!(!asked(&store), "under the share");
+        for i in 200u32..500 {
+            table.put(i.to_be_bytes().to_vec(), vec![0; 100]);
+        }
+        assert!(asked(&store));
+        table.put(b"more".to_vec(), vec![0; 100]);
+        assert!(!asked(&store), "asked once until the coordinator looks");
+        assert!(store.over_shares());
+        let mut writes = EpochWrites::default();
+        table.take_writes(&mut writes);
+        assert_eq!(store.epoch_writes_memory().0, 0);
+        assert!(!store.over_shares());
+
+        let mut share = store.cache_share();
+        share.grow(60 << 10);
+        assert!(!asked(&store));
+        share.grow(8 << 10);
+        assert!(asked(&store) && store.over_shares());
+        drop(share);
+        assert!(!store.over_shares());
     }
 }

@@ -446,6 +446,7 @@ impl StateStore {
     /// state to another eighth.
     pub fn limit_memory(&self, memory_limit: u64) -> Result<()> {
         self.caches.max.store(memory_limit / 8, Ordering::Relaxed);
+        (self.caches.unflushed_max).store(memory_limit / 8, Ordering::Relaxed);
         let part = |divisor: u64, max: usize| {
             usize::try_from(memory_limit / divisor).map_or(max, |b| b.min(max))
         };

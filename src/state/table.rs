@@ -21,6 +21,21 @@ pub struct StateTable {
     id: TableId,
     /// Writes of the current epoch, by key without the table prefix; `None` is a deletion.
     pending: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// What `pending` takes (estimated), counted in the store's epoch writes.
+    pending_bytes: u64,
+}
+
+/// What a pending write takes besides its key and value: the map's entry and two vectors.
+const PENDING_ENTRY_BYTES: u64 = 96;
+
+fn pending_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
+    PENDING_ENTRY_BYTES + key.len() as u64 + value.map_or(0, |v| v.len() as u64)
+}
+
+impl Drop for StateTable {
+    fn drop(&mut self) {
+        self.store.caches.count_unflushed(0, self.pending_bytes);
+    }
 }
 
 impl StateTable {
@@ -29,6 +44,7 @@ impl StateTable {
             store,
             id,
             pending: BTreeMap::new(),
+            pending_bytes: 0,
         }
     }
 
@@ -51,11 +67,23 @@ impl StateTable {
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.pending.insert(key, Some(value));
+        self.keep(key, Some(value));
     }
 
     pub fn delete(&mut self, key: Vec<u8>) {
-        self.pending.insert(key, None);
+        self.keep(key, None);
+    }
+
+    /// Keeps a write for the epoch, and counts what it takes.
+    fn keep(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let added = pending_bytes(&key, value.as_deref());
+        let len = key.len();
+        let removed = match self.pending.insert(key, value) {
+            Some(old) => PENDING_ENTRY_BYTES + len as u64 + old.map_or(0, |v| v.len() as u64),
+            None => 0,
+        };
+        self.pending_bytes = self.pending_bytes + added - removed;
+        self.store.caches.count_unflushed(added, removed);
     }
 
     /// Visits the live entries whose key starts with `prefix`, in key order (or reverse), until
@@ -174,6 +202,8 @@ impl StateTable {
     pub fn take_writes(&mut self, out: &mut EpochWrites) {
         let id = self.id.to_be_bytes();
         let pending = std::mem::take(&mut self.pending);
+        let counted = std::mem::take(&mut self.pending_bytes);
+        self.store.caches.count_unflushed(0, counted);
         out.extend(pending.into_iter().map(|(k, v)| {
             let mut full = Vec::with_capacity(4 + k.len());
             full.extend_from_slice(&id);

@@ -377,6 +377,7 @@ impl Coordinator {
         let mut ticker = tokio::time::interval(self.barrier_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let writes = self.writes.clone();
+        let store = self.store.clone();
         loop {
             // In this order: what actors report first (acks seal epochs and free room), then
             // barriers asked for, which come before the periodic ones whenever room frees up
@@ -401,6 +402,14 @@ impl Coordinator {
                 // until the epochs in flight leave room).
                 _ = writes.wanted.notified(), if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX => {
                     self.inject(None, vec![], vec![], None);
+                }
+                // Operators' caches or their epoch's writes passed their share: a barrier
+                // flushes the writes and lets the caches empty. One at a time: the next is
+                // asked for once it is sealed, if they are still over.
+                _ = store.share_passed().notified(), if self.in_flight.is_empty() => {
+                    if store.over_shares() {
+                        self.inject(None, vec![], vec![], None);
+                    }
                 }
                 _ = ticker.tick() => {
                     if self.in_flight.len() < EPOCHS_IN_FLIGHT_MAX {
