@@ -357,8 +357,8 @@ impl ExecutionPlan for SnapshotScan {
                 }
                 let read = tokio::task::spawn_blocking(move || {
                     let rows = SCAN_ROWS_MAX.min(left);
-                    match (phase, changes) {
-                        (Phase::Snapshot(after), changes) => {
+                    let after = match phase {
+                        Phase::Snapshot(after) => {
                             let from = (prefix.as_slice(), after.as_deref());
                             let part = read_snapshot_part(
                                 &snapshot,
@@ -369,24 +369,21 @@ impl ExecutionPlan for SnapshotScan {
                                 rows,
                                 changes.as_deref(),
                             )?;
-                            Ok(match (part, changes) {
-                                (Some((batch, last)), _) => {
-                                    Some((batch, Phase::Snapshot(Some(last))))
-                                }
-                                // The snapshot is read: the rows the changes add are next.
-                                (None, Some(_)) => Some((empty(&schema), Phase::Added(None))),
-                                (None, None) => None,
-                            })
+                            if let Some((batch, last)) = part {
+                                return Ok(Some((batch, Phase::Snapshot(Some(last)))));
+                            }
+                            // The snapshot is read: the rows the changes add are next.
+                            None
                         }
-                        (Phase::Added(after), Some(changes)) => {
-                            let from = (prefix.as_slice(), after.as_deref());
-                            let part = read_added_part(
-                                &snapshot, table, &schema, &codec, from, rows, &changes,
-                            )?;
-                            Ok(part.map(|(batch, last)| (batch, Phase::Added(Some(last)))))
-                        }
-                        (Phase::Added(_), None) => Ok(None),
-                    }
+                        Phase::Added(after) => after,
+                    };
+                    let Some(changes) = changes else {
+                        return Ok(None);
+                    };
+                    let from = (prefix.as_slice(), after.as_deref());
+                    let part =
+                        read_added_part(&snapshot, table, &schema, &codec, from, rows, &changes)?;
+                    Ok(part.map(|(batch, last)| (batch, Phase::Added(Some(last)))))
                 })
                 .await
                 .map_err(|e| DataFusionError::External(Box::new(e)))?
@@ -416,10 +413,6 @@ impl ExecutionPlan for SnapshotScan {
 enum Phase {
     Snapshot(Option<Vec<u8>>),
     Added(Option<Vec<u8>>),
-}
-
-fn empty(schema: &SchemaRef) -> datafusion::arrow::array::RecordBatch {
-    datafusion::arrow::array::RecordBatch::new_empty(schema.clone())
 }
 
 fn external(e: Error) -> DataFusionError {

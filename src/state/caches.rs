@@ -1,7 +1,7 @@
 //! What operators hold in memory between barriers, counted against shares of the memory
 //! limit: their caches of state (`StateStore::cache_share`), and the epoch's state writes that
 //! the next barrier hands to the store (`StateTable`). Past either share, the store asks the
-//! coordinator for a barrier (`StateStore::over_share`): it flushes the writes and lets the
+//! coordinator for a barrier (`StateStore::share_passed`): it flushes the writes and lets the
 //! caches empty, so that an epoch's memory is bounded by its size, not by the time between
 //! periodic barriers.
 

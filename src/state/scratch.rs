@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocksdb::{MergeOperands, ReadOptions, WriteBatch, WriteOptions, DB};
+use rocksdb::{MergeOperands, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 
 use super::{db_options, scan_db, storage_error};
 use crate::error::{Error, ErrorKind, Result};
@@ -14,19 +14,22 @@ use crate::error::{Error, ErrorKind, Result};
 /// Memtable of a scratch store: small, as its keys are read back at once.
 const WRITE_BUFFER_BYTES: usize = 16 << 20;
 
-pub struct Scratch {
+/// A RocksDB of a statement's or a block's own, written without a log, and deleted with its
+/// directory when dropped.
+struct ScratchDb {
     db: Option<DB>,
     dir: PathBuf,
 }
 
-impl Scratch {
-    /// Creates an empty scratch store in `dir`, which must not exist.
-    pub fn create(dir: &Path) -> Result<Scratch> {
+impl ScratchDb {
+    /// Creates an empty store in `dir`, which must not exist, with `options` of its own.
+    fn create(dir: &Path, options: impl FnOnce(&mut Options)) -> Result<ScratchDb> {
         let mut opts = db_options();
         opts.create_if_missing(true);
         opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
+        options(&mut opts);
         let db = crate::blocking(|| DB::open(&opts, dir)).map_err(storage_error)?;
-        Ok(Scratch {
+        Ok(ScratchDb {
             db: Some(db),
             dir: dir.to_path_buf(),
         })
@@ -36,9 +39,48 @@ impl Scratch {
         self.db.as_ref().expect("open until dropped")
     }
 
+    fn write(&self, batch: WriteBatch) -> Result<()> {
+        let mut opts = WriteOptions::default();
+        opts.disable_wal(true);
+        crate::blocking(|| self.db().write_opt(batch, &opts)).map_err(storage_error)
+    }
+
+    /// The bytes of its files (it has no subdirectories).
+    fn disk_bytes(&self) -> u64 {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        entries
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+            .sum()
+    }
+}
+
+impl Drop for ScratchDb {
+    fn drop(&mut self) {
+        drop(self.db.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A byte per key: what a large write did to each primary key so far.
+pub struct Scratch {
+    db: ScratchDb,
+}
+
+impl Scratch {
+    /// Creates an empty scratch store in `dir`, which must not exist.
+    pub fn create(dir: &Path) -> Result<Scratch> {
+        Ok(Scratch {
+            db: ScratchDb::create(dir, |_| {})?,
+        })
+    }
+
     /// The byte kept for `key`, if any.
     pub fn get(&self, key: &[u8]) -> Result<Option<u8>> {
-        let value = self.db().get_pinned(key).map_err(storage_error)?;
+        let value = self.db.db().get_pinned(key).map_err(storage_error)?;
         Ok(value.and_then(|v| v.first().copied()))
     }
 
@@ -48,35 +90,12 @@ impl Scratch {
         for (key, value) in entries {
             batch.put(key, [value]);
         }
-        let mut opts = WriteOptions::default();
-        opts.disable_wal(true);
-        crate::blocking(|| self.db().write_opt(batch, &opts)).map_err(storage_error)
+        self.db.write(batch)
     }
-}
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        drop(self.db.take());
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The bytes of the files in `dir` (a scratch store's, which has no subdirectories).
-fn disk_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .filter_map(|e| e.ok()?.metadata().ok())
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
-        .sum()
-}
-
-impl Scratch {
     /// The bytes the store's files take on disk.
     pub fn disk_bytes(&self) -> u64 {
-        disk_bytes(&self.dir)
+        self.db.disk_bytes()
     }
 }
 
@@ -84,25 +103,7 @@ impl Scratch {
 /// operator sums them), and a key whose count came back to 0 reads as absent. Readers take a
 /// `TallyView`, which sees the counts as they were when it was taken while writes go on.
 pub struct Tally {
-    db: Arc<TallyDb>,
-}
-
-struct TallyDb {
-    db: Option<DB>,
-    dir: PathBuf,
-}
-
-impl Drop for TallyDb {
-    fn drop(&mut self) {
-        drop(self.db.take());
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl TallyDb {
-    fn db(&self) -> &DB {
-        self.db.as_ref().expect("open until dropped")
-    }
+    db: Arc<ScratchDb>,
 }
 
 /// Adds the counts written for a key (8 bytes, little-endian) to what it held.
@@ -118,29 +119,20 @@ fn count_of(v: &[u8]) -> i64 {
     v.try_into().map_or(0, i64::from_le_bytes)
 }
 
-fn bad_count() -> Error {
-    Error::new(ErrorKind::DataCorruption, "bad count in a scratch store")
-}
-
 fn read_count(v: &[u8]) -> Result<i64> {
-    let bytes: [u8; 8] = v.try_into().map_err(|_| bad_count())?;
+    let bytes: [u8; 8] = v
+        .try_into()
+        .map_err(|_| Error::new(ErrorKind::DataCorruption, "bad count in a scratch store"))?;
     Ok(i64::from_le_bytes(bytes))
 }
 
 impl Tally {
     /// Creates an empty tally in `dir`, which must not exist.
     pub fn create(dir: &Path) -> Result<Tally> {
-        let mut opts = db_options();
-        opts.create_if_missing(true);
-        opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
-        opts.set_merge_operator_associative("weir.sum", sum_counts);
-        let db = crate::blocking(|| DB::open(&opts, dir)).map_err(storage_error)?;
-        Ok(Tally {
-            db: Arc::new(TallyDb {
-                db: Some(db),
-                dir: dir.to_path_buf(),
-            }),
-        })
+        let db = ScratchDb::create(dir, |opts| {
+            opts.set_merge_operator_associative("weir.sum", sum_counts)
+        })?;
+        Ok(Tally { db: Arc::new(db) })
     }
 
     /// Adds each count to its key's.
@@ -149,9 +141,7 @@ impl Tally {
         for (key, count) in counts {
             batch.merge(key, count.to_le_bytes());
         }
-        let mut opts = WriteOptions::default();
-        opts.disable_wal(true);
-        crate::blocking(|| self.db.db().write_opt(batch, &opts)).map_err(storage_error)
+        self.db.write(batch)
     }
 
     /// The count of `key` now (0 for none).
@@ -177,7 +167,7 @@ impl Tally {
     /// The bytes the tally's files take on disk (counts still in its memtable are not there
     /// yet).
     pub fn disk_bytes(&self) -> u64 {
-        disk_bytes(&self.db.dir)
+        self.db.disk_bytes()
     }
 }
 
@@ -185,7 +175,7 @@ impl Tally {
 pub struct TallyView {
     // Field order matters: the snapshot must be released before the database it borrows.
     inner: rocksdb::Snapshot<'static>,
-    db: Arc<TallyDb>,
+    db: Arc<ScratchDb>,
     prefix: Vec<u8>,
 }
 

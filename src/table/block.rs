@@ -161,7 +161,6 @@ impl TableWriter {
             // A part at a time: the block's earlier parts are among its changes when the next
             // is checked, as a statement's earlier rows are.
             let (deleted, inserted) = (deleted.as_ref(), inserted.as_ref());
-            let rows = |r: Option<&Rows>| r.map_or(0, Rows::num_rows);
             crate::blocking(|| -> Result<()> {
                 for chunk in large::changes(deleted, inserted)? {
                     let chunk = chunk?;
@@ -172,7 +171,7 @@ impl TableWriter {
                 }
                 Ok(())
             })?;
-            rows(deleted).max(rows(inserted))
+            large::affected_rows(deleted, inserted)
         } else {
             let deleted = deleted.and_then(Rows::into_memory);
             let inserted = inserted.and_then(Rows::into_memory);
@@ -400,7 +399,6 @@ async fn commit_large(
             "a block's commit without the table it wrote",
         ));
     };
-    writer.ready().await?;
     writer.check_conflicts(&block, &pending)?;
     let (deleted, inserted) = crate::blocking(|| writer.net_rows(&pending, temp))?;
     drop(pending);

@@ -47,8 +47,7 @@ impl TableWriter {
         temp: &Arc<TempDisk>,
     ) -> Result<usize> {
         let (deleted, inserted) = (deleted.as_ref(), inserted.as_ref());
-        let rows = |r: Option<&Rows>| r.map_or(0, Rows::num_rows);
-        let affected = rows(deleted).max(rows(inserted));
+        let affected = affected_rows(deleted, inserted);
         let snapshot = self.ready().await?;
         crate::blocking(|| self.check_large(deleted, inserted, &snapshot, temp))?;
         let first = crate::blocking(|| self.log.append_group(&mut changes(deleted, inserted)?))?;
@@ -179,6 +178,13 @@ impl TableWriter {
         }
         scratch.put(now)
     }
+}
+
+/// How many rows a statement of these deleted and inserted rows affected, as `block::affected`
+/// counts a chunk's.
+pub(super) fn affected_rows(deleted: Option<&Rows>, inserted: Option<&Rows>) -> usize {
+    let rows = |r: Option<&Rows>| r.map_or(0, Rows::num_rows);
+    rows(deleted).max(rows(inserted))
 }
 
 /// Whether a statement's rows are too many for memory (spooled): such a statement is written
