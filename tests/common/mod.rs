@@ -354,8 +354,18 @@ fn ready(log: &std::path::Path, from: u64) -> Option<(SocketAddr, Option<SocketA
     Some((SocketAddr::from(([127, 0, 0, 1], port)), admin))
 }
 
-/// A real S3-compatible server for the test's lifetime: moto's (`python3 -m moto.server`,
-/// installed by `scripts/deps`), on a free loopback port, killed when dropped.
+/// The Python with the tests' packages: the virtual environment `scripts/deps` makes under
+/// `~/.cache/weir/tools/python`, or `WEIR_PYTHON`.
+pub fn python() -> std::path::PathBuf {
+    if let Some(python) = std::env::var_os("WEIR_PYTHON") {
+        return python.into();
+    }
+    let home = std::env::var_os("HOME").expect("HOME is set");
+    std::path::Path::new(&home).join(".cache/weir/tools/python/bin/python")
+}
+
+/// A real S3-compatible server for the test's lifetime: moto's (`python -m moto.server`, from
+/// the virtual environment `scripts/deps` makes), on a free loopback port, killed when dropped.
 pub struct S3Server {
     pub addr: std::net::SocketAddr,
     _child: tokio::process::Child,
@@ -367,14 +377,14 @@ impl S3Server {
             .unwrap()
             .local_addr()
             .unwrap();
-        let child = tokio::process::Command::new("python3")
+        let child = tokio::process::Command::new(python())
             .args(["-m", "moto.server", "-H", "127.0.0.1", "-p"])
             .arg(addr.port().to_string())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .expect("python3 runs");
+            .expect("scripts/deps's Python runs");
         for _ in 0..300 {
             if tokio::net::TcpStream::connect(addr).await.is_ok() {
                 return S3Server {
@@ -384,7 +394,7 @@ impl S3Server {
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        panic!("moto's S3 server did not start: run scripts/deps (pip install 'moto[server]')");
+        panic!("moto's S3 server did not start: run scripts/deps (tests/python-requirements.txt)");
     }
 
     /// The options a Weir server needs to reach it.
