@@ -274,7 +274,10 @@ impl Drop for Tmpfs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_full_disk_loses_no_acknowledged_write() {
     let Some(fs) = Tmpfs::mount(64) else {
-        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        common::skip(
+            "disk::a_real_full_disk_loses_no_acknowledged_write",
+            "mounting a tmpfs needs root or CAP_SYS_ADMIN (CI runs as root)",
+        );
         return;
     };
     let data = fs.path().join("data");

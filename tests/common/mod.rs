@@ -354,6 +354,22 @@ fn ready(log: &std::path::Path, from: u64) -> Option<(SocketAddr, Option<SocketA
     Some((SocketAddr::from(([127, 0, 0, 1], port)), admin))
 }
 
+/// Records that the calling test could not run, and why: printed, and appended to the file
+/// `WEIR_SKIPS` names, which `scripts/test` counts and lists in its last lines. A test that
+/// cannot run must never pass silently.
+pub fn skip(test: &str, reason: &str) {
+    use std::io::Write;
+    eprintln!("SKIPPED {test}: {reason}");
+    if let Some(path) = std::env::var_os("WEIR_SKIPS") {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("the file WEIR_SKIPS names can be written");
+        writeln!(file, "{test}: {reason}").expect("the file WEIR_SKIPS names can be written");
+    }
+}
+
 /// The Python with the tests' packages: the virtual environment `scripts/deps` makes under
 /// `~/.cache/weir/tools/python`, or `WEIR_PYTHON`.
 pub fn python() -> std::path::PathBuf {

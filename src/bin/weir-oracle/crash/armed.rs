@@ -1,9 +1,13 @@
 //! What each round of the crash test arms before the server starts: the next failpoint, or an
-//! injected I/O error of the change log, catalog or state store, every other round.
+//! injected I/O error of the change log, catalog or state store, every other round. A run
+//! arms every one of them, whatever its number of kills, and fails if one that must be
+//! reached never is.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use weir::rng::Rng;
 
-/// The failpoints armed in turn, every other kill.
+/// The failpoints armed in turn, every other round.
 const FAILPOINTS: &[&str] = &[
     "checkpoint.before_upload",
     "checkpoint.between_uploads",
@@ -44,10 +48,98 @@ const FAILPOINTS: &[&str] = &[
     "sink.file.before_marker",
 ];
 
+/// How many rounds a failpoint is armed before a run that never reached it fails.
+const TRIES: u32 = 3;
+
+/// Failpoints a run may arm without reaching, each with why. (None today: every entry of
+/// `FAILPOINTS` is on a path the crash test's writers take in every round.)
+const CONDITIONAL: &[(&str, &str)] = &[];
+
+/// Which failpoint an armed round takes, and which have been reached: each in turn for a
+/// first pass over `FAILPOINTS`, then those armed but not reached yet (up to `TRIES` rounds
+/// each), then each in turn again.
+pub(super) struct Arming {
+    /// `FAILPOINTS` (another list in unit tests).
+    all: &'static [&'static str],
+    /// `CONDITIONAL`'s names.
+    conditional: Vec<&'static str>,
+    /// Armed rounds so far.
+    armed: usize,
+    tries: BTreeMap<&'static str, u32>,
+    reached: BTreeSet<&'static str>,
+}
+
+impl Default for Arming {
+    fn default() -> Arming {
+        Arming::new(FAILPOINTS, CONDITIONAL)
+    }
+}
+
+impl Arming {
+    fn new(all: &'static [&'static str], conditional: &[(&'static str, &str)]) -> Arming {
+        Arming {
+            all,
+            conditional: conditional.iter().map(|(name, _)| *name).collect(),
+            armed: 0,
+            tries: BTreeMap::new(),
+            reached: BTreeSet::new(),
+        }
+    }
+
+    fn next(&mut self) -> &'static str {
+        let name = match self.armed < self.all.len() {
+            true => self.all[self.armed],
+            false => self
+                .to_retry()
+                .unwrap_or(self.all[self.armed % self.all.len()]),
+        };
+        self.armed += 1;
+        *self.tries.entry(name).or_default() += 1;
+        name
+    }
+
+    /// A failpoint that must be reached, was not, and has tries left.
+    fn to_retry(&self) -> Option<&'static str> {
+        self.all.iter().copied().find(|name| {
+            !self.reached.contains(name)
+                && !self.conditional.contains(name)
+                && self.tries.get(name).copied().unwrap_or(0) < TRIES
+        })
+    }
+
+    /// Records that the server reached `name` (a failpoint that aborted it, or an I/O error it
+    /// met).
+    pub(super) fn reached(&mut self, name: &'static str) {
+        self.reached.insert(name);
+    }
+
+    /// Whether every failpoint has been armed, and each that must be reached was reached or
+    /// armed `TRIES` times: the run goes on until then, past its kills if need be.
+    pub(super) fn settled(&self) -> bool {
+        self.armed >= self.all.len() && self.to_retry().is_none()
+    }
+
+    /// The failpoints that must be reached and were armed without being reached.
+    pub(super) fn unreached(&self) -> Vec<String> {
+        self.tries
+            .iter()
+            .filter(|(name, _)| !self.reached.contains(*name) && !self.conditional.contains(name))
+            .map(|(name, tries)| format!("{name} (armed {tries} times)"))
+            .collect()
+    }
+}
+
+/// The failpoint an I/O fault of `FAILPOINTS` is injected at (`changelog.write` for
+/// `changelog.write:enospc+cut_back`).
+pub(super) fn fault_point(fault: &str) -> &str {
+    fault.split_once(':').map_or(fault, |(point, _)| point)
+}
+
 /// The `WEIR_FAILPOINTS` value that injects the I/O error named `fault` (an entry of
 /// `FAILPOINTS` with a `:`) from its `at`-th hit on, for a few hits.
 fn io_fault_spec(fault: &str, at: u64) -> String {
-    let (point, kind) = fault.split_once(':').unwrap_or((fault, "eio"));
+    let point = fault_point(fault);
+    let kind = fault.split_once(':').map_or("eio", |(_, kind)| kind);
     let until = at + 3;
     match kind.split_once('+') {
         // A failed write whose cut-back fails too: the next append cuts back first.
@@ -68,8 +160,8 @@ pub(super) struct Armed {
 
 impl Armed {
     /// Every other round arms the next failpoint, at one of its first few hits.
-    pub(super) fn for_round(round: u64, rng: &mut Rng) -> Armed {
-        let armed = (round % 2 == 1).then(|| FAILPOINTS[(round as usize / 2) % FAILPOINTS.len()]);
+    pub(super) fn for_round(round: u64, rng: &mut Rng, arming: &mut Arming) -> Armed {
+        let armed = (round % 2 == 1).then(|| arming.next());
         let io_fault = armed.filter(|name| name.contains(':'));
         let failpoint = armed.filter(|name| !name.contains(':'));
         let spec = match (failpoint, io_fault) {
@@ -96,5 +188,70 @@ impl Armed {
     /// The failpoint armed for after the start (recovery's fire during it).
     pub(super) fn after_start(&self) -> Option<&'static str> {
         self.failpoint.filter(|n| !n.starts_with("recovery."))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Arms rounds until the schedule settles, reaching each failpoint `reach` allows.
+    fn run(arming: &mut Arming, mut reach: impl FnMut(&str) -> bool) -> Vec<&'static str> {
+        let mut armed = Vec::new();
+        while !arming.settled() {
+            let name = arming.next();
+            armed.push(name);
+            if reach(name) {
+                arming.reached(name);
+            }
+        }
+        armed
+    }
+
+    #[test]
+    fn every_failpoint_is_armed_and_one_never_reached_fails_the_run() {
+        const ALL: &[&str] = &["a", "b", "c"];
+        let mut arming = Arming::new(ALL, &[]);
+        assert_eq!(run(&mut arming, |_| true), ["a", "b", "c"]);
+        assert!(arming.unreached().is_empty());
+
+        // One never reached is armed again, up to TRIES rounds in all, and reported.
+        let mut arming = Arming::new(ALL, &[]);
+        assert_eq!(run(&mut arming, |n| n != "b"), ["a", "b", "c", "b", "b"]);
+        assert_eq!(arming.unreached(), ["b (armed 3 times)"]);
+
+        // Reached on its second try: no failure.
+        let mut arming = Arming::new(ALL, &[]);
+        let mut tried = 0;
+        let armed = run(&mut arming, |n| {
+            tried += u32::from(n == "c");
+            n != "c" || tried == 2
+        });
+        assert_eq!(armed, ["a", "b", "c", "c"]);
+        assert!(arming.unreached().is_empty());
+
+        // A conditional one is armed in turn, neither retried nor reported.
+        let mut arming = Arming::new(ALL, &[("b", "a path the run may not take")]);
+        assert_eq!(run(&mut arming, |n| n != "b"), ["a", "b", "c"]);
+        assert!(arming.unreached().is_empty());
+        // After the first pass, rounds arm each in turn again.
+        assert_eq!(
+            (0..4).map(|_| arming.next()).collect::<Vec<_>>(),
+            ["a", "b", "c", "a"]
+        );
+    }
+
+    #[test]
+    fn the_list_has_every_io_fault_spelled_as_a_point_and_a_kind() {
+        for fault in FAILPOINTS.iter().filter(|f| f.contains(':')) {
+            let spec = io_fault_spec(fault, 2);
+            assert!(
+                spec.starts_with(&format!("{}@2..5:", fault_point(fault))),
+                "{spec}"
+            );
+        }
+        assert!(CONDITIONAL
+            .iter()
+            .all(|(name, why)| FAILPOINTS.contains(name) && !why.is_empty()));
     }
 }

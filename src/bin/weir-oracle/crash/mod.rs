@@ -38,7 +38,7 @@ mod sinks;
 mod upstreams;
 mod verify;
 
-use self::armed::Armed;
+use self::armed::{fault_point, Armed, Arming};
 use self::blocks::{transact_until_failure, Blocks, InDoubt};
 use self::large::Large;
 use self::model::{Model, Statement};
@@ -142,6 +142,8 @@ struct Tally {
     fired: BTreeMap<&'static str, u64>,
     /// Armed failpoints the server never reached before it was killed at random instead.
     not_reached: u64,
+    /// Failpoints that must be reached and never were, however often they were armed.
+    unreached: Vec<String>,
     /// Rounds with an I/O error injected, by fault.
     injected: BTreeMap<&'static str, u64>,
     /// Statements refused because of an injected I/O error (not applied).
@@ -205,7 +207,8 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
         .map(|(f, n)| format!("{f} {n}"))
         .collect();
     println!(
-        "crash: {} kills in {:.0} s ({} at random, at failpoints: {}; {} armed but not reached), \
+        "crash: {} kills in {:.0} s ({} at random, at failpoints: {}; {} armed but not reached \
+         in their round, {} never), \
          {} statements acknowledged, in doubt: {} applied, {} not; transaction blocks: {} \
          committed, {} rolled back, in doubt: {} applied, {} not; large statements: {} \
          acknowledged, in doubt: {} applied, {} not; {} checks of every view, sink target and \
@@ -220,6 +223,7 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
             fired.join(", ")
         },
         tally.not_reached,
+        tally.unreached.len(),
         tally.acknowledged,
         tally.in_doubt_applied,
         tally.in_doubt_not_applied,
@@ -330,13 +334,27 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         kills: 0,
         round: 0,
     };
-    while run.kills < args.kills {
-        let armed = Armed::for_round(run.round, &mut rng);
+    // Past its kills, a run goes on until every failpoint has been armed (and retried when
+    // it was not reached).
+    let mut arming = Arming::default();
+    while run.kills < args.kills || !arming.settled() {
+        let armed = Armed::for_round(run.round, &mut rng, &mut arming);
+        let log_from = launcher.log_len();
         if round(&launcher, &pg, &pg_conn, &armed, &mut run, &mut rng, tally).await? {
             run.kills += 1;
         }
+        if let Some(fault) = armed.io_fault {
+            let met = format!("failpoint {}: failing with errno", fault_point(fault));
+            if launcher.logged_since(log_from, &met)? {
+                arming.reached(fault);
+            }
+        }
+        for name in tally.fired.keys() {
+            arming.reached(name);
+        }
         run.round += 1;
     }
+    tally.unreached = arming.unreached();
     let mut server = launcher
         .start(None)
         .await?
@@ -356,7 +374,14 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         &format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"),
     )
     .await?;
-    Ok(())
+    match tally.unreached.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "failpoints armed and never reached (list one in armed.rs's CONDITIONAL, with \
+             why, only if the crash test cannot reach it): {}",
+            tally.unreached.join(", ")
+        )),
+    }
 }
 
 /// Drops replication slot `slot` if it exists (its walsender may take a moment to let go).

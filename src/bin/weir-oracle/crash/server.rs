@@ -58,6 +58,24 @@ impl Launcher {
         }
     }
 
+    /// How long the log is: where the next start's output begins.
+    pub(super) fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log).map_or(0, |m| m.len())
+    }
+
+    /// Whether the output of the starts since the log was `from` long holds `text`.
+    pub(super) fn logged_since(&self, from: u64, text: &str) -> Result<bool, String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file =
+            std::fs::File::open(&self.log).map_err(|e| format!("{}: {e}", self.log.display()))?;
+        file.seek(SeekFrom::Start(from))
+            .map_err(|e| format!("{}: {e}", self.log.display()))?;
+        let mut since = Vec::new();
+        file.read_to_end(&mut since)
+            .map_err(|e| format!("{}: {e}", self.log.display()))?;
+        Ok(String::from_utf8_lossy(&since).contains(text))
+    }
+
     /// Starts the server and kills it `after` later, whatever it is doing (restoring,
     /// replaying, or serving already).
     pub(super) async fn start_and_kill(&self, after: Duration) -> Result<(), String> {
