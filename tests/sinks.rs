@@ -59,6 +59,13 @@ async fn start(data: &std::path::Path) -> ChildServer {
     start_keyed(data, None, &[]).await
 }
 
+/// As [`start`], with environment variables (failpoints).
+async fn start_keyed_env(data: &std::path::Path, env: &[(&str, &str)]) -> ChildServer {
+    let config = data.with_extension("toml");
+    write_config(&config, None, &[]);
+    ChildServer::start_with_env(data, &["--config", config.to_str().unwrap()], env).await
+}
+
 /// Waits until the target's `target_sql` reads as Weir's `sql`, or fails after 60 s.
 async fn converge(
     weir: &tokio_postgres::Client,
@@ -129,6 +136,7 @@ async fn a_postgres_table_follows_its_view_exactly_once_across_a_kill_and_an_out
     )
     .await;
     assert_eq!(columns, ["customer text", "n bigint", "total numeric"]);
+    count_deliveries(&pgc).await;
     // Killed with changes not yet delivered, then restarted.
     churn(&weir, 400..600).await;
     server.stop(libc::SIGKILL).await;
@@ -153,6 +161,32 @@ async fn a_postgres_table_follows_its_view_exactly_once_across_a_kill_and_an_out
         .unwrap();
     churn(&weir, 800..900).await;
     converge(&weir, VIEW, &pgc, VIEW).await;
+    // Aborted right after a delivery's commit at the target, before Weir knows of it: the
+    // restart must not deliver that checkpoint again.
+    server.stop(libc::SIGTERM).await;
+    let server = start_keyed_env(
+        &data,
+        &[("WEIR_FAILPOINTS", "sink.postgres.after_commit@1")],
+    )
+    .await;
+    // The first delivery after the start aborts the server: with this churn's changes, or
+    // earlier if the start itself delivers something (then the churn is refused, and changes
+    // nothing).
+    let conn = format!(
+        "host=127.0.0.1 port={} user=weir dbname=weir",
+        server.addr.port()
+    );
+    if let Ok((weir, connection)) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await {
+        tokio::spawn(connection);
+        let _ = weir
+            .batch_execute("INSERT INTO orders VALUES (1000, 'c1', 1.25)")
+            .await;
+    }
+    let _ = server.ended().await;
+    let server = start(&data).await;
+    let weir = server.connect().await;
+    churn(&weir, 1100..1200).await;
+    converge(&weir, VIEW, &pgc, VIEW).await;
     let progress = text_rows(
         &pgc,
         "SELECT sink, checkpoint_epoch > 0 FROM weir_sink_progress",
@@ -165,12 +199,66 @@ async fn a_postgres_table_follows_its_view_exactly_once_across_a_kill_and_an_out
     )
     .await;
     assert_eq!(status, ["revenue_pg postgres t t t"]);
-    // Dropping the sink leaves the table as it was.
+    let deliveries = delivered_once(&pgc).await;
+    assert!(deliveries >= 2, "{deliveries} deliveries");
+    // Dropping the sink leaves the table as it was: checkpoints after it deliver nothing.
     weir.batch_execute("DROP SINK revenue_pg").await.unwrap();
+    let at_drop = text_rows(&pgc, VIEW).await;
     churn(&weir, 900..950).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_ne!(text_rows(&weir, VIEW).await, text_rows(&pgc, VIEW).await);
+    weir.batch_execute("FLUSH; CHECKPOINT; CHECKPOINT")
+        .await
+        .unwrap();
+    assert_eq!(text_rows(&pgc, VIEW).await, at_drop);
+    assert_ne!(text_rows(&weir, VIEW).await, at_drop);
+    assert_eq!(delivered_once(&pgc).await, deliveries);
     server.stop(libc::SIGTERM).await;
+}
+
+/// Logs, in the target PostgreSQL, each transaction that changes the sink's table `revenue` and
+/// each epoch a transaction sets `weir_sink_progress` to, for [`delivered_once`].
+async fn count_deliveries(pg: &tokio_postgres::Client) {
+    pg.batch_execute(
+        "CREATE TABLE progress_log (xid bigint, epoch bigint);
+         CREATE TABLE changes_log (xid bigint);
+         CREATE FUNCTION log_progress() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN INSERT INTO progress_log VALUES (txid_current(), NEW.checkpoint_epoch);
+              RETURN NEW; END $$;
+         CREATE FUNCTION log_change() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN INSERT INTO changes_log VALUES (txid_current()); RETURN NULL; END $$;
+         CREATE TRIGGER progress AFTER UPDATE ON weir_sink_progress
+           FOR EACH ROW EXECUTE FUNCTION log_progress();
+         CREATE TRIGGER changes AFTER INSERT OR UPDATE OR DELETE ON revenue
+           FOR EACH STATEMENT EXECUTE FUNCTION log_change();",
+    )
+    .await
+    .unwrap();
+}
+
+/// Checks that every committed transaction that changed the target also moved the sink's
+/// progress, once, to an epoch past every earlier one: no checkpoint was delivered twice (an
+/// upsert delivered again would leave the rows as they were, and only this log shows it).
+/// Returns the number of deliveries.
+async fn delivered_once(pg: &tokio_postgres::Client) -> usize {
+    let unmarked = text_rows(
+        pg,
+        "SELECT DISTINCT c.xid FROM changes_log c
+         WHERE (SELECT count(*) FROM progress_log p WHERE p.xid = c.xid) <> 1",
+    )
+    .await;
+    assert!(
+        unmarked.is_empty(),
+        "changes without one progress update: {unmarked:?}"
+    );
+    let epochs: Vec<i64> = text_rows(pg, "SELECT epoch FROM progress_log ORDER BY xid")
+        .await
+        .iter()
+        .map(|e| e.parse().unwrap())
+        .collect();
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "a checkpoint delivered twice: {epochs:?}"
+    );
+    epochs.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,6 +593,12 @@ async fn a_kafka_topic_read_compacted_equals_its_view_across_a_kill() {
 /// A server like `start`'s, with `secret_key` and `secret_keys_previous` in its config.
 async fn start_keyed(data: &std::path::Path, key: Option<&str>, previous: &[&str]) -> ChildServer {
     let config = data.with_extension("toml");
+    write_config(&config, key, previous);
+    ChildServer::start_with(data, &["--config", config.to_str().unwrap()]).await
+}
+
+/// Writes a configuration that checkpoints every 300 ms, with the secret keys given.
+fn write_config(config: &std::path::Path, key: Option<&str>, previous: &[&str]) {
     let mut text = String::new();
     if let Some(k) = key {
         text.push_str(&format!("secret_key = \"{k}\"\n"));
@@ -515,8 +609,7 @@ async fn start_keyed(data: &std::path::Path, key: Option<&str>, previous: &[&str
         previous.join(", ")
     ));
     text.push_str("barrier_interval_ms = 100\n[checkpoint]\ninterval_ms = 300\nmin_pause_ms = 0\n");
-    std::fs::write(&config, text).unwrap();
-    ChildServer::start_with(data, &["--config", config.to_str().unwrap()]).await
+    std::fs::write(config, text).unwrap();
 }
 
 /// Every file under `dir` whose bytes contain `needle`.

@@ -463,6 +463,8 @@ impl SinkWriter for Writer {
             .batch_execute("COMMIT")
             .await
             .map_err(failed("COMMIT"))?;
+        // Committed at the target, and nothing of it known to Weir yet.
+        crate::failpoint::reach("sink.postgres.after_commit").await;
         Ok(())
     }
 }

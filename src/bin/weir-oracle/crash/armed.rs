@@ -40,9 +40,11 @@ const FAILPOINTS: &[&str] = &[
     // Catalog saves: the round's DDL is refused (53100) and leaves nothing behind.
     "catalog.save:enospc",
     // Sinks: after a delivery's writes, before the target's commit (the checkpoint's manifest
-    // is durable by then); after the Kafka messages, before the marker (sent again); after a
+    // is durable by then), and after that commit (delivered again only if the target's
+    // progress row were ignored); after the Kafka messages, before the marker (sent again); after a
     // file delivery's commit record, and after its files' renames (finished at start).
     "sink.postgres.before_commit",
+    "sink.postgres.after_commit",
     "sink.kafka.before_marker",
     "sink.file.before_publish",
     "sink.file.before_marker",
