@@ -101,6 +101,8 @@ async fn every_message_reaches_the_views_exactly_once_across_a_kill() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, "[checkpoint]\ninterval_ms = 200\n").unwrap();
     let server = ChildServer::start(&data).await;
     let client = server.connect().await;
     client
@@ -141,20 +143,52 @@ async fn every_message_reaches_the_views_exactly_once_across_a_kill() {
         &format!("600 {} 600", sum(600)),
     )
     .await;
-    // Killed with messages after its checkpoint, and more sent while it is down.
+    // Killed while it reads: messages keep coming (each sent once the broker acknowledged the
+    // one before), checkpoints every 200 ms take offsets in the middle of them, and the kill
+    // lands with some read and some not; the rest are sent while it is down.
+    server.stop(15).await;
+    let server = ChildServer::start_with(&data, &["--config", config.to_str().unwrap()]).await;
+    let client = server.connect().await;
+    let sending = tokio::spawn({
+        let producer = producer.clone();
+        async move { produce(&producer, "clicks", 600..2600).await }
+    });
+    let checkpoints = "SELECT max(id) FROM weir_catalog.checkpoints";
+    let before = text_rows(&client, checkpoints).await;
+    let started = std::time::Instant::now();
+    let read_at_kill: u64 = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no checkpoint while reading"
+        );
+        client.batch_execute("FLUSH").await.unwrap();
+        let n = text_rows(&client, "SELECT n FROM totals").await[0]
+            .parse()
+            .unwrap();
+        if n >= 900 && text_rows(&client, checkpoints).await != before {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("killed with {read_at_kill} of 2600 messages read");
+    assert!(
+        !sending.is_finished(),
+        "the messages were all sent before the kill"
+    );
     server.stop(9).await;
-    produce(&producer, "clicks", 600..900).await;
+    assert!(read_at_kill < 2600, "{read_at_kill}");
+    sending.await.unwrap();
     let server = ChildServer::start(&data).await;
     let client = server.connect().await;
     wait_for(
         &client,
         "SELECT * FROM totals",
-        &format!("900 {} 900", sum(900)),
+        &format!("2600 {} 2600", sum(2600)),
     )
     .await;
     let per_user = text_rows(&client, "SELECT user_id, n FROM per_user ORDER BY user_id").await;
     let expected: Vec<String> = (0..7u64)
-        .map(|u| format!("{u} {}", (0..900).filter(|i| i % 7 == u).count()))
+        .map(|u| format!("{u} {}", (0..2600).filter(|i| i % 7 == u).count()))
         .collect();
     assert_eq!(per_user, expected);
     server.stop(15).await;
