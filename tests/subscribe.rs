@@ -297,6 +297,83 @@ async fn cursors_fetch_and_move_through_a_query_and_a_subscription() {
     server.stop().await;
 }
 
+/// The server process with `subscription_bytes_max` = `bytes_max`, a subscriber to a table that
+/// reads nothing, and `MIB` MiB of rows written to the table: the server's peak RSS (VmHWM)
+/// after them, and how the subscription ended.
+async fn peak_with_a_stalled_subscriber(bytes_max: u64) -> (u64, Option<String>) {
+    const MIB: u64 = 384;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, format!("subscription_bytes_max = {bytes_max}\n")).unwrap();
+    let data = dir.path().join("data");
+    let server =
+        common::ChildServer::start_with(&data, &["--config", config.to_str().unwrap()]).await;
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        .await
+        .unwrap();
+    let watcher = server.connect().await;
+    let copy = watcher
+        .copy_out("COPY (SUBSCRIBE TO t) TO STDOUT")
+        .await
+        .unwrap();
+    let mut lines = Box::pin(copy);
+    // Rows of 64 KiB, 64 at a time: 4 MiB a statement.
+    for i in 0..MIB / 4 {
+        client
+            .batch_execute(&format!(
+                "INSERT INTO t SELECT i, repeat('x', 65536) FROM generate_series({}, {}) AS s(i)",
+                i * 64,
+                i * 64 + 63
+            ))
+            .await
+            .unwrap();
+    }
+    client.batch_execute("FLUSH").await.unwrap();
+    let peak = common::peak_rss_bytes(server.pid());
+    // The subscription either ended with an error, or still holds what it was sent.
+    let end = match tokio::time::timeout(Duration::from_secs(1), async {
+        while let Some(item) = lines.next().await {
+            if let Err(e) = item {
+                return Some(e.code().map_or(String::new(), |c| c.code().to_string()));
+            }
+        }
+        None
+    })
+    .await
+    {
+        Ok(end) => end,
+        Err(_) => None,
+    };
+    server.stop(15).await;
+    (peak, end)
+}
+
+/// A subscriber that reads nothing costs the server at most its bound: 384 MiB of changes go by
+/// it with the bound at 1 MiB (cut off with 54000), and again with no real bound (64 GiB), when
+/// the subscription holds every change it has not sent. The first run's peak RSS must be
+/// lower by at least half the changes' size (measured: 1.07-1.13 against 1.56-1.64 GiB; the
+/// writes alone take the server near 1 GiB, with or without a subscriber, under the default
+/// `memory_limit` of half the machine's memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_subscriber_holds_at_most_its_bound() {
+    let (bounded, end) = peak_with_a_stalled_subscriber(1 << 20).await;
+    assert_eq!(end.as_deref(), Some("54000"));
+    let (unbounded, _) = peak_with_a_stalled_subscriber(64 << 30).await;
+    eprintln!(
+        "peak RSS with a stalled subscriber: {} MiB bounded at 1 MiB, {} MiB unbounded",
+        bounded >> 20,
+        unbounded >> 20
+    );
+    assert!(
+        unbounded > bounded + (192 << 20),
+        "{} MiB bounded, {} MiB unbounded",
+        bounded >> 20,
+        unbounded >> 20
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_cut_off_and_the_server_goes_on() {
     let server = TestServer::start_with(|c| c.subscription_bytes_max = 1 << 20).await;
