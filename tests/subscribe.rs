@@ -333,7 +333,7 @@ async fn peak_with_a_stalled_subscriber(bytes_max: u64) -> (u64, Option<String>)
     client.batch_execute("FLUSH").await.unwrap();
     let peak = common::peak_rss_bytes(server.pid());
     // The subscription either ended with an error, or still holds what it was sent.
-    let end = match tokio::time::timeout(Duration::from_secs(1), async {
+    let end = tokio::time::timeout(Duration::from_secs(1), async {
         while let Some(item) = lines.next().await {
             if let Err(e) = item {
                 return Some(e.code().map_or(String::new(), |c| c.code().to_string()));
@@ -342,10 +342,7 @@ async fn peak_with_a_stalled_subscriber(bytes_max: u64) -> (u64, Option<String>)
         None
     })
     .await
-    {
-        Ok(end) => end,
-        Err(_) => None,
-    };
+    .unwrap_or_default();
     server.stop(15).await;
     (peak, end)
 }
