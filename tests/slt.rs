@@ -86,12 +86,21 @@ impl sqllogictest::AsyncDB for Weir {
     }
 }
 
+/// The slt files, or with `WEIR_SLT_FILES=a,b` those whose names contain `a` or `b`.
 fn slt_files() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql-tests");
+    let only = std::env::var("WEIR_SLT_FILES").unwrap_or_default();
+    let wanted = |p: &PathBuf| {
+        let name = p
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        only.is_empty() || only.split(',').any(|o| name.contains(o.trim()))
+    };
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("sql-tests directory")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .filter(wanted)
         .collect();
     files.sort();
     files
