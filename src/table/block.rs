@@ -2,7 +2,7 @@
 //! order of commits that first-committer-wins checks against, and the commit of a block into
 //! every table it wrote, atomically and in one epoch. See `docs/design/0010-transactions.md`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,8 +23,8 @@ pub struct Transactions {
     /// Commits so far: each statement outside a block, and each block's COMMIT, takes the
     /// next number.
     sequence: AtomicU64,
-    /// The start of each open block (the commits it came after), with how many began there.
-    open: Mutex<BTreeMap<u64, usize>>,
+    /// The open blocks and the commits in flight.
+    registry: Mutex<Registry>,
     /// The tables' directory, where multi-table commits write their commit files.
     dir: PathBuf,
     /// The blocks begun so far: each block's number, which marks the objects it creates.
@@ -38,7 +38,7 @@ impl Transactions {
     pub fn new(dir: PathBuf) -> Arc<Transactions> {
         Arc::new(Transactions {
             sequence: AtomicU64::new(0),
-            open: Mutex::new(BTreeMap::new()),
+            registry: Mutex::new(Registry::default()),
             dir,
             blocks: AtomicU64::new(0),
             abandoned: Mutex::new(None),
@@ -50,12 +50,21 @@ impl Transactions {
         *self.abandoned.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
     }
 
-    /// Begins a block: it conflicts with what commits from now on.
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Begins a block: it conflicts with what commits from now on, and with the commits in
+    /// flight, which its reads may not see yet.
     pub fn begin(self: &Arc<Transactions>) -> Block {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut registry = self.registry();
         // Read under the lock, so that a commit numbered after it sees the block open.
-        let start = self.sequence.load(Ordering::SeqCst);
-        *open.entry(start).or_default() += 1;
+        let numbered = self.sequence.load(Ordering::SeqCst);
+        let start = registry
+            .in_flight
+            .first()
+            .map_or(numbered, |first| first - 1);
+        *registry.open.entry(start).or_default() += 1;
         Block {
             start,
             number: self.blocks.fetch_add(1, Ordering::Relaxed) + 1,
@@ -65,18 +74,49 @@ impl Transactions {
         }
     }
 
-    /// Numbers a commit; returns its number with the start of the oldest open block, if any
-    /// (only what commits after it needs remembering).
-    pub(super) fn commit(&self) -> (u64, Option<u64>) {
+    /// Numbers a commit, in flight until the returned guard is dropped: once the commit is
+    /// applied and acknowledged, so that every read that begins after sees it.
+    pub(super) fn commit(self: &Arc<Transactions>) -> InFlight {
+        let mut registry = self.registry();
         let sequence = self.sequence.fetch_add(1, Ordering::SeqCst) + 1;
-        let oldest = self
-            .open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .next()
-            .copied();
-        (sequence, oldest)
+        registry.in_flight.insert(sequence);
+        InFlight {
+            sequence,
+            transactions: self.clone(),
+        }
+    }
+
+    /// The start of the oldest open block, if any: only what commits after it needs
+    /// remembering. Asked as a commit is applied, not when it is numbered, so that a block
+    /// that began in between is counted.
+    pub(super) fn oldest_open(&self) -> Option<u64> {
+        self.registry().open.keys().next().copied()
+    }
+}
+
+/// The open blocks, and the commits numbered but not yet applied and acknowledged.
+#[derive(Default)]
+struct Registry {
+    /// The start of each open block (the commits it came after), with how many began there.
+    open: BTreeMap<u64, usize>,
+    /// A block that begins while one of these is in flight counts it as after its start:
+    /// its reads may not see it. A commit's number alone would not do, since it is taken
+    /// before the commit is durable and applied.
+    in_flight: BTreeSet<u64>,
+}
+
+/// A commit's number, while the commit is in flight.
+pub(super) struct InFlight {
+    pub(super) sequence: u64,
+    transactions: Arc<Transactions>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.transactions
+            .registry()
+            .in_flight
+            .remove(&self.sequence);
     }
 }
 
@@ -106,11 +146,7 @@ impl Drop for Block {
                 let _ = to.send(self.number);
             }
         }
-        let mut open = self
-            .transactions
-            .open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let open = &mut self.transactions.registry().open;
         if let Some(n) = open.get_mut(&self.start) {
             *n -= 1;
             if *n == 0 {
@@ -301,7 +337,8 @@ pub async fn commit(
             "a block's commit without the writer of a table it wrote",
         ));
     }
-    let (sequence, oldest) = block.transactions.commit();
+    let in_flight = block.transactions.commit();
+    let sequence = in_flight.sequence;
     match parts.as_slice() {
         [] => return settle(),
         [(i, chunk)] if catalog.is_none() => {
@@ -367,7 +404,7 @@ pub async fn commit(
     for (i, chunk) in parts {
         let writer = &mut *writers[i];
         let record = writer.log.next_record() - 1;
-        let watermark = writer.apply(record, sequence, oldest, &chunk)?;
+        let watermark = writer.apply(record, sequence, &chunk)?;
         sends.push((i, chunk, watermark));
     }
     let feeds: Vec<(&Feed, StreamChunk, _)> = sends

@@ -75,7 +75,8 @@ impl TableWriter {
         deleted: Option<&Rows>,
         inserted: Option<&Rows>,
     ) -> Result<()> {
-        let (sequence, oldest) = self.transactions.commit();
+        let in_flight = self.transactions.commit();
+        let sequence = in_flight.sequence;
         let _hold = self.barriers.hold();
         for (record, chunk) in (first..).zip(changes(deleted, inserted)?) {
             let chunk = chunk?;
@@ -85,7 +86,7 @@ impl TableWriter {
                 self.barriers.flush().await?;
                 self.seal()?;
             }
-            let watermark = self.apply(record, sequence, oldest, &chunk)?;
+            let watermark = self.apply(record, sequence, &chunk)?;
             if self.feed.send_statement(chunk, watermark).await.is_err() {
                 return Err(self.stopped());
             }

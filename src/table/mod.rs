@@ -316,8 +316,8 @@ impl TableWriter {
         // Durable but not yet sent nor acknowledged: a crash here leaves a statement in doubt.
         crate::failpoint::hit("table.after_append");
         let affected = affected(&chunk);
-        let (sequence, oldest) = self.transactions.commit();
-        let watermark = self.apply(record, sequence, oldest, &chunk)?;
+        let in_flight = self.transactions.commit();
+        let watermark = self.apply(record, in_flight.sequence, &chunk)?;
         // Logged, the statement is durable and acknowledged even if its actor has just
         // stopped: a restart replays it. Reporting a failure would make a retry write it twice.
         if self.feed.send_statement(chunk, watermark).await.is_err() {
@@ -383,32 +383,32 @@ impl TableWriter {
         self.bound_unsealed().await
     }
 
-    /// Takes in a logged statement (record `record`, commit `sequence`; `oldest`, the start of
-    /// the oldest open block) as unsealed changes and in the conflicts open blocks check;
-    /// returns the watermark it advanced, to send with it.
+    /// Takes in a logged statement (record `record`, commit `sequence`) as unsealed changes
+    /// and in the conflicts open blocks check; returns the watermark it advanced, to send with
+    /// it.
     fn apply(
         &mut self,
         record: u64,
         sequence: u64,
-        oldest: Option<u64>,
         chunk: &StreamChunk,
     ) -> Result<Option<Watermark>> {
         self.unsealed.add(record, chunk)?;
+        let oldest = self.transactions.oldest_open();
         self.remember(sequence, oldest, chunk)?;
         Ok(self.advance_watermark(chunk))
     }
 
     /// Remembers the rows commit `sequence` changed, while a block that began before it is
-    /// open.
+    /// open (`oldest`, the oldest one's start). With none open, nothing is remembered, and the
+    /// horizon rises to the commit: a block that begins while it is still in flight (its
+    /// start before it) cannot be checked against its rows.
     fn remember(&mut self, sequence: u64, oldest: Option<u64>, chunk: &StreamChunk) -> Result<()> {
         let recent = &mut self.recent;
         let Some(oldest) = oldest else {
-            if !recent.keys.is_empty() {
-                *recent = Recent {
-                    horizon: recent.horizon,
-                    ..Recent::default()
-                };
-            }
+            *recent = Recent {
+                horizon: recent.horizon.max(sequence),
+                ..Recent::default()
+            };
             return Ok(());
         };
         if recent.bytes > RECENT_BYTES_MAX / 2 {
