@@ -59,14 +59,15 @@ impl Transactions {
     pub fn begin(self: &Arc<Transactions>) -> Block {
         let mut registry = self.registry();
         // Read under the lock, so that a commit numbered after it sees the block open.
-        let numbered = self.sequence.load(Ordering::SeqCst);
-        let start = registry
-            .in_flight
-            .first()
-            .map_or(numbered, |first| first - 1);
-        *registry.open.entry(start).or_default() += 1;
+        let start = self.sequence.load(Ordering::SeqCst);
+        let in_flight: Vec<u64> = registry.in_flight.iter().copied().collect();
+        // What the tables must remember for it: every commit after the first it counts.
+        let oldest = in_flight.first().map_or(start, |first| first - 1);
+        *registry.open.entry(oldest).or_default() += 1;
         Block {
             start,
+            in_flight,
+            oldest,
             number: self.blocks.fetch_add(1, Ordering::Relaxed) + 1,
             ddl: false,
             tables: BTreeMap::new(),
@@ -86,18 +87,23 @@ impl Transactions {
         }
     }
 
-    /// The start of the oldest open block, if any: only what commits after it needs
-    /// remembering. Asked as a commit is applied, not when it is numbered, so that a block
-    /// that began in between is counted.
-    pub(super) fn oldest_open(&self) -> Option<u64> {
-        self.registry().open.keys().next().copied()
+    /// The oldest commit an open block may count as after its start, and the commits in
+    /// flight: what a table must remember of a commit. Asked as a commit is applied, not when
+    /// it is numbered, so that a block that began in between is counted.
+    pub(super) fn blocks(&self) -> super::recent::Blocks {
+        let registry = self.registry();
+        super::recent::Blocks {
+            oldest: registry.open.keys().next().copied(),
+            in_flight: registry.in_flight.iter().copied().collect(),
+        }
     }
 }
 
 /// The open blocks, and the commits numbered but not yet applied and acknowledged.
 #[derive(Default)]
 struct Registry {
-    /// The start of each open block (the commits it came after), with how many began there.
+    /// For each open block, the commit after which every commit may count as after its start
+    /// (`Block::oldest`), with how many blocks have it.
     open: BTreeMap<u64, usize>,
     /// A block that begins while one of these is in flight counts it as after its start:
     /// its reads may not see it. A commit's number alone would not do, since it is taken
@@ -123,8 +129,13 @@ impl Drop for InFlight {
 /// An open transaction block's writes, per table, until COMMIT. Dropped (ROLLBACK, an error
 /// at COMMIT, a disconnect), they are gone and the block no longer counts as open.
 pub struct Block {
-    /// The commits before the block began.
+    /// The commits before the block began...
     start: u64,
+    /// ... but for these, in flight when it began: its reads may not see them, so they count
+    /// as after its start.
+    in_flight: Vec<u64>,
+    /// Its key in the open blocks: the commits after this one may count as after its start.
+    oldest: u64,
     /// The block's number, which the catalog gives the objects it creates (`catalog::Scope`).
     pub number: u64,
     /// Whether the block ran DDL whose objects the catalog marks with its number: if it is
@@ -147,10 +158,10 @@ impl Drop for Block {
             }
         }
         let open = &mut self.transactions.registry().open;
-        if let Some(n) = open.get_mut(&self.start) {
+        if let Some(n) = open.get_mut(&self.oldest) {
             *n -= 1;
             if *n == 0 {
-                open.remove(&self.start);
+                open.remove(&self.oldest);
             }
         }
     }
@@ -266,7 +277,10 @@ impl TableWriter {
 
     /// Refuses the block (40001) when a row it changes was committed by another after it
     /// began: by primary key, or for a table without one by the rows it deletes.
-    fn check_conflicts(&self, block: &Block, pending: &Pending) -> Result<()> {
+    fn check_conflicts(&mut self, block: &Block, pending: &Pending) -> Result<()> {
+        let blocks = self.transactions.blocks();
+        let unsealed = &self.unsealed;
+        self.recent.settle(&blocks, &|c| unsealed.changed_keys(c))?;
         let conflict = || {
             Error::new(
                 ErrorKind::SerializationFailure,
@@ -279,10 +293,11 @@ impl TableWriter {
             ))
             .with_hint("Retry the transaction.")
         };
-        if self.recent.horizon > block.start {
+        if self.recent.horizon > block.oldest {
             return Err(conflict());
         }
-        if pending.touched_since(&self.recent.keys, block.start)? {
+        let after = |sequence: u64| sequence > block.start || block.in_flight.contains(&sequence);
+        if pending.touched_since(&self.recent.keys, &after)? {
             return Err(conflict());
         }
         Ok(())

@@ -13,6 +13,7 @@
 mod block;
 mod large;
 mod pending;
+mod recent;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -61,28 +62,13 @@ pub struct TableWriter {
     /// the delay.
     watermark: Option<i64>,
     transactions: Arc<Transactions>,
-    /// What was committed while some transaction block was open, for its COMMIT to check.
-    recent: Recent,
+    /// What recent commits changed, for the COMMIT of a block to check.
+    recent: recent::Recent,
     /// A transaction block's commit reached only some of its tables' logs, or a large
     /// statement was logged but not applied whole: the table takes no more writes until a
     /// restart applies the rest.
     in_doubt: bool,
 }
-
-/// For each row a commit changed while a transaction block was open (by primary key; for a
-/// table without one, each row deleted), the commit's number: a block whose COMMIT finds one
-/// numbered after its start conflicts (first committer wins). Bounded by
-/// `RECENT_BYTES_MAX`: past it everything is forgotten and `horizon` set, and the blocks that
-/// began before it get 40001 at COMMIT rather than an unchecked commit.
-#[derive(Default)]
-struct Recent {
-    keys: RowMap<Arc<[u8]>, u64>,
-    bytes: usize,
-    horizon: u64,
-}
-
-/// The most bytes of keys a table remembers for open blocks' conflict checks.
-const RECENT_BYTES_MAX: usize = 16 << 20;
 
 /// A table's latest rows, to read: its rows at a sealed snapshot with the changes of the
 /// statements the snapshot does not hold.
@@ -191,7 +177,7 @@ impl TableWriter {
             unsealed_max,
             watermark: None,
             transactions,
-            recent: Recent::default(),
+            recent: recent::Recent::default(),
             in_doubt: false,
         };
         let (base, next) = (writer.log.base(), writer.log.next_record());
@@ -393,54 +379,11 @@ impl TableWriter {
         chunk: &StreamChunk,
     ) -> Result<Option<Watermark>> {
         self.unsealed.add(record, chunk)?;
-        let oldest = self.transactions.oldest_open();
-        self.remember(sequence, oldest, chunk)?;
+        let blocks = self.transactions.blocks();
+        let unsealed = &self.unsealed;
+        self.recent
+            .take(sequence, chunk, &blocks, &|c| unsealed.changed_keys(c))?;
         Ok(self.advance_watermark(chunk))
-    }
-
-    /// Remembers the rows commit `sequence` changed, while a block that began before it is
-    /// open (`oldest`, the oldest one's start). With none open, nothing is remembered, and the
-    /// horizon rises to the commit: a block that begins while it is still in flight (its
-    /// start before it) cannot be checked against its rows.
-    fn remember(&mut self, sequence: u64, oldest: Option<u64>, chunk: &StreamChunk) -> Result<()> {
-        let recent = &mut self.recent;
-        let Some(oldest) = oldest else {
-            *recent = Recent {
-                horizon: recent.horizon.max(sequence),
-                ..Recent::default()
-            };
-            return Ok(());
-        };
-        if recent.bytes > RECENT_BYTES_MAX / 2 {
-            recent.keys.retain(|_, s| *s > oldest);
-            recent.bytes = recent.keys.keys().map(|k| k.len()).sum();
-        }
-        let keys: Vec<Vec<u8>> = match self.unsealed.keys_of(chunk.data.columns())? {
-            Some(keys) => keys,
-            None => self
-                .unsealed
-                .rows
-                .encode(chunk.data.columns())?
-                .into_iter()
-                .zip(&chunk.ops)
-                .filter(|(_, op)| **op == Op::Delete)
-                .map(|(row, _)| row)
-                .collect(),
-        };
-        for key in keys {
-            if recent.bytes + key.len() > RECENT_BYTES_MAX {
-                // Too much to remember: the blocks open now cannot be checked key by key.
-                recent.keys.clear();
-                recent.bytes = 0;
-                recent.horizon = sequence;
-                return Ok(());
-            }
-            let len = key.len();
-            if recent.keys.insert(Arc::from(key), sequence).is_none() {
-                recent.bytes += len;
-            }
-        }
-        Ok(())
     }
 
     /// Why a write is refused once the table's actor has stopped: a full disk or descriptor
@@ -630,6 +573,19 @@ impl Unsealed {
             }
             None => Ok(None),
         }
+    }
+
+    /// The rows `chunk` changes, for conflicts: its keys, or for a table without a primary key
+    /// the rows it deletes.
+    fn changed_keys(&self, chunk: &StreamChunk) -> Result<Vec<Vec<u8>>> {
+        Ok(match self.keys_of(chunk.data.columns())? {
+            Some(keys) => keys,
+            None => (self.rows.encode(chunk.data.columns())?.into_iter())
+                .zip(&chunk.ops)
+                .filter(|(_, op)| **op == Op::Delete)
+                .map(|(row, _)| row)
+                .collect(),
+        })
     }
 
     /// A statement's changes, row by row, encoded as the table stores them.

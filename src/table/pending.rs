@@ -124,17 +124,17 @@ impl Pending {
     }
 
     /// Whether the block touched a key that `recent` (keys with the number of the commit that
-    /// last changed each) says was committed after `start`.
+    /// last changed each) says a commit `after` its start changed.
     pub(super) fn touched_since(
         &self,
         recent: &RowMap<Arc<[u8]>, u64>,
-        start: u64,
+        after: &dyn Fn(u64) -> bool,
     ) -> Result<bool> {
         if self.disk.is_none() {
-            let after = |k: &[u8]| recent.get(k).is_some_and(|s| *s > start);
-            return Ok(self.touched.keys().any(|k| after(k)));
+            let changed = |k: &[u8]| recent.get(k).is_some_and(|s| after(*s));
+            return Ok(self.touched.keys().any(|k| changed(k)));
         }
-        for (key, _) in recent.iter().filter(|(_, s)| **s > start) {
+        for (key, _) in recent.iter().filter(|(_, s)| after(**s)) {
             if self.touches(key)? {
                 return Ok(true);
             }
