@@ -431,7 +431,59 @@ async fn checkpoints_go_to_an_s3_compatible_store() {
         [format!("generations/{:020}.json", 2)],
         "the restarted server took the store over, and the older generation went"
     );
+
+    // Changes of every kind, then delta checkpoints over base 3: a new machine (an empty
+    // data directory, the same bucket) restores every table and view from the bucket alone,
+    // as they were at the newest checkpoint, whose restore reads base 3 and deltas 4 to 6.
+    client
+        .batch_execute(
+            "INSERT INTO t SELECT value, value % 7, 'new' FROM generate_series(20001, 20500);
+             UPDATE t SET g = g + 100, payload = 'moved' WHERE id % 97 = 0;
+             DELETE FROM t WHERE id % 101 = 0",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 5);
+    client
+        .batch_execute(
+            "UPDATE t SET payload = 'again' WHERE id % 89 = 0; DELETE FROM t WHERE id < 0",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 6);
+    let modes = modes(&client).await;
+    assert_eq!(modes[modes.len() - 4..], ["base", "delta", "delta", "delta"]);
+    client.batch_execute("FLUSH").await.unwrap();
+    let table = "SELECT id, g, payload FROM t ORDER BY id";
+    let view = "SELECT g, n FROM by_g ORDER BY g";
+    let (table_at_six, view_at_six) = (
+        text_rows(&client, table).await,
+        text_rows(&client, view).await,
+    );
+    assert_eq!(
+        view_at_six,
+        text_rows(&client, "SELECT g, count(*) FROM t GROUP BY g ORDER BY g").await
+    );
+    drop(client);
     server.stop().await;
+    let fresh = TestServer::start_with(configure).await;
+    let client = fresh.connect().await;
+    assert_eq!(text_rows(&client, table).await, table_at_six);
+    assert_eq!(text_rows(&client, view).await, view_at_six);
+    let restored: Vec<String> = text_rows(
+        &client,
+        "SELECT checkpoint_id, from_store_alone, files_reused, files_downloaded > 0 \
+         FROM weir_catalog.recoveries ORDER BY started_at DESC LIMIT 1",
+    )
+    .await;
+    assert_eq!(restored, ["6 t 0 t"]);
+    // It goes on from there: writes, and a checkpoint of its own into the bucket.
+    client
+        .batch_execute("INSERT INTO t VALUES (30000, 1, 'after')")
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 7);
+    fresh.stop().await;
 }
 
 #[tokio::test]

@@ -170,6 +170,81 @@ async fn a_databases_changes_reach_its_tables_exactly_once_across_a_kill() {
     server.stop(15).await;
 }
 
+/// The replication connection lost in the middle of the stream, twice: its walsender
+/// terminated (`pg_terminate_backend`), then the upstream crashed and restarted
+/// (`pg_ctl restart -m immediate`). Each time the table resumes from the LSN it confirmed,
+/// with every change exactly once: its rows, and a view counting them, equal the upstream's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_resumes_from_its_confirmed_lsn_after_the_connection_is_lost() {
+    let pg = Postgres::start().unwrap();
+    let up = upstream(&pg).await;
+    up.batch_execute(&format!("CREATE TABLE orders {ORDERS}"))
+        .await
+        .unwrap();
+    churn(&up, 1..100).await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = ChildServer::start(&dir.path().join("data")).await;
+    let weir = server.connect().await;
+    weir.batch_execute(&format!(
+        "{};
+         CREATE TABLE orders {ORDERS} FROM shop TABLE 'public.orders';
+         CREATE MATERIALIZED VIEW by_customer AS {GROUPS}",
+        create_source(&pg, "shop", "weir_shop", PASSWORD)
+    ))
+    .await
+    .unwrap();
+    converge(&weir, &up, ALL).await;
+    let walsender = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'weir_shop'";
+    let first = text_rows(&up, walsender).await;
+    assert_ne!(first, ["NULL"], "the slot is in use");
+
+    // Changes go on while the walsender is terminated between them.
+    for i in 0..10 {
+        churn(&up, 100 + i * 40..140 + i * 40).await;
+        if i == 4 {
+            let ended = text_rows(
+                &up,
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                 WHERE slot_name = 'weir_shop'",
+            )
+            .await;
+            assert_eq!(ended, ["t"]);
+        }
+    }
+    converge(&weir, &up, ALL).await;
+    converge_to(
+        &weir,
+        "SELECT * FROM by_customer ORDER BY customer",
+        &up,
+        GROUPS,
+    )
+    .await;
+    let second = text_rows(&up, walsender).await;
+    assert!(
+        second != first && second != ["NULL"],
+        "{first:?} then {second:?}"
+    );
+
+    // The upstream crashes with changes Weir has not all read, and more come after it is back.
+    churn(&up, 500..700).await;
+    drop(up);
+    pg.restart().unwrap();
+    let up = upstream(&pg).await;
+    churn(&up, 700..900).await;
+    converge(&weir, &up, ALL).await;
+    converge_to(
+        &weir,
+        "SELECT * FROM by_customer ORDER BY customer",
+        &up,
+        GROUPS,
+    )
+    .await;
+    let confirmed = "SELECT confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots \
+                     WHERE slot_name = 'weir_shop'";
+    assert_eq!(text_rows(&up, confirmed).await, ["t"]);
+    server.stop(15).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_upstreams_and_tables_are_refused_and_a_schema_change_stops_a_table() {
     let pg = Postgres::start().unwrap();

@@ -471,6 +471,145 @@ async fn compacted(broker: &str, topic: &str) -> Vec<String> {
     rows
 }
 
+/// A Debezium topic replayed in order, as rows like Weir's `customer n total`: each event must
+/// be keyed by the JSON of its row's key column, a create must find its key without a row, and
+/// a delete's `before` must be the key's row (an update is a delete, then a create).
+fn replay_debezium(messages: Vec<(String, Option<String>)>) -> Vec<String> {
+    let row = |v: &serde_json::Value| {
+        format!(
+            "{} {} {:.2}",
+            v["customer"].as_str().unwrap(),
+            v["n"],
+            v["total"].as_f64().unwrap()
+        )
+    };
+    let mut rows = std::collections::BTreeMap::new();
+    for (key, value) in messages {
+        let event: serde_json::Value =
+            serde_json::from_str(&value.expect("an event, not a tombstone")).unwrap();
+        let key: serde_json::Value = serde_json::from_str(&key).unwrap();
+        match event["op"].as_str() {
+            Some("c") => {
+                assert!(event["before"].is_null(), "{event}");
+                assert_eq!(
+                    key,
+                    serde_json::json!({"customer": event["after"]["customer"]})
+                );
+                let earlier = rows.insert(key.to_string(), row(&event["after"]));
+                assert!(earlier.is_none(), "a create for a key with a row: {event}");
+            }
+            Some("d") => {
+                assert!(event["after"].is_null(), "{event}");
+                assert_eq!(
+                    key,
+                    serde_json::json!({"customer": event["before"]["customer"]})
+                );
+                let held = rows.remove(&key.to_string());
+                assert_eq!(
+                    held,
+                    Some(row(&event["before"])),
+                    "a delete of another row: {event}"
+                );
+            }
+            _ => panic!("{event}"),
+        }
+    }
+    let mut rows: Vec<String> = rows.into_values().collect();
+    rows.sort();
+    rows
+}
+
+/// FORMAT PLAIN sends each inserted row once, unkeyed, as a JSON object of every column;
+/// FORMAT DEBEZIUM sends each change of a view, keyed, whose replay gives the view's rows
+/// (groups created, updated and deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_sinks_in_plain_and_debezium_formats_carry_each_change() {
+    let broker = broker::Broker::start().unwrap();
+    broker.create_topic("even_events", 1).await.unwrap();
+    broker.create_topic("changes", 1).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data")).await;
+    let weir = server.connect().await;
+    weir.batch_execute(&format!(
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));
+         CREATE MATERIALIZED VIEW revenue AS
+           SELECT customer, count(*) AS n, sum(amount) AS total FROM orders GROUP BY customer;
+         CREATE TABLE events (id int, note text);
+         CREATE SINK evens AS SELECT id, note FROM events WHERE id % 2 = 0
+           WITH (connector = 'kafka', properties.bootstrap.server = '{0}', topic = 'even_events',
+                 sink.delivery = 'at_least_once', force_append_only = 'true')
+           FORMAT PLAIN ENCODE JSON;
+         CREATE SINK changes FROM revenue
+           WITH (connector = 'kafka', properties.bootstrap.server = '{0}', topic = 'changes',
+                 sink.delivery = 'at_least_once')
+           FORMAT DEBEZIUM ENCODE JSON",
+        broker.address
+    ))
+    .await
+    .unwrap();
+    weir.batch_execute(
+        "INSERT INTO events SELECT i, CASE WHEN i % 10 = 0 THEN NULL ELSE 'n' || i END
+           FROM generate_series(1, 300) AS s(i);
+         INSERT INTO events SELECT i, CASE WHEN i % 10 = 0 THEN NULL ELSE 'n' || i END
+           FROM generate_series(301, 600) AS s(i);
+         DELETE FROM events WHERE id < 50",
+    )
+    .await
+    .unwrap();
+    churn(&weir, 1..400).await;
+    let view = "SELECT customer, n, total FROM revenue ORDER BY customer";
+    let mut last = (Vec::new(), Vec::new());
+    for _ in 0..300 {
+        let address = broker.address.clone();
+        let replayed =
+            tokio::task::spawn_blocking(move || replay_debezium(messages(&address, "changes")))
+                .await
+                .unwrap();
+        last = (text_rows(&weir, view).await, replayed);
+        if last.0 == last.1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(last.0, last.1, "the view, and the Debezium events replayed");
+
+    // Every row the plain sink's query inserted, once, unkeyed; the rows a DELETE took away
+    // stay sent (force_append_only drops deletes).
+    let mut inserted: Vec<String> = (1..=600)
+        .filter(|i| i % 2 == 0)
+        .map(|i| match i % 10 {
+            0 => format!("{i} null"),
+            _ => format!("{i} \"n{i}\""),
+        })
+        .collect();
+    inserted.sort();
+    let mut sent = Vec::new();
+    for _ in 0..300 {
+        let address = broker.address.clone();
+        let messages = tokio::task::spawn_blocking(move || messages(&address, "even_events"))
+            .await
+            .unwrap();
+        assert!(
+            messages.iter().all(|(key, _)| key.is_empty()),
+            "unkeyed: {messages:?}"
+        );
+        sent = messages
+            .into_iter()
+            .map(|(_, v)| {
+                let v: serde_json::Value = serde_json::from_str(&v.unwrap()).unwrap();
+                format!("{} {}", v["id"], v["note"])
+            })
+            .collect();
+        sent.sort();
+        if sent.len() >= inserted.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(sent, inserted);
+    server.stop(libc::SIGTERM).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_topic_read_compacted_equals_its_view_across_a_kill() {
     let broker = broker::Broker::start().unwrap();

@@ -78,6 +78,19 @@ impl Postgres {
         Ok(pg)
     }
 
+    /// Stops the server at once (`-m immediate`, as a crash would: it recovers from its WAL at
+    /// the next start) and starts it again on the same port, with the same options.
+    #[allow(dead_code)] // tests/postgres_cdc.rs crashes its upstream
+    pub fn restart(&self) -> Result<(), String> {
+        let data = path(&self.dir.path().join("data"));
+        let log = path(&self.dir.path().join("log"));
+        // Without -o, pg_ctl starts it with the options it last ran with (postmaster.opts).
+        self.run_tool(
+            "pg_ctl",
+            &["-D", &data, "-m", "immediate", "-w", "-l", &log, "restart"],
+        )
+    }
+
     fn run_tool(&self, tool: &str, args: &[&str]) -> Result<(), String> {
         let program = self.bin.join(tool);
         if self.as_postgres_user {
