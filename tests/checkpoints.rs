@@ -452,7 +452,10 @@ async fn checkpoints_go_to_an_s3_compatible_store() {
         .unwrap();
     assert_eq!(checkpoint(&client).await, 6);
     let modes = modes(&client).await;
-    assert_eq!(modes[modes.len() - 4..], ["base", "delta", "delta", "delta"]);
+    assert_eq!(
+        modes[modes.len() - 4..],
+        ["base", "delta", "delta", "delta"]
+    );
     client.batch_execute("FLUSH").await.unwrap();
     let table = "SELECT id, g, payload FROM t ORDER BY id";
     let view = "SELECT g, n FROM by_g ORDER BY g";
