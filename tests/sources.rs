@@ -573,3 +573,177 @@ async fn until_in(client: &tokio_postgres::Client, view: &str, n: u64, s: u64) {
     }
     panic!("{view} read {last:?}, not {expected}");
 }
+
+/// What a user of an `s3` source sees when it cannot work: bad options and an endpoint nobody
+/// answers at are refused at CREATE SOURCE with their SQLSTATEs; an object that does not
+/// decode (a malformed JSON line, a CSV line with a value of the wrong type, bytes that are
+/// not Parquet) stops its source with the reason, naming the object, in
+/// `weir_catalog.sources`, while the server and the other sources go on. And a Parquet object
+/// resumes at its row: the reader is held (`source.files.batch:pause`) after two batches of a
+/// 20,000-row object, a checkpoint takes that position, the server is killed, and the restart
+/// reads the rest once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_sources_refuse_bad_options_and_objects_clearly_and_resume_inside_a_parquet_object() {
+    let s3 = S3Server::start().await;
+    s3.create_bucket("lake").await;
+    let options: Vec<String> = s3
+        .options()
+        .into_iter()
+        .map(|(k, v)| format!("s3.{k} = '{v}'"))
+        .collect();
+    let options = options.join(", ");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = ChildServer::start(&data).await;
+    let client = server.connect().await;
+    let code = |sql: String| {
+        let client = &client;
+        async move {
+            let e = client.batch_execute(&sql).await.unwrap_err();
+            let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
+            (db.code().code().to_string(), db.message().to_string())
+        }
+    };
+    let source = |path: &str, more: &str, encode: &str| {
+        format!(
+            "CREATE SOURCE x (id bigint, g int) WITH (connector = 's3', path = '{path}'{more}) \
+             FORMAT PLAIN ENCODE {encode}"
+        )
+    };
+    let unreachable = options.replace(&s3.addr.to_string(), "127.0.0.1:1");
+    let cases = [
+        (
+            source("s3://lake/events/", "", "JSON").replace("path", "paht"),
+            "22023",
+        ),
+        (
+            source("lake/events/", &format!(", {options}"), "JSON"),
+            "22023",
+        ),
+        (
+            source(
+                "s3://lake/events/",
+                &format!(", {options}, s3.colour = 'red'"),
+                "JSON",
+            ),
+            "22023",
+        ),
+        (
+            source(
+                "s3://lake/events/",
+                &format!(", {options}, refresh.interval.sec = 'soon'"),
+                "JSON",
+            ),
+            "22023",
+        ),
+        (
+            source("s3://lake/events/", &format!(", {options}"), "AVRO"),
+            "0A000",
+        ),
+        (
+            source("s3://lake/events/", &format!(", {unreachable}"), "JSON"),
+            "08001",
+        ),
+    ];
+    for (sql, expected) in cases {
+        let (got, message) = code(sql.clone()).await;
+        assert_eq!(got, expected, "{sql}: {message}");
+    }
+
+    // Objects that do not decode stop their sources, each saying which object and why.
+    put_object(
+        &s3,
+        "lake",
+        "json/part-0.json",
+        "{\"id\": 1, \"g\": 1}\n{not json\n",
+    )
+    .await;
+    put_object(&s3, "lake", "csv/part-0.csv", "1,1\n2,two\n").await;
+    put_object(
+        &s3,
+        "lake",
+        "bad-pq/part-0.parquet",
+        "these bytes are not Parquet",
+    )
+    .await;
+    put_bytes(&s3, "lake", "pq/part-0.parquet", parquet_events(0..20_000)).await;
+    for (name, path, encode) in [
+        ("bad_json", "json", "JSON"),
+        ("bad_csv", "csv", "CSV"),
+        ("bad_pq", "bad-pq", "PARQUET"),
+    ] {
+        client
+            .batch_execute(&format!(
+                "CREATE SOURCE {name} (id bigint, g int) WITH (connector = 's3', \
+                   path = 's3://lake/{path}/', {options}) FORMAT PLAIN ENCODE {encode};
+                 CREATE MATERIALIZED VIEW {name}_n AS SELECT count(*) AS n FROM {name}"
+            ))
+            .await
+            .unwrap();
+    }
+    let errors = "SELECT name, error FROM weir_catalog.sources \
+                  WHERE name LIKE 'bad%' AND error IS NOT NULL ORDER BY name";
+    let mut stopped = Vec::new();
+    for _ in 0..300 {
+        stopped = text_rows(&client, errors).await;
+        if stopped.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(stopped.len(), 3, "{stopped:?}");
+    let objects = [
+        "bad_csv s3://lake/csv/part-0.csv: ",
+        "bad_json s3://lake/json/part-0.json: ",
+        "bad_pq s3://lake/bad-pq/part-0.parquet: ",
+    ];
+    for (row, object) in stopped.iter().zip(objects) {
+        assert!(row.starts_with(object), "{row}");
+    }
+    assert_eq!(text_rows(&client, "SELECT 1").await, ["1"]);
+    // Gone, so that the failpoint below counts only the next source's batches.
+    client
+        .batch_execute(
+            "DROP SOURCE bad_json CASCADE; DROP SOURCE bad_csv CASCADE; DROP SOURCE bad_pq CASCADE",
+        )
+        .await
+        .unwrap();
+    server.stop(15).await;
+
+    // A Parquet object read in part: held before its third batch, checkpointed, killed.
+    let server = ChildServer::start_with_env(
+        &data,
+        &[],
+        &[("WEIR_FAILPOINTS", "source.files.batch@3:pause")],
+    )
+    .await;
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE pq (id bigint, g int) WITH (connector = 's3', \
+               path = 's3://lake/pq/', refresh.interval.sec = '1', {options}) \
+             FORMAT PLAIN ENCODE PARQUET;
+             CREATE MATERIALIZED VIEW pq_n AS \
+               SELECT count(*) AS n, sum(id) AS s, count(DISTINCT id) AS d FROM pq"
+        ))
+        .await
+        .unwrap();
+    let fed = "SELECT rows FROM weir_catalog.sources WHERE name = 'pq'";
+    let mut read = Vec::new();
+    for _ in 0..300 {
+        read = text_rows(&client, fed).await;
+        if read == ["8192"] {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(read, ["8192"], "two batches of 4,096 rows, then held");
+    client.batch_execute("FLUSH; CHECKPOINT").await.unwrap();
+    assert_eq!(text_rows(&client, "SELECT n FROM pq_n").await, ["8192"]);
+    server.stop(9).await;
+    let server = ChildServer::start(&data).await;
+    let client = server.connect().await;
+    let sum = |n: u64| n * (n - 1) / 2;
+    until_in(&client, "pq_n", 20_000, sum(20_000)).await;
+    server.stop(15).await;
+}

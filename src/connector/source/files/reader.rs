@@ -218,7 +218,10 @@ impl FilesReader {
             if encode == Encode::Parquet {
                 let whole = store.open_whole(&file.name, file.size).await?;
                 let rows = crate::blocking(|| parquet_rows(whole, byte, rows)).map_err(|e| {
-                    Error::new(ErrorKind::InvalidText, format!("{}: {e}", file.name))
+                    Error::new(
+                        ErrorKind::InvalidText,
+                        format!("{}: {e}", store.locate(&file.name)),
+                    )
                 })?;
                 return Ok(Current {
                     index,
@@ -277,7 +280,7 @@ impl FilesReader {
             let Some(current) = &mut self.current else {
                 continue;
             };
-            let name = self.files[current.index].name.clone();
+            let name = self.store.locate(&self.files[current.index].name);
             let bad = |e: &dyn std::fmt::Display| {
                 Error::new(ErrorKind::InvalidText, format!("{name}: {e}"))
             };
@@ -383,6 +386,8 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
 impl Batches for FilesReader {
     /// The next rows after those skipped.
     async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        // Where a test holds the reader (`:pause`), to checkpoint it in the middle of a file.
+        crate::failpoint::reach("source.files.batch").await;
         loop {
             let Some(batch) = self.read().await? else {
                 return Ok(None);

@@ -205,6 +205,16 @@ impl Store {
             Store::Remote { url, .. } => url.clone(),
         }
     }
+
+    /// Where file `name` (as listed) is, for errors a user reads: its path, or its object's
+    /// URL.
+    pub fn locate(&self, name: &str) -> String {
+        match self {
+            Store::Local(p) if p.is_dir() => p.join(name).display().to_string(),
+            Store::Local(p) => p.display().to_string(),
+            Store::Remote { url, .. } => format!("{}/{name}", url.trim_end_matches('/')),
+        }
+    }
 }
 
 impl Input {
