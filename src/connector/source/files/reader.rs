@@ -280,9 +280,12 @@ impl FilesReader {
             let Some(current) = &mut self.current else {
                 continue;
             };
-            let name = self.store.locate(&self.files[current.index].name);
+            let (store, name) = (&self.store, &self.files[current.index].name);
             let bad = |e: &dyn std::fmt::Display| {
-                Error::new(ErrorKind::InvalidText, format!("{name}: {e}"))
+                Error::new(
+                    ErrorKind::InvalidText,
+                    format!("{}: {e}", store.locate(name)),
+                )
             };
             let batch = match &mut current.body {
                 Body::Text {

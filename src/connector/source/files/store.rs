@@ -207,11 +207,12 @@ impl Store {
     }
 
     /// Where file `name` (as listed) is, for errors a user reads: its path, or its object's
-    /// URL.
+    /// URL. A source's single file is listed under its own name; a directory's files under
+    /// theirs.
     pub fn locate(&self, name: &str) -> String {
         match self {
-            Store::Local(p) if p.is_dir() => p.join(name).display().to_string(),
-            Store::Local(p) => p.display().to_string(),
+            Store::Local(p) if p.file_name().is_some_and(|n| n == name) => p.display().to_string(),
+            Store::Local(p) => p.join(name).display().to_string(),
             Store::Remote { url, .. } => format!("{}/{name}", url.trim_end_matches('/')),
         }
     }
