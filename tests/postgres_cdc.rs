@@ -92,6 +92,22 @@ const ALL: &str = "SELECT * FROM orders ORDER BY id";
 const GROUPS: &str =
     "SELECT customer, count(*), sum(amount) FROM orders GROUP BY customer ORDER BY customer";
 
+/// A server on `data` whose table `orders` reads the upstream's through source `shop`, with
+/// the view `by_customer` over it.
+async fn shop(pg: &Postgres, data: &std::path::Path) -> (ChildServer, tokio_postgres::Client) {
+    let server = ChildServer::start(data).await;
+    let weir = server.connect().await;
+    weir.batch_execute(&format!(
+        "{};
+         CREATE TABLE orders {ORDERS} FROM shop TABLE 'public.orders';
+         CREATE MATERIALIZED VIEW by_customer AS {GROUPS}",
+        create_source(pg, "shop", "weir_shop", PASSWORD)
+    ))
+    .await
+    .unwrap();
+    (server, weir)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_databases_changes_reach_its_tables_exactly_once_across_a_kill() {
     let pg = Postgres::start().unwrap();
@@ -103,16 +119,7 @@ async fn a_databases_changes_reach_its_tables_exactly_once_across_a_kill() {
     churn(&up, 1..150).await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = ChildServer::start(&data).await;
-    let weir = server.connect().await;
-    weir.batch_execute(&format!(
-        "{};
-         CREATE TABLE orders {ORDERS} FROM shop TABLE 'public.orders';
-         CREATE MATERIALIZED VIEW by_customer AS {GROUPS}",
-        create_source(&pg, "shop", "weir_shop", PASSWORD)
-    ))
-    .await
-    .unwrap();
+    let (server, weir) = shop(&pg, &data).await;
     // Changes while the snapshot is read.
     churn(&up, 150..300).await;
     converge(&weir, &up, ALL).await;
@@ -183,16 +190,7 @@ async fn a_table_resumes_from_its_confirmed_lsn_after_the_connection_is_lost() {
         .unwrap();
     churn(&up, 1..100).await;
     let dir = tempfile::tempdir().unwrap();
-    let server = ChildServer::start(&dir.path().join("data")).await;
-    let weir = server.connect().await;
-    weir.batch_execute(&format!(
-        "{};
-         CREATE TABLE orders {ORDERS} FROM shop TABLE 'public.orders';
-         CREATE MATERIALIZED VIEW by_customer AS {GROUPS}",
-        create_source(&pg, "shop", "weir_shop", PASSWORD)
-    ))
-    .await
-    .unwrap();
+    let (server, weir) = shop(&pg, &dir.path().join("data")).await;
     converge(&weir, &up, ALL).await;
     let walsender = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'weir_shop'";
     let first = text_rows(&up, walsender).await;

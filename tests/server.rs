@@ -775,7 +775,6 @@ async fn a_statement_larger_than_memory_is_spooled_not_gathered() {
     let insert = client.batch_execute(
         "INSERT INTO t SELECT value, -value FROM generate_series(1, 9000000000000000000)",
     );
-    let watch = common::rss_reaches(server.pid(), GIB);
     let spooled = std::cell::Cell::new(false);
     let look = async {
         loop {
@@ -785,11 +784,13 @@ async fn a_statement_larger_than_memory_is_spooled_not_gathered() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     };
-    let e = tokio::select! {
-        result = insert => result.unwrap_err(),
-        peak = watch => panic!("server RSS {} MiB", peak >> 20),
-        () = look => unreachable!(),
-    };
+    let e = common::within_rss(server.pid(), GIB, async {
+        tokio::select! {
+            result = insert => result.unwrap_err(),
+            () = look => unreachable!(),
+        }
+    })
+    .await;
     assert_eq!(e.code().map(|c| c.code()), Some("57014"), "{e}");
     assert!(spooled.get(), "the rows went to a spool file");
     assert_eq!(rows(&client, "SELECT count(*) FROM t").await, ["0"]);

@@ -556,7 +556,6 @@ async fn a_query_message_of_many_statements_costs_the_server_little_memory() {
         .write_all(&message(b'Q', &cstr(&query)))
         .await
         .unwrap();
-    let watch = common::rss_reaches(server.pid(), GIB);
     let replies = async {
         let mut kinds = Vec::new();
         while let Some((kind, body)) = read_reply(&mut socket).await {
@@ -567,10 +566,7 @@ async fn a_query_message_of_many_statements_costs_the_server_little_memory() {
         }
         kinds
     };
-    let replies = tokio::select! {
-        replies = replies => replies,
-        peak = watch => panic!("server RSS {} MiB", peak >> 20),
-    };
+    let replies = common::within_rss(server.pid(), GIB, replies).await;
     let peak = common::rss_bytes(server.pid());
     eprintln!(
         "server RSS after a 100,000-statement message: {} MiB",
@@ -626,7 +622,6 @@ async fn a_query_message_of_many_real_statements_runs_each_one() {
         .write_all(&message(b'Q', &cstr(&query)))
         .await
         .unwrap();
-    let watch = common::rss_reaches(server.pid(), GIB);
     let replies = async {
         let (mut tags, mut values) = (Vec::new(), Vec::new());
         while let Some((kind, body)) = read_reply(&mut socket).await {
@@ -641,10 +636,7 @@ async fn a_query_message_of_many_real_statements_runs_each_one() {
         }
         (tags, values)
     };
-    let (tags, values) = tokio::select! {
-        replies = replies => replies,
-        peak = watch => panic!("server RSS {} MiB", peak >> 20),
-    };
+    let (tags, values) = common::within_rss(server.pid(), GIB, replies).await;
     let rss = common::rss_bytes(server.pid());
     eprintln!(
         "server RSS after {} statements in one message: {} MiB",

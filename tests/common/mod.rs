@@ -302,9 +302,17 @@ fn proc_status_bytes(pid: u32, field: &str) -> u64 {
     kb * 1024
 }
 
-/// Completes, with the RSS seen, once process `pid`'s resident memory reaches `bytes`
-/// (sampled every 20 ms): raced against the work whose memory a test bounds.
-pub async fn rss_reaches(pid: u32, bytes: u64) -> u64 {
+/// Runs `work` while process `pid`'s resident memory is watched (every 20 ms): its output, or a
+/// panic naming the RSS if it reaches `bytes` first.
+pub async fn within_rss<T>(pid: u32, bytes: u64, work: impl std::future::Future<Output = T>) -> T {
+    tokio::select! {
+        out = work => out,
+        peak = rss_reaches(pid, bytes) => panic!("server RSS {} MiB", peak >> 20),
+    }
+}
+
+/// Completes, with the RSS seen, once process `pid`'s resident memory reaches `bytes`.
+async fn rss_reaches(pid: u32, bytes: u64) -> u64 {
     loop {
         let rss = rss_bytes(pid);
         if rss >= bytes {
