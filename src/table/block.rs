@@ -204,6 +204,13 @@ impl TableWriter {
             return Err(past_memory());
         }
         let snapshot = self.ready().await?;
+        if block.tables.contains_key(&id) {
+            // The keys other blocks committed since, to tell whether this statement changes
+            // again a row another changed after the block did (`stage_chunk`).
+            let blocks = self.transactions.blocks();
+            let unsealed = &self.unsealed;
+            self.recent.settle(&blocks, &|c| unsealed.changed_keys(c))?;
+        }
         let affected = if large::spooled(&deleted) || large::spooled(&inserted) {
             // A part at a time: the block's earlier parts are among its changes when the next
             // is checked, as a statement's earlier rows are.
@@ -243,6 +250,9 @@ impl TableWriter {
         snapshot: &crate::state::Snapshot,
         temp: &Arc<TempDisk>,
     ) -> Result<()> {
+        if let Some(pending) = block.tables.get(&self.def.id) {
+            self.check_changed_again(block, pending, chunk)?;
+        }
         let pending = block.tables.entry(self.def.id).or_default();
         self.check_keys(chunk, snapshot, Some(pending))?;
         pending.add(self.unsealed.encode(chunk)?, temp)
@@ -281,26 +291,56 @@ impl TableWriter {
         let blocks = self.transactions.blocks();
         let unsealed = &self.unsealed;
         self.recent.settle(&blocks, &|c| unsealed.changed_keys(c))?;
-        let conflict = || {
-            Error::new(
-                ErrorKind::SerializationFailure,
-                "could not serialize access due to concurrent update",
-            )
-            .with_detail(format!(
-                "A row of table \"{}\" this transaction changed was changed and committed \
-                 by another since it began.",
-                self.def.name
-            ))
-            .with_hint("Retry the transaction.")
-        };
         if self.recent.horizon > block.oldest {
-            return Err(conflict());
+            return Err(self.conflict());
         }
         let after = |sequence: u64| sequence > block.start || block.in_flight.contains(&sequence);
         if pending.touched_since(&self.recent.keys, &after)? {
-            return Err(conflict());
+            return Err(self.conflict());
         }
         Ok(())
+    }
+
+    /// Refuses a statement (40001) that changes a row the block changed before, when another
+    /// committed that row since the block began: the block's reads then see both versions
+    /// (its own and the other's), and its COMMIT would be refused anyway. PostgreSQL refuses
+    /// such a statement too under REPEATABLE READ; under READ COMMITTED it waits for the
+    /// other's lock, which Weir does not hold. Only this statement's rows are looked up, so a
+    /// long block pays per statement for what the statement changes.
+    fn check_changed_again(
+        &self,
+        block: &Block,
+        pending: &Pending,
+        chunk: &StreamChunk,
+    ) -> Result<()> {
+        if self.recent.horizon > block.oldest {
+            return Err(self.conflict());
+        }
+        let after = |sequence: u64| sequence > block.start || block.in_flight.contains(&sequence);
+        for key in self.unsealed.changed_keys(chunk)? {
+            let since = self
+                .recent
+                .keys
+                .get(key.as_slice())
+                .is_some_and(|s| after(*s));
+            if since && pending.touches(&key)? {
+                return Err(self.conflict());
+            }
+        }
+        Ok(())
+    }
+
+    fn conflict(&self) -> Error {
+        Error::new(
+            ErrorKind::SerializationFailure,
+            "could not serialize access due to concurrent update",
+        )
+        .with_detail(format!(
+            "A row of table \"{}\" this transaction changed was changed and committed by \
+             another since it began.",
+            self.def.name
+        ))
+        .with_hint("Retry the transaction.")
     }
 }
 
