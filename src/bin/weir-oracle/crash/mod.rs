@@ -3,7 +3,8 @@
 //! Runs the `weir` binary as a child process with checkpoints every few hundred milliseconds,
 //! two writers changing two tables, a third sending transaction blocks over both (`blocks`:
 //! committed, rolled back, cut off by the kill), a fourth sending statements too large to
-//! hold in memory (`large`), and views over them; kills the server again and again,
+//! hold in memory (`large`), sessions whose blocks conflict over a few hot rows (`hot`: 40001
+//! for all but the first committer), and views over them; kills the server again and again,
 //! alternately with `SIGKILL` at a random moment and by arming one failpoint
 //! (`WEIR_FAILPOINTS`, debug builds) of the checkpoint, table and recovery paths, so that the
 //! process aborts exactly there, or one I/O error of the change log (a full disk, a failed
@@ -31,6 +32,7 @@ use weir::rng::Rng;
 
 mod armed;
 mod blocks;
+mod hot;
 mod large;
 mod model;
 mod server;
@@ -40,6 +42,7 @@ mod verify;
 
 use self::armed::{fault_point, Armed, Arming};
 use self::blocks::{transact_until_failure, Blocks, InDoubt};
+use self::hot::Hot;
 use self::large::Large;
 use self::model::{Model, Statement};
 use self::server::{print_log_tail, Death, Launcher, Server};
@@ -158,6 +161,7 @@ struct Tally {
     large_acknowledged: u64,
     large_in_doubt_applied: u64,
     large_in_doubt_not_applied: u64,
+    hot: hot::Counts,
     checks: u64,
     /// Transactions and messages written to the upstreams.
     upstream_changes: u64,
@@ -211,7 +215,9 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
          in their round, {} never), \
          {} statements acknowledged, in doubt: {} applied, {} not; transaction blocks: {} \
          committed, {} rolled back, in doubt: {} applied, {} not; large statements: {} \
-         acknowledged, in doubt: {} applied, {} not; {} checks of every view, sink target and \
+         acknowledged, in doubt: {} applied, {} not; conflicting blocks: {} committed, {} \
+         refused with 40001, {} rolled back, in doubt: {} applied, {} not; {} checks of every \
+         view, sink target and \
          table against PostgreSQL; {} changes to the CDC and Kafka upstreams; I/O errors \
          injected in {} rounds ({}), {} statements refused for them",
         tally.kills_random + tally.fired.values().sum::<u64>(),
@@ -234,6 +240,11 @@ pub async fn main(args: impl Iterator<Item = String>) -> ExitCode {
         tally.large_acknowledged,
         tally.large_in_doubt_applied,
         tally.large_in_doubt_not_applied,
+        tally.hot.committed,
+        tally.hot.conflicts,
+        tally.hot.rolled_back,
+        tally.hot.in_doubt_applied,
+        tally.hot.in_doubt_not_applied,
         tally.checks,
         tally.upstream_changes,
         tally.injected.values().sum::<u64>(),
@@ -270,6 +281,8 @@ struct Run {
     /// The large writer, between rounds.
     large: Option<Large>,
     large_in_doubt: Option<large::Statement>,
+    /// The conflicting writer's sessions, between rounds.
+    hot: Option<Hot>,
     /// The views compared with PostgreSQL after every restart.
     views: Vec<String>,
     /// Views created by a round, dropped by a later one.
@@ -324,7 +337,12 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
         blocks_in_doubt: Vec::new(),
         large: Some(Large::new(args.seed.wrapping_mul(31) + 4)),
         large_in_doubt: None,
-        views: VIEWS.iter().map(|(n, _)| n.to_string()).collect(),
+        hot: Some(Hot::new(args.seed.wrapping_mul(31) + 5)),
+        views: VIEWS
+            .iter()
+            .chain(hot::VIEWS)
+            .map(|(n, _)| n.to_string())
+            .collect(),
         later: Vec::new(),
         in_doubt: Vec::new(),
         refused: Vec::new(),
@@ -496,10 +514,10 @@ async fn ready(
     tally: &mut Tally,
 ) -> Result<(), String> {
     if run.round == 0 {
-        for sql in SCHEMA {
+        for sql in SCHEMA.iter().chain(hot::SCHEMA) {
             exec_both(weir, pg, sql, sql).await?;
         }
-        for (name, query) in VIEWS {
+        for (name, query) in VIEWS.iter().chain(hot::VIEWS) {
             create_view(weir, pg, name, query).await?;
         }
         let database = run.database.clone();
@@ -558,6 +576,9 @@ async fn write_until_death(
         let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
         tokio::spawn(write_until_failure(weir, pg, large))
     };
+    let hot = run.hot.take().ok_or("the conflicting writer is missing")?;
+    let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
+    let hot = hot.start(&weir, pg_conn).await?;
     let upstream = run.upstreams.write(pg_conn).await?;
     let wait = match armed.after_start() {
         Some(_) => Duration::from_secs(10),
@@ -597,6 +618,7 @@ async fn write_until_death(
     tally.large_acknowledged += outcome.acknowledged;
     tally.refused += outcome.refused;
     run.large_in_doubt = outcome.in_doubt;
+    run.hot = Some(hot.finish(&mut tally.hot, &mut tally.refused).await?);
     run.models.sort_by_key(|m| m.table);
     Ok(())
 }

@@ -53,6 +53,11 @@ pub(super) async fn resolve(
         }
         run.large_in_doubt = None;
     }
+    let hot = run
+        .hot
+        .as_mut()
+        .ok_or("the conflicting writer is missing")?;
+    hot.resolve(weir, pg, &mut tally.hot).await?;
     Ok(())
 }
 
@@ -102,7 +107,7 @@ pub(super) async fn applied(
     })
 }
 
-/// Compares every view and both tables with PostgreSQL.
+/// Compares every view and the writers' tables with PostgreSQL.
 pub(super) async fn check(
     weir: &Client,
     pg: &Client,
@@ -110,7 +115,8 @@ pub(super) async fn check(
     tally: &mut Tally,
 ) -> Result<(), String> {
     exec(weir, "FLUSH").await?;
-    for name in views.iter().map(String::as_str).chain(["t1", "t2"]) {
+    let tables = ["t1", "t2"].iter().chain(super::hot::TABLES);
+    for name in views.iter().map(String::as_str).chain(tables.copied()) {
         let query = format!("SELECT * FROM {name}");
         let actual = rows(weir, &query)
             .await
