@@ -473,8 +473,9 @@ async fn compacted(broker: &str, topic: &str) -> Vec<String> {
 
 /// A Debezium topic replayed in order, as rows like Weir's `customer n total`: each event must
 /// be keyed by the JSON of its row's key column, a create must find its key without a row, and
-/// a delete's `before` must be the key's row (an update is a delete, then a create).
-fn replay_debezium(messages: Vec<(String, Option<String>)>) -> Vec<String> {
+/// a delete's `before` must be the key's row (an update is a delete, then a create). Also
+/// returns how many deletes it replayed.
+fn replay_debezium(messages: Vec<(String, Option<String>)>) -> (Vec<String>, usize) {
     let row = |v: &serde_json::Value| {
         format!(
             "{} {} {:.2}",
@@ -484,6 +485,7 @@ fn replay_debezium(messages: Vec<(String, Option<String>)>) -> Vec<String> {
         )
     };
     let mut rows = std::collections::BTreeMap::new();
+    let mut deletes = 0;
     for (key, value) in messages {
         let event: serde_json::Value =
             serde_json::from_str(&value.expect("an event, not a tombstone")).unwrap();
@@ -499,6 +501,7 @@ fn replay_debezium(messages: Vec<(String, Option<String>)>) -> Vec<String> {
                 assert!(earlier.is_none(), "a create for a key with a row: {event}");
             }
             Some("d") => {
+                deletes += 1;
                 assert!(event["after"].is_null(), "{event}");
                 assert_eq!(
                     key,
@@ -516,7 +519,31 @@ fn replay_debezium(messages: Vec<(String, Option<String>)>) -> Vec<String> {
     }
     let mut rows: Vec<String> = rows.into_values().collect();
     rows.sort();
-    rows
+    (rows, deletes)
+}
+
+/// Waits until the Debezium events on topic `changes` replay to the view `revenue`'s rows;
+/// returns how many of them were deletes.
+async fn debezium_equals_view(weir: &tokio_postgres::Client, address: &str) -> usize {
+    let view = "SELECT customer, n, total FROM revenue ORDER BY customer";
+    let mut last = (Vec::new(), (Vec::new(), 0));
+    for _ in 0..300 {
+        let address = address.to_string();
+        let replayed =
+            tokio::task::spawn_blocking(move || replay_debezium(messages(&address, "changes")))
+                .await
+                .unwrap();
+        last = (text_rows(weir, view).await, replayed);
+        if last.0 == last.1 .0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        last.0, last.1 .0,
+        "the view, and the Debezium events replayed"
+    );
+    last.1 .1
 }
 
 /// FORMAT PLAIN sends each inserted row once, unkeyed, as a JSON object of every column;
@@ -557,21 +584,15 @@ async fn kafka_sinks_in_plain_and_debezium_formats_carry_each_change() {
     .await
     .unwrap();
     churn(&weir, 1..400).await;
-    let view = "SELECT customer, n, total FROM revenue ORDER BY customer";
-    let mut last = (Vec::new(), Vec::new());
-    for _ in 0..300 {
-        let address = broker.address.clone();
-        let replayed =
-            tokio::task::spawn_blocking(move || replay_debezium(messages(&address, "changes")))
-                .await
-                .unwrap();
-        last = (text_rows(&weir, view).await, replayed);
-        if last.0 == last.1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert_eq!(last.0, last.1, "the view, and the Debezium events replayed");
+    debezium_equals_view(&weir, &broker.address).await;
+    // Once the groups were sent, new orders change each of them (a delete and a create per
+    // group) and a group goes (a delete alone).
+    churn(&weir, 400..700).await;
+    weir.batch_execute("DELETE FROM orders WHERE customer = 'c1'")
+        .await
+        .unwrap();
+    let deletes = debezium_equals_view(&weir, &broker.address).await;
+    assert!(deletes >= 7, "{deletes} delete events");
 
     // Every row the plain sink's query inserted, once, unkeyed; the rows a DELETE took away
     // stay sent (force_append_only drops deletes).
