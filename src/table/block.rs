@@ -145,6 +145,13 @@ pub struct Block {
     transactions: Arc<Transactions>,
 }
 
+impl Block {
+    /// Whether commit `sequence` counts as after the block began: its reads did not see it.
+    fn counts_after(&self, sequence: u64) -> bool {
+        sequence > self.start || self.in_flight.contains(&sequence)
+    }
+}
+
 impl Drop for Block {
     fn drop(&mut self) {
         if self.ddl {
@@ -294,8 +301,7 @@ impl TableWriter {
         if self.recent.horizon > block.oldest {
             return Err(self.conflict());
         }
-        let after = |sequence: u64| sequence > block.start || block.in_flight.contains(&sequence);
-        if pending.touched_since(&self.recent.keys, &after)? {
+        if pending.touched_since(&self.recent.keys, &|s| block.counts_after(s))? {
             return Err(self.conflict());
         }
         Ok(())
@@ -316,13 +322,12 @@ impl TableWriter {
         if self.recent.horizon > block.oldest {
             return Err(self.conflict());
         }
-        let after = |sequence: u64| sequence > block.start || block.in_flight.contains(&sequence);
         for key in self.unsealed.changed_keys(chunk)? {
             let since = self
                 .recent
                 .keys
                 .get(key.as_slice())
-                .is_some_and(|s| after(*s));
+                .is_some_and(|s| block.counts_after(*s));
             if since && pending.touches(&key)? {
                 return Err(self.conflict());
             }
