@@ -557,27 +557,29 @@ async fn write_until_death(
     tally: &mut Tally,
 ) -> Result<(), String> {
     let foreign_ids = run.models[0].next_id;
+    let weir = server.conn_string();
     let mut writers = Vec::new();
     for mut model in run.models.drain(..) {
         model.foreign_ids = foreign_ids;
         let pg = connect(pg_conn).await?;
-        let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
-        writers.push(tokio::spawn(write_until_failure(weir, pg, model)));
+        writers.push(tokio::spawn(write_until_failure(weir.clone(), pg, model)));
     }
     let blocks = run.blocks.take().ok_or("the block writer is missing")?;
     let transactor = {
         let pg = connect(pg_conn).await?;
-        let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
-        tokio::spawn(transact_until_failure(weir, pg, blocks, foreign_ids))
+        tokio::spawn(transact_until_failure(
+            weir.clone(),
+            pg,
+            blocks,
+            foreign_ids,
+        ))
     };
     let large = run.large.take().ok_or("the large writer is missing")?;
     let large = {
         let pg = connect(pg_conn).await?;
-        let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
-        tokio::spawn(write_until_failure(weir, pg, large))
+        tokio::spawn(write_until_failure(weir.clone(), pg, large))
     };
     let hot = run.hot.take().ok_or("the conflicting writer is missing")?;
-    let weir = format!("host=127.0.0.1 port={} user=weir dbname=weir", server.port);
     let hot = hot.start(&weir, pg_conn).await?;
     let upstream = run.upstreams.write(pg_conn).await?;
     let wait = match armed.after_start() {

@@ -139,12 +139,13 @@ fn aborted(status: ExitStatus) -> bool {
 }
 
 impl Server {
+    /// The connection string of the server's SQL port, as the superuser `weir`.
+    pub(super) fn conn_string(&self) -> String {
+        format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port)
+    }
+
     pub(super) async fn connect(&self) -> Result<Client, String> {
-        connect(&format!(
-            "host=127.0.0.1 port={} user=weir dbname=weir",
-            self.port
-        ))
-        .await
+        connect(&self.conn_string()).await
     }
 
     /// How the process ended, if it did (waiting a moment for a dying one to finish).
