@@ -66,6 +66,16 @@ impl StateTable {
         self.store.get_latest(&self.full_key(key))
     }
 
+    /// Whether the table holds no entry (committed or of this epoch), in any actor's range.
+    pub fn is_empty(&self) -> Result<bool> {
+        let mut empty = true;
+        self.scan(&[], false, &mut |_, _| {
+            empty = false;
+            false
+        })?;
+        Ok(empty)
+    }
+
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.keep(key, Some(value));
     }

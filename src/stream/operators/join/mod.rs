@@ -9,6 +9,12 @@
 //! count moves between zero and non-zero, the row's NULL-padded (or semi/anti) output is
 //! retracted or emitted. Rows with a NULL key never match, unless the join says NULLs are equal
 //! (set operations).
+//!
+//! Each side also holds the rows of the keys it uses in memory (`cache`), so that a key's
+//! partners are found without reading RocksDB; state is written as before, and the cache
+//! only saves reads.
+
+mod cache;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +35,8 @@ use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
 use crate::stream::spec::{JoinKind, JoinSpec};
 
+use self::cache::{Row, SideCache};
+
 /// What a side's row produces on its own, without a partner row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Alone {
@@ -43,6 +51,7 @@ enum Alone {
 
 struct Side {
     table: StateTable,
+    cache: SideCache,
     keys: Vec<Arc<dyn PhysicalExpr>>,
     rows: RowCodec,
     schema: SchemaRef,
@@ -77,6 +86,76 @@ struct Partner {
     count: i64,
     matches: i64,
     changed: bool,
+}
+
+impl Side {
+    /// Whether `key`'s rows are held, read from state (and held) when they are not, unless
+    /// it has more rows than the cache holds of a key.
+    fn load(&mut self, key: &[u8]) -> Result<bool> {
+        if self.cache.rows(key).is_some() {
+            return Ok(true);
+        }
+        if self.cache.is_large(key) {
+            return Ok(false);
+        }
+        let mut rows = Vec::new();
+        let mut large = false;
+        let rows_max = self.cache.rows_max();
+        self.table.try_scan(key, None, &mut |k, v| {
+            if rows.len() == rows_max {
+                large = true;
+                return Ok(false);
+            }
+            let (count, matches) = decode_entry(v)?;
+            rows.push(Row {
+                row: k[key.len()..].to_vec(),
+                count,
+                matches,
+            });
+            Ok(true)
+        })?;
+        if large {
+            self.cache.mark_large(key);
+        } else {
+            self.cache.hold(key, rows);
+        }
+        Ok(!large)
+    }
+
+    /// `key`'s rows, unless it has more than the cache holds of a key (then they are read a
+    /// part at a time).
+    fn held(&mut self, key: &[u8]) -> Result<Option<Vec<Row>>> {
+        Ok(match self.load(key)? {
+            true => self.cache.rows(key).map(<[Row]>::to_vec),
+            false => None,
+        })
+    }
+
+    /// How many times the side has `row` under `key`.
+    fn count_of(&mut self, key: &[u8], row: &[u8]) -> Result<i64> {
+        if self.load(key)? {
+            let rows = self.cache.rows(key).unwrap_or_default();
+            return Ok(match rows.binary_search_by(|r| r.row.as_slice().cmp(row)) {
+                Ok(i) => rows[i].count,
+                Err(_) => 0,
+            });
+        }
+        match self.table.get(&[key, row].concat())? {
+            Some(v) => Ok(decode_entry(&v)?.0),
+            None => Ok(0),
+        }
+    }
+
+    /// Sets the state entry of `row` under `key` (a count of 0 deletes it), and its cached copy.
+    fn write(&mut self, key: &[u8], row: &[u8], count: i64, matches: i64) {
+        let state_key = [key, row].concat();
+        if count == 0 {
+            self.table.delete(state_key);
+        } else {
+            self.table.put(state_key, encode_entry(count, matches));
+        }
+        self.cache.set(key, row, count, matches);
+    }
 }
 
 /// Partners read, and the candidate pairs they make with the chunk's rows: (chunk row,
@@ -129,8 +208,10 @@ impl HashJoin {
             JoinKind::RightAnti => (Never, WhileUnmatched, false),
         };
         let side = |table, keys, schema: &SchemaRef, alone| -> Result<Side> {
+            let table = StateTable::new(store.clone(), table);
             Ok(Side {
-                table: StateTable::new(store.clone(), table),
+                cache: SideCache::new(store.cache_share(), table.is_empty()?),
+                table,
                 keys,
                 rows: RowCodec::for_schema(schema)?,
                 schema: schema.clone(),
@@ -356,8 +437,8 @@ impl HashJoin {
         }
         self.emit_alone(other, &partner_columns, &flips, out)?;
         for p in batch.partners.iter().filter(|p| p.changed) {
-            let entry = encode_entry(p.count, p.matches);
-            self.sides[other].table.put(p.state_key.clone(), entry);
+            let key = &p.state_key[..p.state_key.len() - p.row.len()];
+            self.sides[other].write(key, &p.row, p.count, p.matches);
         }
         batch.partners.clear();
         batch.candidates.clear();
@@ -418,6 +499,7 @@ impl HashJoin {
         let mut matched = vec![0i64; chunk.len()];
         let mut batch = Batch::default();
         for (key, group) in groups {
+            let mut held = self.sides[other].held(key)?.map(Vec::into_iter);
             let mut after: Option<Vec<u8>> = None;
             loop {
                 if !batch.candidates.is_empty()
@@ -428,21 +510,32 @@ impl HashJoin {
                 let room =
                     (candidates_max.saturating_sub(batch.candidates.len()) / group.len()).max(1);
                 let first = batch.partners.len();
-                let start = after.as_ref().map(|k| [k.as_slice(), &[0]].concat());
                 let partners = &mut batch.partners;
-                self.sides[other]
-                    .table
-                    .try_scan(key, start.as_deref(), &mut |k, v| {
-                        let (count, matches) = decode_entry(v)?;
-                        partners.push(Partner {
-                            state_key: k.to_vec(),
-                            row: k[key.len()..].to_vec(),
-                            count,
-                            matches,
-                            changed: false,
-                        });
-                        Ok(partners.len() - first < room)
-                    })?;
+                match &mut held {
+                    Some(rows) => partners.extend(rows.take(room).map(|r| Partner {
+                        state_key: [*key, &r.row].concat(),
+                        row: r.row,
+                        count: r.count,
+                        matches: r.matches,
+                        changed: false,
+                    })),
+                    None => {
+                        let start = after.as_ref().map(|k| [k.as_slice(), &[0]].concat());
+                        self.sides[other]
+                            .table
+                            .try_scan(key, start.as_deref(), &mut |k, v| {
+                                let (count, matches) = decode_entry(v)?;
+                                partners.push(Partner {
+                                    state_key: k.to_vec(),
+                                    row: k[key.len()..].to_vec(),
+                                    count,
+                                    matches,
+                                    changed: false,
+                                });
+                                Ok(partners.len() - first < room)
+                            })?;
+                    }
+                }
                 let read = batch.partners.len() - first;
                 for &row in group {
                     for p in first..batch.partners.len() {
@@ -489,22 +582,13 @@ impl HashJoin {
             if shown {
                 alone.push((row as u32, *op));
             }
-            let mut state_key = key.clone();
-            state_key.extend_from_slice(&rows[row]);
-            let table = &mut self.sides[own].table;
-            let count = match table.get(&state_key)? {
-                Some(v) => decode_entry(&v)?.0,
-                None => 0,
-            } + op.weight();
+            let side = &mut self.sides[own];
+            let count = side.count_of(key, &rows[row])? + op.weight();
             assert!(
                 count >= 0,
                 "join input row deleted more often than inserted"
             );
-            if count == 0 {
-                table.delete(state_key);
-            } else {
-                table.put(state_key, encode_entry(count, matched[row]));
-            }
+            side.write(key, &rows[row], count, matched[row]);
         }
         Ok(alone)
     }
@@ -527,6 +611,17 @@ impl HashJoin {
     }
 }
 
+#[cfg(test)]
+impl HashJoin {
+    /// Empties both sides' caches, which are no longer complete, and holds no key with more
+    /// than `rows_max` rows: what follows reads state, as after a restart.
+    fn forget(&mut self, rows_max: usize) {
+        for side in &mut self.sides {
+            side.cache.forget(rows_max);
+        }
+    }
+}
+
 /// A chunk's rows by key (rows without a key left out), keys in the order they first come.
 fn key_groups(keys: &[Option<Vec<u8>>]) -> Vec<(&[u8], Vec<u32>)> {
     let mut groups: Vec<(&[u8], Vec<u32>)> = Vec::new();
@@ -546,6 +641,9 @@ fn key_groups(keys: &[Option<Vec<u8>>]) -> Vec<(&[u8], Vec<u32>)> {
 impl Operator for HashJoin {
     fn on_chunk(&mut self, input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
         let own = input;
+        for side in &mut self.sides {
+            side.cache.tick();
+        }
         let keys = self.keys_of(own, &chunk)?;
         let rows = self.sides[own].rows.encode(chunk.data.columns())?;
         let groups = key_groups(&keys);
@@ -562,6 +660,7 @@ impl Operator for HashJoin {
     ) -> Result<()> {
         for side in &mut self.sides {
             side.table.take_writes(writes);
+            side.cache.trim();
         }
         Ok(())
     }
@@ -776,7 +875,9 @@ mod tests {
     }
 
     /// Random changes on both sides, for every kind of join, with and without a condition:
-    /// joined a few rows at a time, the output is the same as joined all at once.
+    /// joined a few rows at a time, the output is the same as joined all at once; and the same
+    /// again when each chunk finds the caches empty and keys of more than one row are read
+    /// from state a part at a time.
     #[tokio::test]
     async fn parts_of_any_size_give_the_same_output() {
         use crate::rng::Rng;
@@ -803,6 +904,7 @@ mod tests {
                 };
                 let mut small = join(&epochs.store, next(), *kind, condition, 2);
                 let mut large = join(&epochs.store, next(), *kind, condition, 10_000);
+                let mut cold = join(&epochs.store, next(), *kind, condition, 2);
                 // The rows each side holds, to delete only what is there.
                 let mut held: [Vec<String>; 2] = [Vec::new(), Vec::new()];
                 for step in 0..40 {
@@ -825,12 +927,15 @@ mod tests {
                         }
                     }
                     let schema = if input == 0 { &left } else { &right };
-                    let (mut a, mut b) = (vec![], vec![]);
+                    let (mut a, mut b, mut c) = (vec![], vec![], vec![]);
                     small
                         .on_chunk(input, chunk(schema, &changes), &mut a)
                         .unwrap();
                     large
                         .on_chunk(input, chunk(schema, &changes), &mut b)
+                        .unwrap();
+                    cold.forget(1);
+                    cold.on_chunk(input, chunk(schema, &changes), &mut c)
                         .unwrap();
                     assert!(a.iter().all(|c| c.len() <= 2));
                     assert_eq!(
@@ -838,8 +943,15 @@ mod tests {
                         render_sorted(&b),
                         "{kind:?} condition {condition} step {step}: {changes}"
                     );
+                    assert_eq!(
+                        render_sorted(&c),
+                        render_sorted(&b),
+                        "{kind:?} condition {condition} step {step}, from state: {changes}"
+                    );
                     if rng.chance(30) {
-                        epochs.end_all(&mut [&mut small, &mut large]).await;
+                        epochs
+                            .end_all(&mut [&mut small, &mut large, &mut cold])
+                            .await;
                     }
                 }
             }

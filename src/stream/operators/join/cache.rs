@@ -1,0 +1,307 @@
+//! A join side's rows held in memory by join key (`HashJoin`), so that a key's partners are
+//! found without reading RocksDB. A key held holds every row the side has under it, with each
+//! row's count and matches as its state entry has them; a key found to have no rows is held
+//! too, empty. While the side is complete (its state held nothing when the actor started, and
+//! no key has been let go since) a key not held has no rows, so a key seen for the first time
+//! costs no read at all.
+//!
+//! The cache is counted in the operators' share of memory (`CacheShare`). Past the share, the
+//! keys least recently used go at the barrier, down to half of what the side held; the side is
+//! no longer complete, and a key not held is read from state (and held) when it is next used.
+//! A key with more than `ROWS_MAX` rows is never held: its rows are read a part at a time.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::state::CacheShare;
+
+/// Most rows of one key held: a key with more is read from state a part at a time.
+const ROWS_MAX: usize = 4096;
+
+/// What a key held takes besides its bytes: the map's slot, the key's and rows' vectors.
+const KEY_BYTES: u64 = 96;
+
+/// What a row held takes besides its bytes: its place in the key's rows and its vector.
+const ROW_BYTES: u64 = 48;
+
+/// Most keys remembered as too large to hold, so that they are not read whole again.
+const LARGE_KEYS_MAX: usize = 1024;
+
+/// A row of a key held: its encoding (its state key after the join key), how many times the
+/// side has it, and how many rows of the other side match it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Row {
+    pub row: Vec<u8>,
+    pub count: i64,
+    pub matches: i64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// By `row`, as state orders them.
+    rows: Vec<Row>,
+    /// The chunk it was last used in.
+    used: u64,
+    /// What it is counted for.
+    bytes: u64,
+}
+
+#[derive(Debug)]
+pub(super) struct SideCache {
+    keys: HashMap<Vec<u8>, Entry>,
+    /// Keys with more than `ROWS_MAX` rows.
+    large: HashSet<Vec<u8>>,
+    complete: bool,
+    share: CacheShare,
+    /// Chunks seen, the clock of `Entry::used`.
+    clock: u64,
+    /// Most rows of a key held (`ROWS_MAX`, less in tests).
+    rows_max: usize,
+}
+
+impl SideCache {
+    /// A cache that starts complete when the side's state is empty.
+    pub fn new(share: CacheShare, complete: bool) -> SideCache {
+        SideCache {
+            keys: HashMap::new(),
+            large: HashSet::new(),
+            complete,
+            share,
+            clock: 0,
+            rows_max: ROWS_MAX,
+        }
+    }
+
+    /// Most rows of a key held.
+    pub fn rows_max(&self) -> usize {
+        self.rows_max
+    }
+
+    /// Lets go of every key (the side is no longer complete), and holds none of more than
+    /// `rows_max` rows from now on.
+    #[cfg(test)]
+    pub fn forget(&mut self, rows_max: usize) {
+        self.keys.clear();
+        self.large.clear();
+        self.share.clear();
+        self.complete = false;
+        self.rows_max = rows_max;
+    }
+
+    /// Marks the start of a chunk: what is used from now on is more recent than before.
+    pub fn tick(&mut self) {
+        self.clock += 1;
+    }
+
+    /// The rows of `key`, when known without a read: held, or none when the side is complete.
+    pub fn rows(&mut self, key: &[u8]) -> Option<&[Row]> {
+        let (complete, clock) = (self.complete, self.clock);
+        match self.keys.get_mut(key) {
+            Some(entry) => {
+                entry.used = clock;
+                Some(&entry.rows)
+            }
+            None => complete.then_some(&[][..]),
+        }
+    }
+
+    /// Whether `key` was found to have more than `ROWS_MAX` rows.
+    pub fn is_large(&self, key: &[u8]) -> bool {
+        self.large.contains(key)
+    }
+
+    /// Remembers that `key` has more than `ROWS_MAX` rows (read from state).
+    pub fn mark_large(&mut self, key: &[u8]) {
+        if self.large.len() < LARGE_KEYS_MAX {
+            self.large.insert(key.to_vec());
+        }
+    }
+
+    /// Holds `key` with `rows`, all it has in state, in state's order.
+    pub fn hold(&mut self, key: &[u8], rows: Vec<Row>) {
+        let bytes = KEY_BYTES + key.len() as u64 + rows.iter().map(row_bytes).sum::<u64>();
+        self.share.grow(bytes);
+        let entry = Entry {
+            rows,
+            used: self.clock,
+            bytes,
+        };
+        if let Some(old) = self.keys.insert(key.to_vec(), entry) {
+            self.share.shrink(old.bytes);
+        }
+    }
+
+    /// Sets a row's count and matches as its state entry now has them (a count of 0: the row
+    /// is gone), if its key is known: held, or new to a complete side.
+    pub fn set(&mut self, key: &[u8], row: &[u8], count: i64, matches: i64) {
+        if !self.keys.contains_key(key) {
+            if !self.complete || count == 0 {
+                return;
+            }
+            let bytes = KEY_BYTES + key.len() as u64;
+            self.share.grow(bytes);
+            let entry = Entry {
+                rows: Vec::new(),
+                used: self.clock,
+                bytes,
+            };
+            self.keys.insert(key.to_vec(), entry);
+        }
+        let Some(entry) = self.keys.get_mut(key) else {
+            return;
+        };
+        entry.used = self.clock;
+        match entry.rows.binary_search_by(|r| r.row.as_slice().cmp(row)) {
+            Ok(i) if count == 0 => {
+                let gone = entry.rows.remove(i);
+                let bytes = row_bytes(&gone);
+                entry.bytes -= bytes;
+                self.share.shrink(bytes);
+            }
+            Ok(i) => {
+                entry.rows[i].count = count;
+                entry.rows[i].matches = matches;
+            }
+            Err(_) if count == 0 => {}
+            Err(i) => {
+                let new = Row {
+                    row: row.to_vec(),
+                    count,
+                    matches,
+                };
+                let bytes = row_bytes(&new);
+                entry.rows.insert(i, new);
+                entry.bytes += bytes;
+                self.share.grow(bytes);
+                if entry.rows.len() > self.rows_max {
+                    self.let_go(key);
+                    self.mark_large(key);
+                }
+            }
+        }
+    }
+
+    /// Lets go of `key`: the side is no longer complete.
+    fn let_go(&mut self, key: &[u8]) {
+        if let Some(entry) = self.keys.remove(key) {
+            self.share.shrink(entry.bytes);
+        }
+        self.complete = false;
+    }
+
+    /// At a barrier: when operators' caches are over their share, lets go of the keys least
+    /// recently used until this side holds at most half of what it held.
+    pub fn trim(&mut self) {
+        if !self.share.over() {
+            return;
+        }
+        self.large.clear();
+        let target = self.share.held() / 2;
+        let mut by_use: Vec<(u64, Vec<u8>)> = self
+            .keys
+            .iter()
+            .map(|(key, entry)| (entry.used, key.clone()))
+            .collect();
+        by_use.sort_unstable();
+        for (_, key) in by_use {
+            if self.share.held() <= target {
+                break;
+            }
+            self.let_go(&key);
+        }
+        self.complete = false;
+    }
+}
+
+fn row_bytes(row: &Row) -> u64 {
+    ROW_BYTES + row.row.len() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::StateStore;
+
+    fn row(r: &str, count: i64) -> Row {
+        Row {
+            row: r.as_bytes().to_vec(),
+            count,
+            matches: 0,
+        }
+    }
+
+    fn rows(cache: &mut SideCache, key: &str) -> Option<Vec<String>> {
+        cache.rows(key.as_bytes()).map(|rows| {
+            rows.iter()
+                .map(|r| format!("{}x{}", String::from_utf8_lossy(&r.row), r.count))
+                .collect()
+        })
+    }
+
+    #[test]
+    fn a_complete_side_knows_every_key_and_an_incomplete_one_only_those_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let mut complete = SideCache::new(store.cache_share(), true);
+        assert_eq!(rows(&mut complete, "k"), Some(vec![]));
+        complete.set(b"k", b"b", 1, 0);
+        complete.set(b"k", b"a", 2, 0);
+        complete.set(b"k", b"c", 1, 0);
+        complete.set(b"k", b"b", 0, 0);
+        assert_eq!(
+            rows(&mut complete, "k"),
+            Some(vec!["ax2".into(), "cx1".into()])
+        );
+
+        let mut partial = SideCache::new(store.cache_share(), false);
+        assert_eq!(rows(&mut partial, "k"), None);
+        partial.set(b"k", b"a", 1, 0);
+        assert_eq!(
+            rows(&mut partial, "k"),
+            None,
+            "a key not held stays unknown"
+        );
+        partial.hold(b"k", vec![row("a", 1)]);
+        partial.set(b"k", b"a", 0, 0);
+        assert_eq!(rows(&mut partial, "k"), Some(vec![]));
+    }
+
+    #[test]
+    fn past_the_share_the_least_recently_used_keys_go_and_the_side_is_no_longer_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        store.limit_memory(8 << 16).unwrap(); // caches' share: 64 KiB
+        let mut cache = SideCache::new(store.cache_share(), true);
+        for k in 0u32..1000 {
+            cache.tick();
+            cache.set(&k.to_be_bytes(), &[0; 100], 1, 0);
+        }
+        cache.tick();
+        assert!(cache.rows(&999u32.to_be_bytes()).is_some());
+        let before = cache.share.held();
+        cache.trim();
+        assert!(cache.share.held() <= before / 2);
+        assert!(
+            cache.rows(&999u32.to_be_bytes()).is_some(),
+            "used last, kept"
+        );
+        assert!(
+            cache.rows(&0u32.to_be_bytes()).is_none(),
+            "used first, gone"
+        );
+        assert_eq!(store.caches_memory().0, cache.share.held());
+    }
+
+    #[test]
+    fn a_key_past_rows_max_is_let_go_and_remembered_as_large() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let mut cache = SideCache::new(store.cache_share(), true);
+        for r in 0..=ROWS_MAX as u32 {
+            cache.set(b"k", &r.to_be_bytes(), 1, 0);
+        }
+        assert!(cache.is_large(b"k"));
+        assert_eq!(rows(&mut cache, "k"), None);
+        assert_eq!(rows(&mut cache, "other"), None, "no longer complete");
+        assert_eq!(store.caches_memory().0, 0);
+    }
+}
