@@ -8,12 +8,13 @@
 //! with what it emitted before (the `emitted` table): a row leaving the top N is retracted and
 //! the next one enters from state, without reading the rest of the input.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::row::{RowConverter, SortField};
+use foldhash::HashMap;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
@@ -212,7 +213,7 @@ impl Operator for TopN {
         for partition in std::mem::take(&mut self.dirty) {
             // What the partition outputs now, as output rows with their counts.
             let top = self.top(&partition)?;
-            let mut now: HashMap<Vec<u8>, i64> = HashMap::new();
+            let mut now: HashMap<Vec<u8>, i64> = HashMap::default();
             if !top.is_empty() {
                 let mut columns: Vec<ArrayRef> = self
                     .input_rows
@@ -226,7 +227,7 @@ impl Operator for TopN {
                     *now.entry(row).or_default() += 1;
                 }
             }
-            let mut before: HashMap<Vec<u8>, i64> = HashMap::new();
+            let mut before: HashMap<Vec<u8>, i64> = HashMap::default();
             self.emitted.try_scan(&partition, None, &mut |key, value| {
                 before.insert(key[partition.len()..].to_vec(), decode_count(value)?);
                 Ok(true)

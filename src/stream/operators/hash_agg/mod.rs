@@ -24,8 +24,9 @@ mod accumulator;
 mod codec;
 mod window;
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+
+use foldhash::{HashMap, HashSet};
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::cast;
@@ -179,8 +180,8 @@ impl HashAgg {
             cache_share: store.cache_share(),
             values: StateTable::new(store, values_table),
             append_only,
-            cache: HashMap::new(),
-            dirty: HashSet::new(),
+            cache: HashMap::default(),
+            dirty: HashSet::default(),
             global,
             global_emitted: false,
             group_exprs,
@@ -449,7 +450,7 @@ impl HashAgg {
                 live_keys.push(key);
             }
         }
-        let mut new_rows: HashMap<&[u8], (Vec<u8>, Option<Error>)> = HashMap::new();
+        let mut new_rows: HashMap<&[u8], (Vec<u8>, Option<Error>)> = HashMap::default();
         let mut inserted: Option<RecordBatch> = None;
         if let Some(rows) = self.output_rows(&live_keys)? {
             for ((key, row), failure) in live_keys.iter().zip(rows.encoded).zip(rows.failures) {

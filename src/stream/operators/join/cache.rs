@@ -10,7 +10,7 @@
 //! no longer complete, and a key not held is read from state (and held) when it is next used.
 //! A key with more than `ROWS_MAX` rows is never held: its rows are read a part at a time.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 
 use crate::state::CacheShare;
 
@@ -62,8 +62,8 @@ impl SideCache {
     /// A cache that starts complete when the side's state is empty.
     pub fn new(share: CacheShare, complete: bool) -> SideCache {
         SideCache {
-            keys: HashMap::new(),
-            large: HashSet::new(),
+            keys: HashMap::default(),
+            large: HashSet::default(),
             complete,
             share,
             clock: 0,

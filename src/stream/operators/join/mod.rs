@@ -16,7 +16,6 @@
 
 mod cache;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -25,6 +24,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::physical_plan::PhysicalExpr;
+use foldhash::HashMap;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
@@ -625,7 +625,7 @@ impl HashJoin {
 /// A chunk's rows by key (rows without a key left out), keys in the order they first come.
 fn key_groups(keys: &[Option<Vec<u8>>]) -> Vec<(&[u8], Vec<u32>)> {
     let mut groups: Vec<(&[u8], Vec<u32>)> = Vec::new();
-    let mut group_of: HashMap<&[u8], usize> = HashMap::new();
+    let mut group_of: HashMap<&[u8], usize> = HashMap::default();
     for (row, key) in keys.iter().enumerate() {
         if let Some(key) = key {
             let g = *group_of.entry(key.as_slice()).or_insert_with(|| {
