@@ -26,13 +26,12 @@ mod window;
 
 use std::sync::Arc;
 
-use foldhash::{HashMap, HashSet};
-
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::physical_plan::PhysicalExpr;
+use foldhash::{HashMap, HashSet};
 
 use self::accumulator::{Acc, Added, Values};
 use self::codec::{decode_i64, decode_state, encode_state, GroupState};
