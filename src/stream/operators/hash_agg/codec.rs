@@ -22,7 +22,7 @@ pub(super) fn decode_i64(v: &[u8]) -> Result<i64> {
     Ok(i64::from_le_bytes(b))
 }
 
-fn corrupt() -> Error {
+pub(super) fn corrupt() -> Error {
     Error::new(ErrorKind::DataCorruption, "bad aggregate state")
 }
 

@@ -6,10 +6,16 @@
 //! multiset of non-NULL values in the `values` table, ordered by value: the minimum is the
 //! first entry of the group's range, the maximum the last, also after the current extreme is
 //! deleted. A DISTINCT aggregate keeps its multiset there too, and a value reaches the
-//! accumulator only when its count moves between zero and one. Output changes are emitted once per epoch, at the barrier, for the groups the
-//! epoch touched: the group's previous output row is retracted and its new one inserted.
-//! Without GROUP BY there is exactly one group, which exists even when empty, so the view
-//! holds one row (COUNT = 0, SUM = NULL) over an empty input, as in PostgreSQL.
+//! accumulator only when its count moves between zero and one. Output changes are emitted once
+//! per epoch, at the barrier, for the groups the epoch touched: the group's previous output row
+//! is retracted and its new one inserted. Without GROUP BY there is exactly one group, which
+//! exists even when empty, so the view holds one row (COUNT = 0, SUM = NULL) over an empty
+//! input, as in PostgreSQL.
+//!
+//! Groups read or changed stay in memory (`cache`) with their multisets of values
+//! (`values.rs`), within the operators' share of memory for caches; past it the cache empties
+//! at the barrier. While the operator's state was empty when it was built and its cache has
+//! not emptied since, a group not cached has no state, and a new group reads nothing.
 //!
 //! Group keys start with their virtual node (`stream::dispatch`), so that the groups of one of
 //! a view's parallel actors are its vnodes' ranges.
@@ -22,6 +28,7 @@
 
 mod accumulator;
 mod codec;
+mod values;
 mod window;
 
 use std::sync::Arc;
@@ -31,10 +38,11 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::physical_plan::PhysicalExpr;
-use foldhash::{HashMap, HashSet};
+use foldhash::HashMap;
 
 use self::accumulator::{Acc, Added, Values};
-use self::codec::{decode_i64, decode_state, encode_state, GroupState};
+use self::codec::{decode_state, encode_state, GroupState};
+use self::values::{count_value, HeldValues, VALUES_MAX};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{CacheShare, EpochWrites, StateStore, StateTable, TableId};
 use crate::stream::chunk::{Op, StreamChunk};
@@ -79,13 +87,21 @@ fn set_failed(errors: &ErrorSink, state: &mut GroupState, failure: Option<&Error
     state.failed = failure.is_some();
 }
 
-/// The key of one value in the `values` table: the group's key, the call, the value's bytes.
-fn value_key(group: &[u8], call: usize, value: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(group.len() + 1 + value.len());
-    k.extend_from_slice(group);
-    k.push(call as u8);
-    k.extend_from_slice(value);
-    k
+/// A group in the cache.
+struct Cached {
+    state: GroupState,
+    /// The group's values of MIN/MAX and DISTINCT calls, when held (`values.rs`).
+    values: Option<HeldValues>,
+    /// Changed in this epoch (its key is in `HashAgg::dirty`).
+    dirty: bool,
+    /// What it is counted for in the cache's share, besides its values held.
+    bytes: u64,
+}
+
+impl Cached {
+    fn counted(&self) -> u64 {
+        self.bytes + self.values.as_ref().map_or(0, HeldValues::bytes)
+    }
 }
 
 /// What each call reads from one chunk.
@@ -113,9 +129,17 @@ pub struct HashAgg {
     append_only: bool,
     /// The groups' state read or changed, until its share of memory is over
     /// (`cache_share`); state stays in RocksDB, the cache only saves reads.
-    cache: HashMap<Vec<u8>, GroupState>,
+    cache: HashMap<Vec<u8>, Cached>,
     cache_share: CacheShare,
-    dirty: HashSet<Vec<u8>>,
+    /// While the cache holds every group there is (state was empty when the operator was
+    /// built, and the cache has not been emptied since), a group not cached has no state.
+    complete: bool,
+    /// Whether some call keeps a multiset of values (`values.rs`).
+    keeps_values: bool,
+    /// Most values of a group held in memory (`VALUES_MAX`, less in tests).
+    values_max: usize,
+    /// The groups changed in this epoch.
+    dirty: Vec<Vec<u8>>,
     global: bool,
     /// Whether the single group of a global aggregate has been emitted yet.
     global_emitted: bool,
@@ -167,7 +191,15 @@ impl HashAgg {
         };
         let stored_types = key_order.iter().map(|i| group_types[*i].clone()).collect();
         let [groups_table, values_table] = tables;
+        let groups = StateTable::new(store.clone(), groups_table);
+        let values = StateTable::new(store.clone(), values_table);
+        let keeps_values = calls
+            .iter()
+            .any(|c| c.distinct || (matches!(c.kind, AggKind::Min | AggKind::Max) && !append_only));
         Ok(HashAgg {
+            complete: groups.is_empty()? && values.is_empty()?,
+            keeps_values,
+            values_max: VALUES_MAX,
             group_codec: RowCodec::new(stored_types)?,
             key_order,
             close_on,
@@ -175,12 +207,12 @@ impl HashAgg {
             late_rows: 0,
             output_codec: RowCodec::for_schema(&schema)?,
             value_codecs,
-            groups: StateTable::new(store.clone(), groups_table),
+            groups,
             cache_share: store.cache_share(),
-            values: StateTable::new(store, values_table),
+            values,
             append_only,
             cache: HashMap::default(),
-            dirty: HashSet::default(),
+            dirty: Vec::new(),
             global,
             global_emitted: false,
             group_exprs,
@@ -199,33 +231,61 @@ impl HashAgg {
         }
     }
 
-    /// Reads the group's state into the cache if it is not there; only a check when it is,
-    /// since this runs for every row and its caller looks the state up itself.
+    /// Reads the group's state into the cache if it is not there (a group new to a complete
+    /// cache reads nothing); only a check when it is, since this runs for every row and its
+    /// caller looks the state up itself.
     fn load(&mut self, key: &[u8]) -> Result<()> {
-        if !self.cache.contains_key(key) {
-            let state = match self.groups.get(key)? {
-                Some(bytes) => decode_state(&bytes)?,
-                None => self.empty_state(),
-            };
-            self.cache.insert(key.to_vec(), state);
-            self.cache_share.grow(cached_bytes(key, self.calls.len()));
+        if self.cache.contains_key(key) {
+            return Ok(());
         }
+        let stored = match self.complete {
+            true => None,
+            false => self.groups.get(key)?,
+        };
+        let calls = self.calls.len();
+        let (state, values) = match stored {
+            Some(bytes) => {
+                let values = match self.keeps_values {
+                    true => HeldValues::read(&self.values, key, calls, self.values_max)?,
+                    false => None,
+                };
+                (decode_state(&bytes)?, values)
+            }
+            None => (
+                self.empty_state(),
+                self.keeps_values.then(|| HeldValues::empty(calls)),
+            ),
+        };
+        let cached = Cached {
+            state,
+            values,
+            dirty: false,
+            bytes: cached_bytes(key, calls),
+        };
+        self.cache_share.grow(cached.counted());
+        self.cache.insert(key.to_vec(), cached);
         Ok(())
     }
 
     /// Drops a group from the cache.
     fn uncache(&mut self, key: &[u8]) {
-        if self.cache.remove(key).is_some() {
-            self.cache_share.shrink(cached_bytes(key, self.calls.len()));
+        if let Some(cached) = self.cache.remove(key) {
+            self.cache_share.shrink(cached.counted());
         }
     }
 
     /// Empties the group cache when operators' caches hold more than their share of memory.
     fn trim_cache(&mut self) {
         if self.cache_share.over() {
-            self.cache.clear();
-            self.cache_share.clear();
+            self.forget_cache();
         }
+    }
+
+    /// Empties the group cache: it no longer holds every group.
+    fn forget_cache(&mut self) {
+        self.cache.clear();
+        self.cache_share.clear();
+        self.complete = false;
     }
 
     /// Each row's group key: its virtual node, then the group columns in stored order.
@@ -297,60 +357,64 @@ impl HashAgg {
         Ok(inputs)
     }
 
-    /// What each call adds for one row of weight `w`: `w`, or nothing when its FILTER drops
-    /// the row or, for DISTINCT, when the value was already there (or still is).
-    fn weights(&mut self, key: &[u8], row: usize, w: i64, inputs: &CallInputs) -> Result<Vec<i64>> {
-        let mut weights = vec![w; self.calls.len()];
-        for (idx, weight) in weights.iter_mut().enumerate() {
+    /// Adds one row of weight `w` to its group. Each call adds it unless its FILTER drops the
+    /// row or, for DISTINCT, the value was already there (or still is).
+    fn accumulate(&mut self, key: &[u8], row: usize, w: i64, inputs: &CallInputs) -> Result<()> {
+        self.load(key)?;
+        let HashAgg {
+            cache,
+            values: table,
+            calls,
+            append_only,
+            cache_share,
+            values_max,
+            dirty,
+            ..
+        } = self;
+        let cached = cache.get_mut(key).expect("loaded");
+        let counted_before = cached.counted();
+        cached.state.rows += w;
+        for (idx, call) in calls.iter().enumerate() {
             if let Some(mask) = &inputs.filters[idx] {
                 if !(mask.is_valid(row) && mask.value(row)) {
-                    *weight = 0;
                     continue;
                 }
             }
+            let values = &inputs.values[idx];
             if let Some(bytes) = &inputs.distinct[idx] {
-                if !inputs.values[idx].is_valid(row) {
-                    continue;
-                }
-                let (before, after) = self.count_value(value_key(key, idx, &bytes[row]), w)?;
-                if (before == 0) == (after == 0) {
-                    *weight = 0;
-                }
-            }
-        }
-        Ok(weights)
-    }
-
-    /// Adds one row of weight `w` to its group, each call by its weight.
-    fn accumulate(
-        &mut self,
-        key: &[u8],
-        row: usize,
-        w: i64,
-        weights: &[i64],
-        values: &[Values],
-    ) -> Result<()> {
-        self.load(key)?;
-        let state = self.cache.get_mut(key).expect("loaded");
-        state.rows += w;
-        let mut counted: Vec<usize> = Vec::new();
-        for (idx, (acc, call)) in state.accs.iter_mut().zip(&self.calls).enumerate() {
-            let w = weights[idx];
-            if w != 0 {
-                if let Added::CountValue =
-                    acc.add(call.kind, &values[idx], row, w, self.append_only)?
-                {
-                    counted.push(idx);
+                if values.is_valid(row) {
+                    let held = cached.values.as_mut();
+                    let (before, after) = count_value(table, held, key, idx, &bytes[row], w)?;
+                    if (before == 0) == (after == 0) {
+                        continue;
+                    }
                 }
             }
+            let acc = &mut cached.state.accs[idx];
+            if let Added::CountValue = acc.add(call.kind, values, row, w, *append_only)? {
+                let value = values
+                    .ordered(row)
+                    .ok_or_else(|| Error::internal("min/max value without bytes"))?;
+                count_value(table, cached.values.as_mut(), key, idx, value, w)?;
+            }
         }
-        for idx in counted {
-            let value = values[idx]
-                .ordered(row)
-                .ok_or_else(|| Error::internal("min/max value without bytes"))?;
-            self.count_value(value_key(key, idx, value), weights[idx])?;
+        if cached
+            .values
+            .as_ref()
+            .is_some_and(|v| v.len() > *values_max)
+        {
+            cached.values = None;
         }
-        self.dirty.insert(key.to_vec());
+        let counted = cached.counted();
+        if counted > counted_before {
+            cache_share.grow(counted - counted_before);
+        } else {
+            cache_share.shrink(counted_before - counted);
+        }
+        if !cached.dirty {
+            cached.dirty = true;
+            dirty.push(key.to_vec());
+        }
         Ok(())
     }
 
@@ -363,7 +427,7 @@ impl HashAgg {
         let mut agg_values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.calls.len()];
         let mut failures: Vec<Option<Error>> = vec![None; keys.len()];
         for (row, key) in keys.iter().enumerate() {
-            for (idx, acc) in self.cache[*key].accs.iter().enumerate() {
+            for (idx, acc) in self.cache[*key].state.accs.iter().enumerate() {
                 let v = match self.output_value(key, idx, acc) {
                     Ok(v) => v,
                     Err(e) if e.kind == ErrorKind::NumericOutOfRange => {
@@ -401,39 +465,27 @@ impl HashAgg {
     /// The output value of one aggregate for a group.
     fn output_value(&self, key: &[u8], idx: usize, acc: &Acc) -> Result<ScalarValue> {
         let call = &self.calls[idx];
-        // The group's least (or greatest) value of the call, from the `values` table.
+        // The group's least (or greatest) value of the call, held or from the `values` table.
+        let greatest = call.kind == AggKind::Max;
         let extreme = || {
+            if let Some(held) = self.cache.get(key).and_then(|c| c.values.as_ref()) {
+                return held
+                    .extreme(idx, greatest)
+                    .map(<[u8]>::to_vec)
+                    .ok_or_else(|| {
+                        Error::internal("min/max state has values counted but none held")
+                    });
+            }
             let mut prefix = key.to_vec();
             prefix.push(idx as u8);
             let mut found: Option<Vec<u8>> = None;
-            self.values
-                .scan(&prefix, call.kind == AggKind::Max, &mut |k, _| {
-                    found = Some(k[prefix.len()..].to_vec());
-                    false
-                })?;
+            self.values.scan(&prefix, greatest, &mut |k, _| {
+                found = Some(k[prefix.len()..].to_vec());
+                false
+            })?;
             found.ok_or_else(|| Error::internal("min/max state has values counted but none stored"))
         };
         acc.output(call, self.value_codecs[idx].as_ref(), extreme)
-    }
-
-    /// Changes the count of one value of a MIN/MAX or DISTINCT call; returns it before and
-    /// after.
-    fn count_value(&mut self, key: Vec<u8>, w: i64) -> Result<(i64, i64)> {
-        let before = match self.values.get(&key)? {
-            Some(v) => decode_i64(&v)?,
-            None => 0,
-        };
-        let after = before + w;
-        assert!(
-            after >= 0,
-            "aggregate value retracted more often than added"
-        );
-        if after == 0 {
-            self.values.delete(key);
-        } else {
-            self.values.put(key, after.to_le_bytes().to_vec());
-        }
-        Ok((before, after))
     }
 
     /// Emits the changes of the epoch's touched groups: each one's previous output row
@@ -443,7 +495,7 @@ impl HashAgg {
         // New output rows for the groups that still exist.
         let mut live_keys: Vec<&[u8]> = Vec::new();
         for key in dirty {
-            let state = &self.cache[key];
+            let state = &self.cache[key].state;
             assert!(state.rows >= 0, "group retracted more rows than it had");
             if state.rows > 0 || self.global {
                 live_keys.push(key);
@@ -462,7 +514,7 @@ impl HashAgg {
         let mut keep_insert: Vec<u32> = Vec::new();
         for (pos, key) in live_keys.iter().enumerate() {
             let (new, failure) = &new_rows[key];
-            let state = self.cache.get_mut(*key).expect("cached");
+            let state = &mut self.cache.get_mut(*key).expect("cached").state;
             set_failed(&self.errors, state, failure.as_ref());
             if state.emitted.as_ref() == Some(new) {
                 continue;
@@ -474,7 +526,9 @@ impl HashAgg {
             keep_insert.push(pos as u32);
         }
         for key in dirty {
-            let state = self.cache.get_mut(key).expect("cached");
+            let cached = self.cache.get_mut(key).expect("cached");
+            cached.dirty = false;
+            let state = &mut cached.state;
             if state.rows == 0 && !self.global {
                 if let Some(old) = state.emitted.take() {
                     retract.push(old);
@@ -515,9 +569,7 @@ impl Operator for HashAgg {
                 self.late_rows += 1;
                 continue;
             }
-            let w = op.weight();
-            let weights = self.weights(key, row, w, &inputs)?;
-            self.accumulate(key, row, w, &weights, &inputs.values)?;
+            self.accumulate(key, row, op.weight(), &inputs)?;
         }
         Ok(())
     }
@@ -542,11 +594,16 @@ impl Operator for HashAgg {
         } else {
             if self.global && !self.global_emitted {
                 self.load(&[])?;
-                self.dirty.insert(Vec::new());
+                let cached = self.cache.get_mut(&[][..]).expect("loaded");
+                if !cached.dirty {
+                    cached.dirty = true;
+                    self.dirty.push(Vec::new());
+                }
                 self.global_emitted = true;
             }
-            let mut dirty: Vec<Vec<u8>> = self.dirty.drain().collect();
-            dirty.sort();
+            let mut dirty = std::mem::take(&mut self.dirty);
+            dirty.sort_unstable();
+            dirty.dedup();
             self.emit_changes(&dirty, out)?;
         }
         self.trim_cache();
@@ -680,7 +737,7 @@ mod tests {
             "+ 1 1 1 5 5 5 5.0\n- 1 3 3 17 3 9 5.666666666666667"
         );
         // Empty the cache so the next epoch reads its state back from RocksDB.
-        h.agg.cache.clear();
+        h.agg.forget_cache();
         assert_eq!(
             h.epoch("+ 1 4").await,
             "+ 1 2 2 9 4 5 4.5\n- 1 1 1 5 5 5 5.0"
@@ -699,7 +756,7 @@ mod tests {
         for (i, changes) in epochs.iter().enumerate() {
             if i == 2 {
                 // The extremes come back from RocksDB with the groups' state.
-                append_only.agg.cache.clear();
+                append_only.agg.forget_cache();
             }
             assert_eq!(
                 append_only.epoch(changes).await,
@@ -846,5 +903,93 @@ mod tests {
             "late rows counted"
         );
         assert!(agg.late_rows > 0);
+    }
+
+    /// `SELECT g, count(*), min(v), max(v), count(DISTINCT v), sum(DISTINCT v) FROM t GROUP BY
+    /// g` on tables `tables`, holding at most `values_max` values of a group in memory.
+    fn distinct_agg(epochs: &Epochs, tables: [TableId; 2], values_max: usize) -> HashAgg {
+        let input = schema(&[("g", DataType::Int32), ("v", DataType::Int64)]);
+        let v = col("v", &input).unwrap();
+        let call = |kind, distinct| AggCall {
+            kind,
+            arg: v.clone(),
+            arg_type: DataType::Int64,
+            output_type: DataType::Int64,
+            distinct,
+            filter: None,
+        };
+        let mut count_rows = call(AggKind::Count, false);
+        count_rows.arg = lit(1i64);
+        let spec = AggSpec {
+            group_exprs: vec![col("g", &input).unwrap()],
+            group_types: vec![DataType::Int32],
+            calls: vec![
+                count_rows,
+                call(AggKind::Min, false),
+                call(AggKind::Max, false),
+                call(AggKind::Count, true),
+                call(AggKind::Sum, true),
+            ],
+            schema: schema(&[
+                ("g", DataType::Int32),
+                ("n", DataType::Int64),
+                ("lo", DataType::Int64),
+                ("hi", DataType::Int64),
+                ("distinct", DataType::Int64),
+                ("sum_distinct", DataType::Int64),
+            ]),
+            close_on: None,
+            append_only: false,
+        };
+        let mut agg =
+            HashAgg::new(epochs.store.clone(), tables, spec, ErrorSink::new("v")).unwrap();
+        agg.values_max = values_max;
+        agg
+    }
+
+    /// Random inserts and deletes: MIN, MAX and DISTINCT give the same output whether their
+    /// groups' values are held in memory, read back from state at every chunk, or held only
+    /// for groups of a few values.
+    #[tokio::test]
+    async fn values_held_or_read_from_state_give_the_same_output() {
+        use crate::rng::Rng;
+        let mut epochs = Epochs::new();
+        let input = schema(&[("g", DataType::Int32), ("v", DataType::Int64)]);
+        let mut warm = distinct_agg(&epochs, [1, 2], VALUES_MAX);
+        let mut cold = distinct_agg(&epochs, [3, 4], VALUES_MAX);
+        let mut small = distinct_agg(&epochs, [5, 6], 3);
+        assert!(warm.complete && warm.keeps_values);
+        let mut rng = Rng::new(7);
+        let mut rows: Vec<String> = Vec::new();
+        for _ in 0..60 {
+            let mut changes = String::new();
+            for _ in 0..rng.below(10) + 1 {
+                if !rows.is_empty() && rng.chance(40) {
+                    let row = rows.swap_remove(rng.below(rows.len() as u64) as usize);
+                    changes.push_str(&format!("- {row}\n"));
+                } else {
+                    let value = match rng.chance(10) {
+                        true => "NULL".to_string(),
+                        false => rng.below(8).to_string(),
+                    };
+                    let row = format!("{} {value}", rng.below(3));
+                    changes.push_str(&format!("+ {row}\n"));
+                    rows.push(row);
+                }
+            }
+            cold.forget_cache();
+            let mut outputs = Vec::new();
+            for agg in [&mut warm, &mut cold, &mut small] {
+                let mut out = vec![];
+                agg.on_chunk(0, chunk(&input, &changes), &mut out).unwrap();
+                epochs.end(agg, &mut out).await;
+                outputs.push(render_sorted(&out));
+            }
+            assert_eq!(outputs[0], outputs[1], "{changes}");
+            assert_eq!(outputs[0], outputs[2], "{changes}");
+        }
+        assert!(warm.complete, "the cache never emptied");
+        assert!(warm.cache.values().all(|c| c.values.is_some()));
+        assert!(small.cache.values().any(|c| c.values.is_none()));
     }
 }

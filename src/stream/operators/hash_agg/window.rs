@@ -30,9 +30,13 @@ impl HashAgg {
 
     /// Saves the state of the open windows the epoch touched; they emit nothing yet.
     pub(super) fn save_open_windows(&mut self) {
-        let dirty: Vec<Vec<u8>> = self.dirty.drain().collect();
-        for key in dirty {
-            let state = &self.cache[&key];
+        for key in std::mem::take(&mut self.dirty) {
+            // A group whose window closed in this epoch is gone from the cache.
+            let Some(cached) = self.cache.get_mut(&key) else {
+                continue;
+            };
+            cached.dirty = false;
+            let state = &cached.state;
             if state.rows == 0 {
                 self.groups.delete(key.clone());
                 self.uncache(&key);
@@ -81,7 +85,7 @@ impl HashAgg {
         }
         let live: Vec<&[u8]> = closing
             .iter()
-            .filter(|k| self.cache[*k].rows > 0)
+            .filter(|k| self.cache[*k].state.rows > 0)
             .map(Vec::as_slice)
             .collect();
         if let Some(rows) = self.output_rows(&live)? {
@@ -103,7 +107,6 @@ impl HashAgg {
     /// Deletes a closed group's state and its calls' values.
     fn forget(&mut self, key: Vec<u8>) -> Result<()> {
         self.uncache(&key);
-        self.dirty.remove(&key);
         let mut values = Vec::new();
         self.values.scan(&key, false, &mut |k, _| {
             values.push(k.to_vec());
