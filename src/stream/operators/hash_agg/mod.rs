@@ -28,6 +28,7 @@
 
 mod accumulator;
 mod codec;
+mod groups;
 mod values;
 mod window;
 
@@ -38,10 +39,10 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::physical_plan::PhysicalExpr;
-use foldhash::HashMap;
 
 use self::accumulator::{Acc, Added, Values};
 use self::codec::{decode_state, encode_state, GroupState};
+use self::groups::{Groups, Place};
 use self::values::{count_value, HeldValues, VALUES_MAX};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{CacheShare, EpochWrites, StateStore, StateTable, TableId};
@@ -129,7 +130,7 @@ pub struct HashAgg {
     append_only: bool,
     /// The groups' state read or changed, until its share of memory is over
     /// (`cache_share`); state stays in RocksDB, the cache only saves reads.
-    cache: HashMap<Vec<u8>, Cached>,
+    cache: Groups,
     cache_share: CacheShare,
     /// While the cache holds every group there is (state was empty when the operator was
     /// built, and the cache has not been emptied since), a group not cached has no state.
@@ -138,8 +139,9 @@ pub struct HashAgg {
     keeps_values: bool,
     /// Most values of a group held in memory (`VALUES_MAX`, less in tests).
     values_max: usize,
-    /// The groups changed in this epoch.
-    dirty: Vec<Vec<u8>>,
+    /// The groups changed in this epoch (a place may be listed twice, or hold a group no
+    /// longer changed after its window closed: `Cached::dirty` tells).
+    dirty: Vec<Place>,
     global: bool,
     /// Whether the single group of a global aggregate has been emitted yet.
     global_emitted: bool,
@@ -211,7 +213,7 @@ impl HashAgg {
             cache_share: store.cache_share(),
             values,
             append_only,
-            cache: HashMap::default(),
+            cache: Groups::default(),
             dirty: Vec::new(),
             global,
             global_emitted: false,
@@ -222,56 +224,79 @@ impl HashAgg {
         })
     }
 
-    fn empty_state(&self) -> GroupState {
-        GroupState {
-            rows: 0,
-            accs: self.calls.iter().map(Acc::empty).collect(),
-            emitted: None,
-            failed: false,
-        }
-    }
-
     /// Reads the group's state into the cache if it is not there (a group new to a complete
-    /// cache reads nothing); only a check when it is, since this runs for every row and its
-    /// caller looks the state up itself.
-    fn load(&mut self, key: &[u8]) -> Result<()> {
-        if self.cache.contains_key(key) {
-            return Ok(());
-        }
-        let stored = match self.complete {
-            true => None,
-            false => self.groups.get(key)?,
-        };
-        let calls = self.calls.len();
-        let (state, values) = match stored {
-            Some(bytes) => {
-                let values = match self.keeps_values {
-                    true => HeldValues::read(&self.values, key, calls, self.values_max)?,
-                    false => None,
-                };
-                (decode_state(&bytes)?, values)
-            }
-            None => (
-                self.empty_state(),
-                self.keeps_values.then(|| HeldValues::empty(calls)),
-            ),
-        };
-        let cached = Cached {
-            state,
+    /// cache reads nothing); returns its place there.
+    fn load(&mut self, key: &[u8]) -> Result<Place> {
+        let HashAgg {
+            cache,
+            complete,
+            groups,
             values,
-            dirty: false,
-            bytes: cached_bytes(key, calls),
-        };
-        self.cache_share.grow(cached.counted());
-        self.cache.insert(key.to_vec(), cached);
-        Ok(())
+            keeps_values,
+            values_max,
+            calls,
+            cache_share,
+            ..
+        } = self;
+        cache.find_or_load(key, || {
+            let stored = match complete {
+                true => None,
+                false => groups.get(key)?,
+            };
+            let (state, values) = match stored {
+                Some(bytes) => {
+                    let values = match keeps_values {
+                        true => HeldValues::read(values, key, calls.len(), *values_max)?,
+                        false => None,
+                    };
+                    (decode_state(&bytes)?, values)
+                }
+                None => (
+                    GroupState {
+                        rows: 0,
+                        accs: calls.iter().map(Acc::empty).collect(),
+                        emitted: None,
+                        failed: false,
+                    },
+                    keeps_values.then(|| HeldValues::empty(calls.len())),
+                ),
+            };
+            let cached = Cached {
+                state,
+                values,
+                dirty: false,
+                bytes: cached_bytes(key, calls.len()),
+            };
+            cache_share.grow(cached.counted());
+            Ok(cached)
+        })
     }
 
     /// Drops a group from the cache.
-    fn uncache(&mut self, key: &[u8]) {
-        if let Some(cached) = self.cache.remove(key) {
+    fn uncache(&mut self, place: Place) {
+        if let Some(cached) = self.cache.remove(place) {
             self.cache_share.shrink(cached.counted());
         }
+    }
+
+    /// Marks a cached group as changed in this epoch.
+    fn touch(&mut self, place: Place) {
+        if let Some(cached) = self.cache.get_mut(place) {
+            if !cached.dirty {
+                cached.dirty = true;
+                self.dirty.push(place);
+            }
+        }
+    }
+
+    /// The groups changed in this epoch, each once, and no longer marked.
+    fn take_dirty(&mut self) -> Vec<Place> {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.retain(|&place| match self.cache.get_mut(place) {
+            Some(cached) => std::mem::replace(&mut cached.dirty, false),
+            None => false,
+        });
+        dirty
     }
 
     /// Empties the group cache when operators' caches hold more than their share of memory.
@@ -360,7 +385,7 @@ impl HashAgg {
     /// Adds one row of weight `w` to its group. Each call adds it unless its FILTER drops the
     /// row or, for DISTINCT, the value was already there (or still is).
     fn accumulate(&mut self, key: &[u8], row: usize, w: i64, inputs: &CallInputs) -> Result<()> {
-        self.load(key)?;
+        let place = self.load(key)?;
         let HashAgg {
             cache,
             values: table,
@@ -368,10 +393,9 @@ impl HashAgg {
             append_only,
             cache_share,
             values_max,
-            dirty,
             ..
         } = self;
-        let cached = cache.get_mut(key).expect("loaded");
+        let cached = cache.get_mut(place).expect("loaded");
         let counted_before = cached.counted();
         cached.state.rows += w;
         for (idx, call) in calls.iter().enumerate() {
@@ -411,24 +435,24 @@ impl HashAgg {
         } else {
             cache_share.shrink(counted_before - counted);
         }
-        if !cached.dirty {
-            cached.dirty = true;
-            dirty.push(key.to_vec());
-        }
+        self.touch(place);
         Ok(())
     }
 
     /// The output rows of the given (cached) groups, each row's encoding, and the error of
     /// the rows where an aggregate is out of range (NULL there).
-    fn output_rows(&self, keys: &[&[u8]]) -> Result<Option<OutputRows>> {
-        if keys.is_empty() {
+    fn output_rows(&self, places: &[Place]) -> Result<Option<OutputRows>> {
+        if places.is_empty() {
             return Ok(None);
         }
         let mut agg_values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.calls.len()];
-        let mut failures: Vec<Option<Error>> = vec![None; keys.len()];
-        for (row, key) in keys.iter().enumerate() {
-            for (idx, acc) in self.cache[*key].state.accs.iter().enumerate() {
-                let v = match self.output_value(key, idx, acc) {
+        let mut failures: Vec<Option<Error>> = vec![None; places.len()];
+        for (row, &place) in places.iter().enumerate() {
+            let cached = self.cache.get(place).expect("cached");
+            let key = self.cache.key(place);
+            for (idx, acc) in cached.state.accs.iter().enumerate() {
+                let held = cached.values.as_ref();
+                let v = match self.output_value(key, idx, acc, held) {
                     Ok(v) => v,
                     Err(e) if e.kind == ErrorKind::NumericOutOfRange => {
                         failures[row] = Some(e);
@@ -442,7 +466,7 @@ impl HashAgg {
         let mut columns = if self.global {
             Vec::new()
         } else {
-            self.decode_keys(keys.iter().copied())?
+            self.decode_keys(places.iter().map(|&p| self.cache.key(p)))?
         };
         for (idx, vals) in agg_values.into_iter().enumerate() {
             let array = ScalarValue::iter_to_array(vals)?;
@@ -463,12 +487,18 @@ impl HashAgg {
     }
 
     /// The output value of one aggregate for a group.
-    fn output_value(&self, key: &[u8], idx: usize, acc: &Acc) -> Result<ScalarValue> {
+    fn output_value(
+        &self,
+        key: &[u8],
+        idx: usize,
+        acc: &Acc,
+        held: Option<&HeldValues>,
+    ) -> Result<ScalarValue> {
         let call = &self.calls[idx];
         // The group's least (or greatest) value of the call, held or from the `values` table.
         let greatest = call.kind == AggKind::Max;
         let extreme = || {
-            if let Some(held) = self.cache.get(key).and_then(|c| c.values.as_ref()) {
+            if let Some(held) = held {
                 return held
                     .extreme(idx, greatest)
                     .map(<[u8]>::to_vec)
@@ -491,53 +521,47 @@ impl HashAgg {
     /// Emits the changes of the epoch's touched groups: each one's previous output row
     /// retracted and its new one inserted, where they differ; then saves or deletes their
     /// state.
-    fn emit_changes(&mut self, dirty: &[Vec<u8>], out: &mut dyn Emit) -> Result<()> {
+    fn emit_changes(&mut self, dirty: &[Place], out: &mut dyn Emit) -> Result<()> {
         // New output rows for the groups that still exist.
-        let mut live_keys: Vec<&[u8]> = Vec::new();
-        for key in dirty {
-            let state = &self.cache[key].state;
+        let mut live: Vec<Place> = Vec::new();
+        for &place in dirty {
+            let state = &self.cache.get(place).expect("cached").state;
             assert!(state.rows >= 0, "group retracted more rows than it had");
             if state.rows > 0 || self.global {
-                live_keys.push(key);
+                live.push(place);
             }
         }
-        let mut new_rows: HashMap<&[u8], (Vec<u8>, Option<Error>)> = HashMap::default();
+        let mut retract: Vec<Vec<u8>> = Vec::new();
+        let mut keep_insert: Vec<u32> = Vec::new();
         let mut inserted: Option<RecordBatch> = None;
-        if let Some(rows) = self.output_rows(&live_keys)? {
-            for ((key, row), failure) in live_keys.iter().zip(rows.encoded).zip(rows.failures) {
-                new_rows.insert(key, (row, failure));
+        if let Some(rows) = self.output_rows(&live)? {
+            // Compare with what was emitted before.
+            let new_rows = rows.encoded.into_iter().zip(rows.failures);
+            for (pos, (&place, (new, failure))) in live.iter().zip(new_rows).enumerate() {
+                let state = &mut self.cache.get_mut(place).expect("cached").state;
+                set_failed(&self.errors, state, failure.as_ref());
+                if state.emitted.as_ref() == Some(&new) {
+                    continue;
+                }
+                if let Some(old) = state.emitted.replace(new) {
+                    retract.push(old);
+                }
+                keep_insert.push(pos as u32);
             }
             inserted = Some(rows.batch);
         }
-        // Compare with what was emitted before.
-        let mut retract: Vec<Vec<u8>> = Vec::new();
-        let mut keep_insert: Vec<u32> = Vec::new();
-        for (pos, key) in live_keys.iter().enumerate() {
-            let (new, failure) = &new_rows[key];
-            let state = &mut self.cache.get_mut(*key).expect("cached").state;
-            set_failed(&self.errors, state, failure.as_ref());
-            if state.emitted.as_ref() == Some(new) {
-                continue;
-            }
-            if let Some(old) = state.emitted.take() {
-                retract.push(old);
-            }
-            state.emitted = Some(new.clone());
-            keep_insert.push(pos as u32);
-        }
-        for key in dirty {
-            let cached = self.cache.get_mut(key).expect("cached");
-            cached.dirty = false;
-            let state = &mut cached.state;
+        for &place in dirty {
+            let state = &mut self.cache.get_mut(place).expect("cached").state;
             if state.rows == 0 && !self.global {
                 if let Some(old) = state.emitted.take() {
                     retract.push(old);
                 }
                 set_failed(&self.errors, state, None);
-                self.groups.delete(key.clone());
-                self.uncache(key);
+                self.groups.delete(self.cache.key(place).to_vec());
+                self.uncache(place);
             } else {
-                self.groups.put(key.clone(), encode_state(state));
+                let bytes = encode_state(state);
+                self.groups.put(self.cache.key(place).to_vec(), bytes);
             }
         }
         if !retract.is_empty() {
@@ -593,17 +617,11 @@ impl Operator for HashAgg {
             self.save_open_windows();
         } else {
             if self.global && !self.global_emitted {
-                self.load(&[])?;
-                let cached = self.cache.get_mut(&[][..]).expect("loaded");
-                if !cached.dirty {
-                    cached.dirty = true;
-                    self.dirty.push(Vec::new());
-                }
+                let place = self.load(&[])?;
+                self.touch(place);
                 self.global_emitted = true;
             }
-            let mut dirty = std::mem::take(&mut self.dirty);
-            dirty.sort_unstable();
-            dirty.dedup();
+            let dirty = self.take_dirty();
             self.emit_changes(&dirty, out)?;
         }
         self.trim_cache();
@@ -707,7 +725,7 @@ mod tests {
         let many: Vec<String> = (0..1000).map(|g| format!("+ {g} {g}")).collect();
         let out = h.epoch(&many.join("\n")).await;
         assert_eq!(out.lines().count(), 1000);
-        assert!(h.agg.cache.is_empty(), "1000 groups are over 256 KiB");
+        assert_eq!(h.agg.cache.len(), 0, "1000 groups are over 256 KiB");
         assert_eq!(store.caches_memory(), (0, 256 << 10));
         assert_eq!(
             h.epoch("+ 7 4").await,
@@ -989,7 +1007,7 @@ mod tests {
             assert_eq!(outputs[0], outputs[2], "{changes}");
         }
         assert!(warm.complete, "the cache never emptied");
-        assert!(warm.cache.values().all(|c| c.values.is_some()));
-        assert!(small.cache.values().any(|c| c.values.is_none()));
+        assert!(warm.cache.iter().all(|(_, c)| c.values.is_some()));
+        assert!(small.cache.iter().any(|(_, c)| c.values.is_none()));
     }
 }

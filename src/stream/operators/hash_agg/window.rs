@@ -8,6 +8,7 @@ use datafusion::arrow::datatypes::TimestampMicrosecondType;
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::expressions::Column;
 
+use super::groups::Place;
 use super::{HashAgg, VNODE_BYTES};
 use crate::error::{Error, Result};
 use crate::stream::chunk::StreamChunk;
@@ -30,18 +31,15 @@ impl HashAgg {
 
     /// Saves the state of the open windows the epoch touched; they emit nothing yet.
     pub(super) fn save_open_windows(&mut self) {
-        for key in std::mem::take(&mut self.dirty) {
-            // A group whose window closed in this epoch is gone from the cache.
-            let Some(cached) = self.cache.get_mut(&key) else {
-                continue;
-            };
-            cached.dirty = false;
-            let state = &cached.state;
+        for place in self.take_dirty() {
+            let key = self.cache.key(place).to_vec();
+            let state = &self.cache.get(place).expect("cached").state;
             if state.rows == 0 {
-                self.groups.delete(key.clone());
-                self.uncache(&key);
+                self.groups.delete(key);
+                self.uncache(place);
             } else {
-                self.groups.put(key.clone(), super::encode_state(state));
+                let bytes = super::encode_state(state);
+                self.groups.put(key, bytes);
             }
         }
     }
@@ -66,27 +64,35 @@ impl HashAgg {
         }
         self.closed_below = Some(watermark.value);
         // Within each virtual node, keys below this are the windows that closed. State holds
-        // open windows only, so reading all of it stays cheap.
+        // open windows only, so reading all of it stays cheap; a complete cache holds them all.
         let bound = codec
             .encode(&[ScalarValue::TimestampMicrosecond(Some(watermark.value), None).to_array()?])?
             .remove(0);
         let closed = |k: &[u8]| k.get(VNODE_BYTES..).is_some_and(|k| k < bound.as_slice());
         let mut closing: BTreeSet<Vec<u8>> = BTreeSet::new();
-        self.groups.scan(&[], false, &mut |k, _| {
-            if closed(k) {
-                closing.insert(k.to_vec());
-            }
-            true
-        })?;
-        closing.extend(self.cache.keys().filter(|k| closed(k)).cloned());
-        let closing: Vec<Vec<u8>> = closing.into_iter().collect();
-        for key in &closing {
-            self.load(key)?;
+        if !self.complete {
+            self.groups.scan(&[], false, &mut |k, _| {
+                if closed(k) {
+                    closing.insert(k.to_vec());
+                }
+                true
+            })?;
         }
-        let live: Vec<&[u8]> = closing
+        closing.extend(
+            self.cache
+                .iter()
+                .map(|(k, _)| k)
+                .filter(|k| closed(k))
+                .map(<[u8]>::to_vec),
+        );
+        let mut places = Vec::with_capacity(closing.len());
+        for key in &closing {
+            places.push(self.load(key)?);
+        }
+        let live: Vec<Place> = places
             .iter()
-            .filter(|k| self.cache[*k].state.rows > 0)
-            .map(Vec::as_slice)
+            .copied()
+            .filter(|&p| self.cache.get(p).is_some_and(|c| c.state.rows > 0))
             .collect();
         if let Some(rows) = self.output_rows(&live)? {
             // A closed window's row is final: an error in it stays counted.
@@ -95,8 +101,8 @@ impl HashAgg {
             }
             out.emit(StreamChunk::inserts(rows.batch))?;
         }
-        for key in closing {
-            self.forget(key)?;
+        for (key, place) in closing.into_iter().zip(places) {
+            self.forget(key, place)?;
         }
         Ok(vec![Watermark {
             column: window,
@@ -105,8 +111,8 @@ impl HashAgg {
     }
 
     /// Deletes a closed group's state and its calls' values.
-    fn forget(&mut self, key: Vec<u8>) -> Result<()> {
-        self.uncache(&key);
+    fn forget(&mut self, key: Vec<u8>, place: Place) -> Result<()> {
+        self.uncache(place);
         let mut values = Vec::new();
         self.values.scan(&key, false, &mut |k, _| {
             values.push(k.to_vec());
