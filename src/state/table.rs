@@ -76,6 +76,18 @@ impl StateTable {
         Ok(empty)
     }
 
+    /// How many entries the table holds (committed or of this epoch), in any actor's range.
+    #[cfg(test)]
+    pub fn entries(&self) -> usize {
+        let mut n = 0;
+        self.scan(&[], false, &mut |_, _| {
+            n += 1;
+            true
+        })
+        .expect("scan");
+        n
+    }
+
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.keep(key, Some(value));
     }

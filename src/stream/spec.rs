@@ -117,6 +117,8 @@ pub struct TopNSpec {
     pub limit: Option<u64>,
     /// `Some` for the window form: the rank column appended to each row.
     pub rank: Option<RankKind>,
+    /// The input only inserts: rows past the limit are deleted, since they can never enter.
+    pub append_only: bool,
     pub input_schema: SchemaRef,
     pub schema: SchemaRef,
 }

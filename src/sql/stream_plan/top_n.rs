@@ -57,6 +57,7 @@ impl Planner<'_> {
             other => self.node(other, build)?,
         };
         let arrow = Arc::new(schema.as_arrow().clone());
+        let append_only = self.append_only(&node, build);
         Ok(PlanNode::TopN {
             input: Box::new(node),
             spec: TopNSpec {
@@ -67,6 +68,7 @@ impl Planner<'_> {
                 offset,
                 limit,
                 rank: None,
+                append_only,
                 input_schema: arrow.clone(),
                 schema: arrow,
             },
@@ -161,6 +163,7 @@ impl Planner<'_> {
             .collect::<Result<Vec<_>>>()?;
         let (order, order_fields) = self.sort_keys(&params.order_by, input_schema)?;
         let input = self.node(&window.input, build)?;
+        let append_only = self.append_only(&input, build);
         let mut node = PlanNode::TopN {
             input: Box::new(input),
             spec: TopNSpec {
@@ -171,6 +174,7 @@ impl Planner<'_> {
                 offset: 0,
                 limit: Some(limit),
                 rank: Some(rank),
+                append_only,
                 input_schema: Arc::new(input_schema.as_arrow().clone()),
                 schema: Arc::new(window.schema.as_arrow().clone()),
             },

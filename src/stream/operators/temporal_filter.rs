@@ -245,15 +245,7 @@ mod tests {
         }
 
         fn stored(&self) -> usize {
-            let mut n = 0;
-            self.op
-                .table
-                .scan(&[], false, &mut |_, _| {
-                    n += 1;
-                    true
-                })
-                .unwrap();
-            n
+            self.op.table.entries()
         }
     }
 

@@ -285,9 +285,13 @@ fn two_step(node: PlanNode) -> Result<PlanNode> {
                 limit: Some(kept),
                 ..spec.clone()
             };
+            // The global step reads the local one, which retracts.
             PlanNode::TopN {
                 input: Box::new(PlanNode::TopN { input, spec: local }),
-                spec,
+                spec: TopNSpec {
+                    append_only: false,
+                    ..spec
+                },
             }
         }
         other => other,

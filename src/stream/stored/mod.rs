@@ -146,6 +146,9 @@ struct StoredTopN {
     offset: u64,
     limit: Option<u64>,
     rank: Option<RankKind>,
+    /// Absent from plans stored before rows past the limit were deleted: they keep them.
+    #[serde(default)]
+    append_only: bool,
     input_schema: StoredSchema,
     schema: StoredSchema,
 }
@@ -397,6 +400,7 @@ fn encode_node(n: &PlanNode, kids: &[usize]) -> Result<StoredNode> {
             offset: spec.offset,
             limit: spec.limit,
             rank: spec.rank,
+            append_only: spec.append_only,
             input_schema: StoredSchema::of(&spec.input_schema)?,
             schema: StoredSchema::of(&spec.schema)?,
         }),
@@ -692,6 +696,7 @@ impl StoredTopN {
             offset,
             limit,
             rank,
+            append_only,
             input_schema,
             schema,
         } = self;
@@ -718,6 +723,7 @@ impl StoredTopN {
             offset: *offset,
             limit: *limit,
             rank: *rank,
+            append_only: *append_only,
             input_schema,
             schema: schema.clone(),
         };

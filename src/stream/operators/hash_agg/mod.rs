@@ -782,16 +782,11 @@ mod tests {
                 "{changes}"
             );
         }
-        let mut values = 0;
-        append_only
-            .agg
-            .values
-            .scan(&[], false, &mut |_, _| {
-                values += 1;
-                true
-            })
-            .unwrap();
-        assert_eq!(values, 0, "no value multiset is kept");
+        assert_eq!(
+            append_only.agg.values.entries(),
+            0,
+            "no value multiset is kept"
+        );
     }
 
     #[tokio::test]
