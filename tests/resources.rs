@@ -149,7 +149,10 @@ async fn runaway_statements_stay_within_their_share_and_others_are_answered() {
             (Ends::Code(want), Err(e)) => {
                 (e.code().map(|c| c.code()) != Some(*want)).then(|| format!("{e}, not {want}"))
             }
-            (Ends::Rows(_), Err(e)) => Some(format!("failed: {e}")),
+            (Ends::Rows(_), Err(e)) => Some(match e.as_db_error() {
+                Some(db) => format!("failed: {} {}", db.code().code(), db.message()),
+                None => format!("failed: {e}"),
+            }),
             (Ends::Code(want), Ok(m)) => {
                 Some(format!("gave {:?}, not {want}", common::rows_as_text(m)))
             }

@@ -108,6 +108,7 @@ impl Executor {
         let (tx, rx) = mpsc::channel::<DfResult<RecordBatch>>(1);
         let handle = self.handle();
         let failures = tx.clone();
+        let pool = ctx.runtime_env().memory_pool.clone();
         let job = async move {
             let mut stream = match physical(&ctx, plan).await {
                 Ok(s) => s,
@@ -119,17 +120,28 @@ impl Executor {
             if planned_tx.send(Ok(stream.schema())).is_err() {
                 return;
             }
-            loop {
+            let last = loop {
                 let batch = tokio::select! {
                     biased;
                     _ = tx.closed() => return,
                     batch = stream.next() => batch,
                 };
-                let Some(batch) = batch else { return };
-                let failed = batch.is_err();
-                if tx.send(batch).await.is_err() || failed {
-                    return;
+                match batch {
+                    Some(Ok(batch)) => {
+                        if tx.send(Ok(batch)).await.is_err() {
+                            return;
+                        }
+                    }
+                    other => break other,
                 }
+            };
+            // The statement ends (its rows or its error reach the client) only once its
+            // operators have given back their memory, so that the session's next statement
+            // finds it free.
+            drop(stream);
+            given_back(pool.as_ref()).await;
+            if let Some(failed) = last {
+                let _ = tx.send(failed).await;
             }
         };
         std::thread::Builder::new()
@@ -159,6 +171,23 @@ impl Executor {
             rx.recv().await.map(|batch| (batch, rx))
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
+    }
+}
+
+/// The most a statement waits for its operators to give back their memory once its plan has
+/// ended: tasks its operators spawned drop their state on the query runtime's workers, just
+/// after their last rows are sent.
+const GIVE_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits until a statement's own pool (`StatementPool`) holds nothing, up to `GIVE_BACK_WAIT`.
+/// The shared pool, which other statements use too, is not waited for.
+async fn given_back(pool: &dyn MemoryPool) {
+    if pool.name() != StatementPool::NAME {
+        return;
+    }
+    let deadline = std::time::Instant::now() + GIVE_BACK_WAIT;
+    while pool.reserved() > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
 }
 
@@ -219,6 +248,8 @@ impl std::fmt::Display for StatementPool {
 }
 
 impl StatementPool {
+    const NAME: &'static str = "statement";
+
     fn add(&self, bytes: usize) {
         self.held.fetch_add(bytes, Ordering::Relaxed);
         if let Some(usage) = &self.usage {
@@ -229,7 +260,7 @@ impl StatementPool {
 
 impl MemoryPool for StatementPool {
     fn name(&self) -> &str {
-        "statement"
+        Self::NAME
     }
 
     fn register(&self, consumer: &MemoryConsumer) {
