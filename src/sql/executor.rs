@@ -185,10 +185,12 @@ async fn given_back(pool: &dyn MemoryPool) {
     if pool.name() != StatementPool::NAME {
         return;
     }
-    let deadline = std::time::Instant::now() + GIVE_BACK_WAIT;
-    while pool.reserved() > 0 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
+    let emptied = async {
+        while pool.reserved() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    };
+    let _ = tokio::time::timeout(GIVE_BACK_WAIT, emptied).await;
 }
 
 /// `plan` analyzed, its functions that size their results bounded by the query memory pool
