@@ -1206,17 +1206,8 @@ async fn secrets_are_their_owners_to_use_and_need_the_server_s_key() {
         (&weir, "DROP SECRET events", "42704 secret \"events\" does not exist"),
     ] {
         if sql == "FLUSH" {
-            // FLUSH carries through what the sources have produced: on a loaded machine they
-            // may not have produced their 7 events yet.
-            let started = std::time::Instant::now();
-            let done = "SELECT bool_and(done) FROM weir_catalog.sources";
-            while answer(&weir, done).await != "t" {
-                assert!(
-                    started.elapsed() < std::time::Duration::from_secs(60),
-                    "the sources did not end"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
+            // On a loaded machine the sources may not have produced their 7 events yet.
+            common::drain(&weir, std::time::Duration::from_secs(60)).await;
         }
         assert_eq!(answer(client, sql).await, expected, "{sql}");
     }

@@ -6,25 +6,8 @@ mod common;
 
 use common::{text_rows, ChildServer, S3Server, TestServer};
 
-/// Waits until every source has fed all its rows, then until the views have them.
 async fn drain(client: &tokio_postgres::Client) {
-    for _ in 0..6000 {
-        let row = client
-            .query_one(
-                "SELECT count(*) FILTER (WHERE NOT done) AS running, \
-                 count(*) FILTER (WHERE error IS NOT NULL) AS failed FROM weir_catalog.sources",
-                &[],
-            )
-            .await
-            .unwrap();
-        assert_eq!(row.get::<_, i64>("failed"), 0, "a source failed");
-        if row.get::<_, i64>("running") == 0 {
-            client.batch_execute("FLUSH").await.unwrap();
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("the sources did not end within 60 s");
+    common::drain(client, std::time::Duration::from_secs(60)).await;
 }
 
 fn nexmark(name: &str, stream: &str, extra: &str) -> String {

@@ -263,6 +263,32 @@ pub async fn connect_as(
 
 /// Every row `sql` returns, in the order returned, as text: columns joined by spaces, NULL
 /// as `NULL`.
+/// Waits (up to `within`) until every source has fed all its rows, none having failed, then
+/// until the views have them (FLUSH carries through only what sources have produced).
+pub async fn drain(client: &tokio_postgres::Client, within: std::time::Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE NOT done) AS running, \
+                 count(*) FILTER (WHERE error IS NOT NULL) AS failed FROM weir_catalog.sources",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>("failed"), 0, "a source failed");
+        if row.get::<_, i64>("running") == 0 {
+            client.batch_execute("FLUSH").await.unwrap();
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "the sources did not end within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     rows_as_text(client.simple_query(sql).await.unwrap())
 }
