@@ -11,6 +11,7 @@
 //! (and, later, from checkpoints), never from RocksDB's own log.
 
 mod caches;
+mod delta;
 mod scratch;
 mod table;
 
@@ -19,13 +20,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rocksdb::{
-    Direction, IngestExternalFileOptions, IteratorMode, Options, ReadOptions, SstFileWriter,
-    WriteBatch, WriteOptions, DB,
+    Direction, IngestExternalFileOptions, IteratorMode, Options, ReadOptions, WriteBatch,
+    WriteOptions, DB,
 };
 use tokio::sync::watch;
 
 pub use caches::CacheShare;
 use caches::Caches;
+use delta::Changes;
+pub use delta::Delta;
 pub use scratch::{Scratch, Tally, TallyView};
 pub use table::StateTable;
 
@@ -115,48 +118,6 @@ const RESTORED_BLOCK_CACHE_BYTES: usize = 8 << 20;
 /// is a base one (a delta that large would cost what a base one costs).
 const DELTA_BYTES_MAX: usize = 256 << 20;
 
-/// The writes committed since the last checkpoint, in commit order: what a delta checkpoint
-/// holds (`docs/design/0003-checkpoints.md`, "Delta checkpoints").
-#[derive(Debug)]
-struct Changes {
-    writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    bytes: usize,
-    /// False once something happened that a delta does not carry: a whole state table
-    /// deleted, or more than the store's `delta_bytes_max` bytes written.
-    whole: bool,
-}
-
-impl Changes {
-    /// No writes yet; with `keep` false, none will be kept.
-    fn new(keep: bool) -> Changes {
-        Changes {
-            writes: Vec::new(),
-            bytes: 0,
-            whole: keep,
-        }
-    }
-
-    fn spoil(&mut self) {
-        *self = Changes::new(false);
-    }
-
-    fn record(&mut self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>, bytes_max: usize) {
-        if !self.whole {
-            return;
-        }
-        // Each write's bytes and its two vectors' headers and allocations.
-        self.bytes += writes
-            .iter()
-            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len) + 64)
-            .sum::<usize>();
-        if self.bytes > bytes_max {
-            self.spoil();
-        } else {
-            self.writes.extend(writes);
-        }
-    }
-}
-
 /// What a checkpoint of the store holds.
 #[derive(Debug)]
 pub enum Image {
@@ -164,42 +125,6 @@ pub enum Image {
     Files(Vec<(String, u64)>),
     /// The writes since the previous checkpoint, to be written as one SST file.
     Delta(Delta),
-}
-
-/// The writes of the epochs since the previous checkpoint, last write of a key winning.
-#[derive(Debug)]
-pub struct Delta {
-    writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-}
-
-impl Delta {
-    /// Writes the delta as an SST file at `path` (puts and deletions in key order, each key's
-    /// last write), for `StateStore::open_restored` to ingest on top of the state before it.
-    /// Returns the file's size, or `None` (and writes nothing) when there were no writes.
-    pub fn write(self, path: &Path) -> Result<Option<u64>> {
-        let mut writes = self.writes;
-        if writes.is_empty() {
-            return Ok(None);
-        }
-        // Stable: a key's writes stay in commit order, and the last one is kept.
-        writes.sort_by(|a, b| a.0.cmp(&b.0));
-        let opts = db_options();
-        let mut sst = SstFileWriter::create(&opts);
-        sst.open(path).map_err(storage_error)?;
-        let mut writes = writes.into_iter().peekable();
-        while let Some((key, value)) = writes.next() {
-            if writes.peek().is_some_and(|(next, _)| *next == key) {
-                continue;
-            }
-            match value {
-                Some(v) => sst.put(&key, &v),
-                None => sst.delete(&key),
-            }
-            .map_err(storage_error)?;
-        }
-        sst.finish().map_err(storage_error)?;
-        Ok(Some(std::fs::metadata(path)?.len()))
-    }
 }
 
 impl StateStore {
@@ -388,9 +313,7 @@ impl StateStore {
         let fresh = Changes::new(self.keep_changes.load(Ordering::Acquire));
         let changes = std::mem::replace(&mut *self.changes(), fresh);
         if delta && changes.whole {
-            return Ok(Image::Delta(Delta {
-                writes: changes.writes,
-            }));
+            return Ok(Image::Delta(changes.into_delta()));
         }
         self.checkpoint_files(dir).map(Image::Files)
     }
