@@ -138,6 +138,25 @@ impl StateTable {
         failed.map_or(Ok(()), Err)
     }
 
+    /// Like `try_scan` from the prefix's start, over the committed entries alone: the table
+    /// as the last barrier left it, without this epoch's writes.
+    pub fn try_scan_committed(&self, prefix: &[u8], visit: &mut TryVisit<'_>) -> Result<()> {
+        let mut failed = None;
+        self.store.scan_latest(
+            &self.full_key(prefix),
+            None,
+            false,
+            &mut |full_key, value| match visit(&full_key[4..], value) {
+                Ok(more) => more,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            },
+        )?;
+        failed.map_or(Ok(()), Err)
+    }
+
     fn scan_range(
         &self,
         prefix: &[u8],

@@ -10,7 +10,11 @@
 //!
 //! Over an input that only inserts, a row past the limit can never enter again (rows only
 //! push it further down), so the barrier deletes it: each partition keeps at most its first
-//! rows (`offset + limit`, and the rows tied with the last under RANK and DENSE_RANK).
+//! rows (`offset + limit`, and the rows tied with the last under RANK and DENSE_RANK). What it
+//! emitted is then what its rows as the last barrier left them give, so the `emitted` table
+//! is not written: a partition not held finds it from its committed rows. (Plans stored
+//! before this kept an `emitted` table here too; its entries stay unread until the view is
+//! dropped.)
 //!
 //! Partitions are held in memory (`held.rs`): their rows, counts and emitted rows are found
 //! without reading RocksDB; state is written as before, and the cache only saves reads.
@@ -205,21 +209,52 @@ impl TopN {
             if large {
                 self.held.mark_large(partition);
             } else {
-                held.set_emitted(self.read_emitted(partition)?);
+                held.set_emitted(self.emitted_before(partition)?);
                 self.held.hold(partition, held);
             }
         }
         Ok(self.held.get(partition))
     }
 
-    /// What the partition emitted, from state.
-    fn read_emitted(&self, partition: &[u8]) -> Result<HashMap<Vec<u8>, i64>> {
+    /// What the partition emitted at the last barrier, from the `emitted` table; over an
+    /// input that only inserts, which keeps no `emitted` table, the output of its rows as the
+    /// last barrier left them (it emitted their first rows, and cut the rest).
+    fn emitted_before(&self, partition: &[u8]) -> Result<HashMap<Vec<u8>, i64>> {
         let mut before: HashMap<Vec<u8>, i64> = HashMap::default();
+        if self.spec.append_only {
+            let mut ranker = Ranker::new(&self.spec);
+            self.rows.try_scan_committed(partition, &mut |key, value| {
+                ranker.push(&key[partition.len()..], decode_count(value)?)
+            })?;
+            for row in self.output_rows(ranker.out.iter())? {
+                *before.entry(row).or_default() += 1;
+            }
+            return Ok(before);
+        }
         self.emitted.try_scan(partition, None, &mut |key, value| {
             before.insert(key[partition.len()..].to_vec(), decode_count(value)?);
             Ok(true)
         })?;
         Ok(before)
+    }
+
+    /// Ranked input rows as output rows (with their rank when the output has it), encoded.
+    fn output_rows<'r>(
+        &self,
+        ranked: impl Iterator<Item = &'r Ranked> + Clone,
+    ) -> Result<Vec<Vec<u8>>> {
+        if ranked.clone().next().is_none() {
+            return Ok(Vec::new());
+        }
+        let mut columns: Vec<ArrayRef> = self
+            .input_rows
+            .decode(ranked.clone().map(|(r, _)| r.as_slice()))?;
+        if self.spec.rank.is_some() {
+            columns.push(Arc::new(UInt64Array::from_iter_values(
+                ranked.map(|(_, rank)| *rank),
+            )));
+        }
+        self.output_rows.encode(&columns)
     }
 
     /// The partition's first rows in order with their rank, and where its rows past the
@@ -329,20 +364,9 @@ impl Operator for TopN {
             tops.push((partition, out));
         }
         // Their output rows, encoded all at once.
-        let top_rows = tops.iter().flat_map(|(_, top)| top.iter());
-        let mut encoded = Vec::new();
-        if top_rows.clone().next().is_some() {
-            let mut columns: Vec<ArrayRef> = self
-                .input_rows
-                .decode(top_rows.clone().map(|(r, _)| r.as_slice()))?;
-            if self.spec.rank.is_some() {
-                columns.push(Arc::new(UInt64Array::from_iter_values(
-                    top_rows.map(|(_, rank)| *rank),
-                )));
-            }
-            encoded = self.output_rows.encode(&columns)?;
-        }
-        let mut encoded = encoded.into_iter();
+        let mut encoded = self
+            .output_rows(tops.iter().flat_map(|(_, top)| top.iter()))?
+            .into_iter();
         let mut deleted: Vec<Vec<u8>> = Vec::new();
         let mut inserted: Vec<Vec<u8>> = Vec::new();
         for (partition, top) in tops {
@@ -355,7 +379,7 @@ impl Operator for TopN {
             let before = match self.held.get(&partition) {
                 Some(held) => held.emitted(),
                 None => {
-                    read = self.read_emitted(&partition)?;
+                    read = self.emitted_before(&partition)?;
                     &read
                 }
             };
@@ -364,7 +388,7 @@ impl Operator for TopN {
                 for _ in new..old {
                     deleted.push(row.clone());
                 }
-                if new == 0 {
+                if new == 0 && !self.spec.append_only {
                     let mut key = partition.clone();
                     key.extend_from_slice(row);
                     self.emitted.delete(key);
@@ -375,7 +399,7 @@ impl Operator for TopN {
                 for _ in old..new {
                     inserted.push(row.clone());
                 }
-                if old != new {
+                if old != new && !self.spec.append_only {
                     let mut key = partition.clone();
                     key.extend_from_slice(row);
                     self.emitted.put(key, new.to_le_bytes().to_vec());
@@ -576,8 +600,9 @@ mod tests {
 
     /// Random changes to three partitions, for each kind of Top-N: the output is the same
     /// whether partitions are held in memory, read back from state at every chunk, or too
-    /// large to hold; and over inserts only, the same again when rows past the limit are
-    /// deleted, which leaves at most the first rows of each partition in state.
+    /// large to hold; and over inserts only, the same again, in each of those three ways, when
+    /// rows past the limit are deleted, which leaves at most the first rows of each partition
+    /// in state and nothing in the `emitted` table.
     #[tokio::test]
     async fn held_cold_and_append_only_give_the_same_output() {
         use crate::rng::Rng;
@@ -600,7 +625,8 @@ mod tests {
                     let errors = ErrorSink::new("v");
                     TopN::new(epochs.store.clone(), [tables - 1, tables], spec, errors).unwrap()
                 };
-                let mut ops = [next(false), next(false), next(false), next(inserts_only)];
+                let mut ops =
+                    [false, false, false, true, true, true].map(|cut| next(cut && inserts_only));
                 let mut held: Vec<String> = Vec::new();
                 for _ in 0..40 {
                     let mut changes = String::new();
@@ -615,10 +641,12 @@ mod tests {
                         }
                     }
                     // Held in memory; read from state at every chunk; never held.
-                    ops[1]
-                        .held
-                        .forget(crate::stream::operators::top_n::held::ROWS_MAX);
-                    ops[2].held.forget(1);
+                    for first in [0, 3] {
+                        ops[first + 1]
+                            .held
+                            .forget(crate::stream::operators::top_n::held::ROWS_MAX);
+                        ops[first + 2].held.forget(1);
+                    }
                     let mut outputs = Vec::new();
                     for op in ops.iter_mut() {
                         let mut out = vec![];
@@ -630,13 +658,17 @@ mod tests {
                         assert_eq!(&outputs[0], other, "{rank:?} {changes}");
                     }
                 }
-                let kept = ops[3].rows.entries();
-                if inserts_only {
+                for op in &ops[3..] {
+                    if !inserts_only {
+                        break;
+                    }
                     // Three partitions (one without PARTITION BY), each with at most
                     // offset + limit distinct rows (copies of a row are one entry).
+                    let kept = op.rows.entries();
                     let most = if rank.is_some() { 3 } else { 1 } * (offset + limit) as usize;
                     assert!(kept <= most, "{rank:?}: {kept} rows kept");
                     assert!(kept < ops[0].rows.entries());
+                    assert_eq!(op.emitted.entries(), 0);
                 }
             }
         }
