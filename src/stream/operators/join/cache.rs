@@ -9,6 +9,8 @@
 //! keys least recently used go at the barrier, down to half of what the side held; the side is
 //! no longer complete, and a key not held is read from state (and held) when it is next used.
 //! A key with more than `ROWS_MAX` rows is never held: its rows are read a part at a time.
+//! Such a key is remembered (up to `LARGE_KEYS_MAX` of them), so that letting it go leaves the
+//! side complete: a key not held and not remembered as large still has no rows.
 
 use foldhash::{HashMap, HashSet};
 
@@ -87,6 +89,12 @@ impl SideCache {
         self.rows_max = rows_max;
     }
 
+    /// Holds no key of more than `rows_max` rows from now on, keeping what is held.
+    #[cfg(test)]
+    pub fn hold_at_most(&mut self, rows_max: usize) {
+        self.rows_max = rows_max;
+    }
+
     /// Marks the start of a chunk: what is used from now on is more recent than before.
     pub fn tick(&mut self) {
         self.clock += 1;
@@ -100,7 +108,7 @@ impl SideCache {
                 entry.used = clock;
                 Some(&entry.rows)
             }
-            None => complete.then_some(&[][..]),
+            None => (complete && !self.large.contains(key)).then_some(&[][..]),
         }
     }
 
@@ -109,11 +117,13 @@ impl SideCache {
         self.large.contains(key)
     }
 
-    /// Remembers that `key` has more than `ROWS_MAX` rows (read from state).
-    pub fn mark_large(&mut self, key: &[u8]) {
+    /// Remembers that `key` has more than `ROWS_MAX` rows. False when it cannot be
+    /// remembered (too many are).
+    pub fn mark_large(&mut self, key: &[u8]) -> bool {
         if self.large.len() < LARGE_KEYS_MAX {
             self.large.insert(key.to_vec());
         }
+        self.large.contains(key)
     }
 
     /// Holds `key` with `rows`, all it has in state, in state's order.
@@ -134,7 +144,7 @@ impl SideCache {
     /// is gone), if its key is known: held, or new to a complete side.
     pub fn set(&mut self, key: &[u8], row: &[u8], count: i64, matches: i64) {
         if !self.keys.contains_key(key) {
-            if !self.complete || count == 0 {
+            if !self.complete || count == 0 || self.large.contains(key) {
                 return;
             }
             let bytes = KEY_BYTES + key.len() as u64;
@@ -173,8 +183,10 @@ impl SideCache {
                 entry.bytes += bytes;
                 self.share.grow(bytes);
                 if entry.rows.len() > self.rows_max {
+                    // Remembered as large, the key is still known: the side stays complete.
+                    let complete = self.complete && self.mark_large(key);
                     self.let_go(key);
-                    self.mark_large(key);
+                    self.complete = complete;
                 }
             }
         }
@@ -301,7 +313,19 @@ mod tests {
         }
         assert!(cache.is_large(b"k"));
         assert_eq!(rows(&mut cache, "k"), None);
-        assert_eq!(rows(&mut cache, "other"), None, "no longer complete");
+        // Remembered as large, the key is still known: the side stays complete, and a later
+        // row of the key is not held as if it were the key's only one.
+        assert_eq!(rows(&mut cache, "other"), Some(vec![]));
+        cache.set(b"k", b"later", 1, 0);
+        assert_eq!(rows(&mut cache, "k"), None);
         assert_eq!(store.caches_memory().0, 0);
+        // Past the keys it can remember, a key let go makes the side incomplete.
+        cache.hold_at_most(1);
+        for k in 0..LARGE_KEYS_MAX as u32 {
+            for r in [b"a", b"b"] {
+                cache.set(&k.to_be_bytes(), r, 1, 0);
+            }
+        }
+        assert_eq!(rows(&mut cache, "other"), None, "no longer complete");
     }
 }
