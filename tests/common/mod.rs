@@ -261,8 +261,6 @@ pub async fn connect_as(
     }
 }
 
-/// Every row `sql` returns, in the order returned, as text: columns joined by spaces, NULL
-/// as `NULL`.
 /// Waits (up to `within`) until every source has fed all its rows, none having failed, then
 /// until the views have them (FLUSH carries through only what sources have produced).
 pub async fn drain(client: &tokio_postgres::Client, within: std::time::Duration) {
@@ -289,6 +287,8 @@ pub async fn drain(client: &tokio_postgres::Client, within: std::time::Duration)
     }
 }
 
+/// Every row `sql` returns, in the order returned, as text: columns joined by spaces, NULL
+/// as `NULL`.
 pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     rows_as_text(client.simple_query(sql).await.unwrap())
 }
