@@ -1,9 +1,11 @@
 //! What operators hold in memory between barriers, counted against shares of the memory
 //! limit: their caches of state (`StateStore::cache_share`), and the epoch's state writes that
 //! the next barrier hands to the store (`StateTable`). Past either share, the store asks the
-//! coordinator for a barrier (`StateStore::share_passed`): it flushes the writes and lets the
-//! caches empty, so that an epoch's memory is bounded by its size, not by the time between
-//! periodic barriers.
+//! coordinator for a barrier (`StateStore::share_passed`): it flushes the writes, and the
+//! caches let go of their least recently used entries (`least_recently_used`), so that an
+//! epoch's memory is bounded by its size, not by the time between periodic barriers. A
+//! complete cache remembers what it let go (`NotHeld`), so that a key it never had still
+//! costs no read.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
