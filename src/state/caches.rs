@@ -1,13 +1,18 @@
 //! What operators hold in memory between barriers, counted against shares of the memory
 //! limit: their caches of state (`StateStore::cache_share`), and the epoch's state writes that
 //! the next barrier hands to the store (`StateTable`). Past either share, the store asks the
-//! coordinator for a barrier (`StateStore::share_passed`): it flushes the writes and lets the
-//! caches empty, so that an epoch's memory is bounded by its size, not by the time between
-//! periodic barriers.
+//! coordinator for a barrier (`StateStore::share_passed`): it flushes the writes, and the
+//! caches let go of their least recently used entries (`least_recently_used`), so that an
+//! epoch's memory is bounded by its size, not by the time between periodic barriers. A
+//! complete cache remembers what it let go (`NotHeld`), so that a key it never had still
+//! costs no read.
 
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use foldhash::fast::RandomState;
+use foldhash::HashSet;
 use tokio::sync::Notify;
 
 use super::StateStore;
@@ -147,6 +152,83 @@ impl CacheShare {
     pub fn held(&self) -> u64 {
         self.held
     }
+
+    /// The most the caches of every operator should hold together.
+    pub fn max(&self) -> u64 {
+        self.caches.max.load(Ordering::Relaxed)
+    }
+}
+
+/// What a key let go takes in `NotHeld`: its hash, and the set's slot and spare room for it.
+pub const LET_GO_BYTES: u64 = 16;
+
+/// What a cache knows of the keys of its state it does not hold. A cache is complete when its
+/// state held nothing as its actor started: every key with state was then held at some time.
+/// It stays complete while it remembers each key it let go of, by a 64-bit hash of the key
+/// (seeded per cache, so that no data chosen in advance collides): a key neither held nor let
+/// go has no state, and finding that costs no read. Two keys with one hash only cost a read.
+/// The hashes are counted in the cache's share; past a quarter of what every cache may hold
+/// they are forgotten, and the cache is no longer complete: a key not held is then read from
+/// state.
+#[derive(Debug)]
+pub struct NotHeld {
+    hasher: RandomState,
+    let_go: HashSet<u64>,
+    complete: bool,
+}
+
+impl NotHeld {
+    pub fn new(complete: bool) -> NotHeld {
+        NotHeld {
+            hasher: RandomState::default(),
+            let_go: HashSet::default(),
+            complete,
+        }
+    }
+
+    pub fn complete(&self) -> bool {
+        self.complete
+    }
+
+    /// Whether `key`, not held, is known to have no state.
+    pub fn absent(&self, key: &[u8]) -> bool {
+        self.complete && !self.let_go.contains(&self.hasher.hash_one(key))
+    }
+
+    /// Remembers that `key` was let go (it may have state), counting it in `share`.
+    pub fn let_go(&mut self, key: &[u8], share: &mut CacheShare) {
+        if !self.complete {
+            return;
+        }
+        if self.let_go.insert(self.hasher.hash_one(key)) {
+            share.grow(LET_GO_BYTES);
+            if self.let_go.len() as u64 * LET_GO_BYTES > share.max() / 4 {
+                self.forget(share);
+            }
+        }
+    }
+
+    /// Forgets what it knew: the cache is no longer complete.
+    pub fn forget(&mut self, share: &mut CacheShare) {
+        share.shrink(self.let_go.len() as u64 * LET_GO_BYTES);
+        self.let_go = HashSet::default();
+        self.complete = false;
+    }
+}
+
+/// Where the least recently used entries of a cache end, given each entry's last use and
+/// bytes (in any order): letting go of every entry last used at or before the use returned
+/// frees at least `bytes` (all of them when they hold less). `None` when there are none.
+pub fn least_recently_used(mut uses: Vec<(u64, u64)>, bytes: u64) -> Option<u64> {
+    uses.sort_unstable_by_key(|&(used, _)| used);
+    let mut freed = 0;
+    for &(used, size) in &uses {
+        freed += size;
+        if freed >= bytes {
+            return Some(used);
+        }
+    }
+    uses.last().map(|&(used, _)| used)
 }
 
 impl Drop for CacheShare {
@@ -204,5 +286,38 @@ mod tests {
         assert!(asked(&store) && store.over_shares());
         drop(share);
         assert!(!store.over_shares());
+    }
+
+    /// A complete cache knows that a key it never let go has no state, counts the keys it
+    /// let go in its share, and past a quarter of the caches' share forgets them.
+    #[test]
+    fn a_complete_cache_remembers_what_it_let_go_within_a_quarter_of_the_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        store.limit_memory(8 << 16).unwrap(); // shares of 64 KiB: 1,024 keys let go
+        let mut share = store.cache_share();
+        let mut known = NotHeld::new(true);
+        known.let_go(b"k", &mut share);
+        known.let_go(b"k", &mut share);
+        assert!(!known.absent(b"k") && known.absent(b"other"));
+        assert_eq!(share.held(), LET_GO_BYTES);
+        for i in 1u32..1024 {
+            known.let_go(&i.to_be_bytes(), &mut share);
+        }
+        assert!(known.complete() && !known.absent(&7u32.to_be_bytes()));
+        known.let_go(b"one more", &mut share);
+        assert!(!known.complete() && !known.absent(b"other"));
+        assert_eq!(share.held(), 0);
+        assert!(!NotHeld::new(false).absent(b"k"));
+    }
+
+    #[test]
+    fn the_least_recently_used_entries_free_what_is_asked() {
+        let uses = vec![(5, 10), (1, 10), (3, 10), (3, 5), (9, 1)];
+        assert_eq!(least_recently_used(uses.clone(), 0), Some(1));
+        assert_eq!(least_recently_used(uses.clone(), 11), Some(3));
+        assert_eq!(least_recently_used(uses.clone(), 26), Some(5));
+        assert_eq!(least_recently_used(uses, 1000), Some(9));
+        assert_eq!(least_recently_used(Vec::new(), 1), None);
     }
 }

@@ -25,8 +25,8 @@ use rocksdb::{
 };
 use tokio::sync::watch;
 
-pub use caches::CacheShare;
 use caches::Caches;
+pub use caches::{least_recently_used, CacheShare, NotHeld, LET_GO_BYTES};
 use delta::Changes;
 pub use delta::Delta;
 pub use scratch::{Scratch, Tally, TallyView};

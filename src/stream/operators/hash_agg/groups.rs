@@ -16,6 +16,8 @@ pub(super) type Place = u32;
 struct Slot {
     key: Vec<u8>,
     group: Cached,
+    /// The chunk it was last used in.
+    used: u64,
 }
 
 #[derive(Default)]
@@ -25,12 +27,19 @@ pub(super) struct Groups {
     /// Places whose group was removed, to be used again.
     free: Vec<Place>,
     hasher: RandomState,
+    /// Chunks seen, the clock of `Slot::used`.
+    clock: u64,
 }
 
 impl Groups {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.places.len()
+    }
+
+    /// Marks the start of a chunk: what is used from now on is more recent than before.
+    pub fn tick(&mut self) {
+        self.clock += 1;
     }
 
     /// The place of the group `key`: held, or made by `load` and held from now on.
@@ -45,6 +54,7 @@ impl Groups {
             slots,
             free,
             hasher,
+            clock,
         } = self;
         let entry = places.entry(
             hash,
@@ -52,11 +62,18 @@ impl Groups {
             |&p| hasher.hash_one(slot_key(slots, p)),
         );
         match entry {
-            Entry::Occupied(entry) => Ok(*entry.get()),
+            Entry::Occupied(entry) => {
+                let place = *entry.get();
+                if let Some(Some(slot)) = slots.get_mut(place as usize) {
+                    slot.used = *clock;
+                }
+                Ok(place)
+            }
             Entry::Vacant(entry) => {
                 let slot = Slot {
                     key: key.to_vec(),
                     group: load()?,
+                    used: *clock,
                 };
                 let place = match free.pop() {
                     Some(place) => {
@@ -101,10 +118,37 @@ impl Groups {
         Some(slot.group)
     }
 
+    #[cfg(test)]
     pub fn clear(&mut self) {
         self.places.clear();
         self.slots.clear();
         self.free.clear();
+    }
+
+    /// Removes the groups `keep` says no to, given each one's key, group and last use.
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &Cached, u64) -> bool) {
+        let Groups {
+            places,
+            slots,
+            free,
+            ..
+        } = self;
+        places.retain(|&mut place| {
+            let Some(Some(slot)) = slots.get(place as usize) else {
+                return false;
+            };
+            if keep(&slot.key, &slot.group, slot.used) {
+                return true;
+            }
+            slots[place as usize] = None;
+            free.push(place);
+            false
+        });
+    }
+
+    /// Every group held with its last use.
+    pub fn uses(&self) -> impl Iterator<Item = (&Cached, u64)> {
+        self.slots.iter().flatten().map(|s| (&s.group, s.used))
     }
 
     /// Every group held, with its key.

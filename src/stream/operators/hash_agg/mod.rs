@@ -45,7 +45,9 @@ use self::codec::{decode_state, encode_state, GroupState};
 use self::groups::{Groups, Place};
 use self::values::{count_value, HeldValues, VALUES_MAX};
 use crate::error::{Error, ErrorKind, Result};
-use crate::state::{CacheShare, EpochWrites, StateStore, StateTable, TableId};
+use crate::state::{
+    least_recently_used, CacheShare, EpochWrites, NotHeld, StateStore, StateTable, TableId,
+};
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::dispatch::vnodes;
 use crate::stream::expr::{eval_columns, eval_predicate, ErrorSink};
@@ -132,9 +134,11 @@ pub struct HashAgg {
     /// (`cache_share`); state stays in RocksDB, the cache only saves reads.
     cache: Groups,
     cache_share: CacheShare,
-    /// While the cache holds every group there is (state was empty when the operator was
-    /// built, and the cache has not been emptied since), a group not cached has no state.
-    complete: bool,
+    /// Which groups not cached have no state: while the operator is complete (state was
+    /// empty when it was built), those it never let go of.
+    not_held: NotHeld,
+    /// The cache holds every group there is: complete, and no group let go.
+    holds_all: bool,
     /// Whether some call keeps a multiset of values (`values.rs`).
     keeps_values: bool,
     /// Most values of a group held in memory (`VALUES_MAX`, less in tests).
@@ -195,11 +199,13 @@ impl HashAgg {
         let [groups_table, values_table] = tables;
         let groups = StateTable::new(store.clone(), groups_table);
         let values = StateTable::new(store.clone(), values_table);
+        let empty = groups.is_empty()? && values.is_empty()?;
         let keeps_values = calls
             .iter()
             .any(|c| c.distinct || (matches!(c.kind, AggKind::Min | AggKind::Max) && !append_only));
         Ok(HashAgg {
-            complete: groups.is_empty()? && values.is_empty()?,
+            not_held: NotHeld::new(empty),
+            holds_all: empty,
             keeps_values,
             values_max: VALUES_MAX,
             group_codec: RowCodec::new(stored_types)?,
@@ -224,12 +230,12 @@ impl HashAgg {
         })
     }
 
-    /// Reads the group's state into the cache if it is not there (a group new to a complete
-    /// cache reads nothing); returns its place there.
+    /// Reads the group's state into the cache if it is not there (a group known to have no
+    /// state reads nothing); returns its place there.
     fn load(&mut self, key: &[u8]) -> Result<Place> {
         let HashAgg {
             cache,
-            complete,
+            not_held,
             groups,
             values,
             keeps_values,
@@ -239,7 +245,7 @@ impl HashAgg {
             ..
         } = self;
         cache.find_or_load(key, || {
-            let stored = match complete {
+            let stored = match not_held.absent(key) {
                 true => None,
                 false => groups.get(key)?,
             };
@@ -299,18 +305,44 @@ impl HashAgg {
         dirty
     }
 
-    /// Empties the group cache when operators' caches hold more than their share of memory.
+    /// At a barrier, when operators' caches hold more than their share of memory: lets go of
+    /// the groups least recently used, half of what the cache holds.
     fn trim_cache(&mut self) {
         if self.cache_share.over() {
-            self.forget_cache();
+            self.let_go_least_used();
         }
     }
 
-    /// Empties the group cache: it no longer holds every group.
+    fn let_go_least_used(&mut self) {
+        let uses: Vec<(u64, u64)> = self.cache.uses().map(|(c, u)| (u, c.counted())).collect();
+        let bytes = uses.iter().map(|&(_, b)| b).sum::<u64>();
+        let Some(last) = least_recently_used(uses, bytes / 2) else {
+            return;
+        };
+        let HashAgg {
+            cache,
+            not_held,
+            cache_share,
+            ..
+        } = self;
+        cache.retain(|key, cached, used| {
+            if used > last {
+                return true;
+            }
+            cache_share.shrink(cached.counted());
+            not_held.let_go(key, cache_share);
+            false
+        });
+        self.holds_all = false;
+    }
+
+    /// Empties the group cache and forgets which groups have state, as after a restart.
+    #[cfg(test)]
     fn forget_cache(&mut self) {
         self.cache.clear();
+        self.not_held.forget(&mut self.cache_share);
         self.cache_share.clear();
-        self.complete = false;
+        self.holds_all = false;
     }
 
     /// Each row's group key: its virtual node, then the group columns in stored order.
@@ -584,6 +616,7 @@ impl HashAgg {
 impl Operator for HashAgg {
     fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, _out: &mut dyn Emit) -> Result<()> {
         let rows = chunk.data.num_rows();
+        self.cache.tick();
         let group_columns = eval_columns(&self.group_exprs, &chunk.data, &chunk.ops, &self.errors)?;
         let keys = self.group_keys(&group_columns, rows)?;
         let late = self.late(&group_columns, rows)?;
@@ -714,9 +747,10 @@ mod tests {
         }
     }
 
-    /// Past operators' share of memory for caches (an eighth of the limit), the cache is
-    /// emptied at the barrier and what it counted given back; its groups' state comes back
-    /// from RocksDB when they change again.
+    /// Past operators' share of memory for caches (an eighth of the limit), the groups least
+    /// recently used (here all, used in one chunk) go at the barrier and what they counted is
+    /// given back, but for the hashes that say they have state; their state comes back from
+    /// RocksDB when they change again.
     #[tokio::test]
     async fn the_cache_empties_past_its_share_and_groups_come_back_from_state() {
         let mut h = harness(true);
@@ -726,7 +760,8 @@ mod tests {
         let out = h.epoch(&many.join("\n")).await;
         assert_eq!(out.lines().count(), 1000);
         assert_eq!(h.agg.cache.len(), 0, "1000 groups are over 256 KiB");
-        assert_eq!(store.caches_memory(), (0, 256 << 10));
+        let let_go = 1000 * crate::state::LET_GO_BYTES;
+        assert_eq!(store.caches_memory(), (let_go, 256 << 10));
         assert_eq!(
             h.epoch("+ 7 4").await,
             "+ 7 2 2 11 4 7 5.5\n- 7 1 1 7 7 7 7.0"
@@ -734,7 +769,8 @@ mod tests {
         assert_eq!(h.agg.cache.len(), 1);
         let (held, _) = store.caches_memory();
         assert_eq!(held, h.agg.cache_share.held());
-        assert!(held > 0 && held < 1024, "{held}");
+        assert!(held > let_go && held < let_go + 1024, "{held}");
+        assert!(h.agg.not_held.complete());
         drop(h);
         assert_eq!(
             store.caches_memory().0,
@@ -961,8 +997,8 @@ mod tests {
     }
 
     /// Random inserts and deletes: MIN, MAX and DISTINCT give the same output whether their
-    /// groups' values are held in memory, read back from state at every chunk, or held only
-    /// for groups of a few values.
+    /// groups' values are held in memory, read back from state at every chunk, held only
+    /// for groups of a few values, or let go by use (the operator still complete).
     #[tokio::test]
     async fn values_held_or_read_from_state_give_the_same_output() {
         use crate::rng::Rng;
@@ -971,7 +1007,8 @@ mod tests {
         let mut warm = distinct_agg(&epochs, [1, 2], VALUES_MAX);
         let mut cold = distinct_agg(&epochs, [3, 4], VALUES_MAX);
         let mut small = distinct_agg(&epochs, [5, 6], 3);
-        assert!(warm.complete && warm.keeps_values);
+        let mut halved = distinct_agg(&epochs, [7, 8], VALUES_MAX);
+        assert!(warm.holds_all && warm.keeps_values);
         let mut rng = Rng::new(7);
         let mut rows: Vec<String> = Vec::new();
         for _ in 0..60 {
@@ -991,8 +1028,9 @@ mod tests {
                 }
             }
             cold.forget_cache();
+            halved.let_go_least_used();
             let mut outputs = Vec::new();
-            for agg in [&mut warm, &mut cold, &mut small] {
+            for agg in [&mut warm, &mut cold, &mut small, &mut halved] {
                 let mut out = vec![];
                 agg.on_chunk(0, chunk(&input, &changes), &mut out).unwrap();
                 epochs.end(agg, &mut out).await;
@@ -1000,8 +1038,10 @@ mod tests {
             }
             assert_eq!(outputs[0], outputs[1], "{changes}");
             assert_eq!(outputs[0], outputs[2], "{changes}");
+            assert_eq!(outputs[0], outputs[3], "{changes}");
         }
-        assert!(warm.complete, "the cache never emptied");
+        assert!(halved.not_held.complete() && !halved.holds_all);
+        assert!(warm.holds_all, "the cache never emptied");
         assert!(warm.cache.iter().all(|(_, c)| c.values.is_some()));
         assert!(small.cache.iter().any(|(_, c)| c.values.is_none()));
     }

@@ -70,7 +70,7 @@ impl HashAgg {
             .remove(0);
         let closed = |k: &[u8]| k.get(VNODE_BYTES..).is_some_and(|k| k < bound.as_slice());
         let mut closing: BTreeSet<Vec<u8>> = BTreeSet::new();
-        if !self.complete {
+        if !self.holds_all {
             self.groups.scan(&[], false, &mut |k, _| {
                 if closed(k) {
                     closing.insert(k.to_vec());

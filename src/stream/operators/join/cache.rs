@@ -1,20 +1,19 @@
 //! A join side's rows held in memory by join key (`HashJoin`), so that a key's partners are
 //! found without reading RocksDB. A key held holds every row the side has under it, with each
 //! row's count and matches as its state entry has them; a key found to have no rows is held
-//! too, empty. While the side is complete (its state held nothing when the actor started, and
-//! no key has been let go since) a key not held has no rows, so a key seen for the first time
-//! costs no read at all.
+//! too, empty. While the side is complete (its state held nothing when the actor started) a
+//! key neither held nor let go has no rows (`NotHeld`), so a key seen for the first time costs
+//! no read at all.
 //!
 //! The cache is counted in the operators' share of memory (`CacheShare`). Past the share, the
-//! keys least recently used go at the barrier, down to half of what the side held; the side is
-//! no longer complete, and a key not held is read from state (and held) when it is next used.
-//! A key with more than `ROWS_MAX` rows is never held: its rows are read a part at a time.
-//! Such a key is remembered (up to `LARGE_KEYS_MAX` of them), so that letting it go leaves the
-//! side complete: a key not held and not remembered as large still has no rows.
+//! keys least recently used go at the barrier, down to half of what the side held; a key not
+//! held is read from state (and held) when it is next used. A key with more than `ROWS_MAX`
+//! rows is never held: its rows are read a part at a time. Such a key is remembered (up to
+//! `LARGE_KEYS_MAX` of them), so that it is not read whole again.
 
 use foldhash::{HashMap, HashSet};
 
-use crate::state::CacheShare;
+use crate::state::{least_recently_used, CacheShare, NotHeld};
 
 /// Most rows of one key held: a key with more is read from state a part at a time.
 const ROWS_MAX: usize = 4096;
@@ -52,7 +51,7 @@ pub(super) struct SideCache {
     keys: HashMap<Vec<u8>, Entry>,
     /// Keys with more than `ROWS_MAX` rows.
     large: HashSet<Vec<u8>>,
-    complete: bool,
+    not_held: NotHeld,
     share: CacheShare,
     /// Chunks seen, the clock of `Entry::used`.
     clock: u64,
@@ -66,7 +65,7 @@ impl SideCache {
         SideCache {
             keys: HashMap::default(),
             large: HashSet::default(),
-            complete,
+            not_held: NotHeld::new(complete),
             share,
             clock: 0,
             rows_max: ROWS_MAX,
@@ -78,14 +77,14 @@ impl SideCache {
         self.rows_max
     }
 
-    /// Lets go of every key (the side is no longer complete), and holds none of more than
-    /// `rows_max` rows from now on.
+    /// Lets go of every key and forgets which (the side is no longer complete), and holds
+    /// none of more than `rows_max` rows from now on.
     #[cfg(test)]
     pub fn forget(&mut self, rows_max: usize) {
         self.keys.clear();
         self.large.clear();
+        self.not_held.forget(&mut self.share);
         self.share.clear();
-        self.complete = false;
         self.rows_max = rows_max;
     }
 
@@ -100,15 +99,16 @@ impl SideCache {
         self.clock += 1;
     }
 
-    /// The rows of `key`, when known without a read: held, or none when the side is complete.
+    /// The rows of `key`, when known without a read: held, or none when the side knows it has
+    /// none.
     pub fn rows(&mut self, key: &[u8]) -> Option<&[Row]> {
-        let (complete, clock) = (self.complete, self.clock);
+        let clock = self.clock;
         match self.keys.get_mut(key) {
             Some(entry) => {
                 entry.used = clock;
                 Some(&entry.rows)
             }
-            None => (complete && !self.large.contains(key)).then_some(&[][..]),
+            None => self.not_held.absent(key).then_some(&[][..]),
         }
     }
 
@@ -117,13 +117,11 @@ impl SideCache {
         self.large.contains(key)
     }
 
-    /// Remembers that `key` has more than `ROWS_MAX` rows. False when it cannot be
-    /// remembered (too many are).
-    pub fn mark_large(&mut self, key: &[u8]) -> bool {
+    /// Remembers that `key` has more than `ROWS_MAX` rows (unless too many are).
+    pub fn mark_large(&mut self, key: &[u8]) {
         if self.large.len() < LARGE_KEYS_MAX {
             self.large.insert(key.to_vec());
         }
-        self.large.contains(key)
     }
 
     /// Holds `key` with `rows`, all it has in state, in state's order.
@@ -140,87 +138,123 @@ impl SideCache {
         }
     }
 
-    /// Sets a row's count and matches as its state entry now has them (a count of 0: the row
-    /// is gone), if its key is known: held, or new to a complete side.
-    pub fn set(&mut self, key: &[u8], row: &[u8], count: i64, matches: i64) {
-        if !self.keys.contains_key(key) {
-            if !self.complete || count == 0 || self.large.contains(key) {
-                return;
+    /// Adds `weight` to the count of `row` under `key` and sets its matches, if the key is
+    /// known: held, or known to have no rows (and held from now on). Returns the row's new
+    /// count; `None` when the key is not known (its rows are in state only).
+    pub fn add(&mut self, key: &[u8], row: &[u8], weight: i64, matches: i64) -> Option<i64> {
+        let clock = self.clock;
+        if let Some(entry) = self.keys.get_mut(key) {
+            entry.used = clock;
+            let count = add_to(entry, &mut self.share, row, weight, matches);
+            if entry.rows.len() > self.rows_max {
+                self.mark_large(key);
+                self.let_go(key);
             }
-            let bytes = KEY_BYTES + key.len() as u64;
-            self.share.grow(bytes);
-            let entry = Entry {
-                rows: Vec::new(),
-                used: self.clock,
-                bytes,
-            };
-            self.keys.insert(key.to_vec(), entry);
+            return Some(count);
         }
-        let Some(entry) = self.keys.get_mut(key) else {
+        if !self.not_held.absent(key) {
+            return None;
+        }
+        let mut entry = Entry {
+            rows: Vec::new(),
+            used: clock,
+            bytes: KEY_BYTES + key.len() as u64,
+        };
+        self.share.grow(entry.bytes);
+        let count = add_to(&mut entry, &mut self.share, row, weight, matches);
+        self.keys.insert(key.to_vec(), entry);
+        Some(count)
+    }
+
+    /// Sets how many rows of the other side match `row` under `key`, if the key is held.
+    pub fn set_matches(&mut self, key: &[u8], row: &[u8], matches: i64) {
+        if let Some(entry) = self.keys.get_mut(key) {
+            if let Ok(i) = entry.rows.binary_search_by(|r| r.row.as_slice().cmp(row)) {
+                entry.rows[i].matches = matches;
+            }
+        }
+    }
+
+    /// Lets go of `key`, remembering that it did.
+    fn let_go(&mut self, key: &[u8]) {
+        if let Some(entry) = self.keys.remove(key) {
+            self.share.shrink(entry.bytes);
+        }
+        self.not_held.let_go(key, &mut self.share);
+    }
+
+    /// At a barrier: when operators' caches are over their share, lets go of the keys least
+    /// recently used until those this side holds take at most half of what they took.
+    pub fn trim(&mut self) {
+        if self.share.over() {
+            self.let_go_least_used();
+        }
+    }
+
+    /// Lets go of the keys least recently used, half of what they take.
+    fn let_go_least_used(&mut self) {
+        let uses: Vec<(u64, u64)> = self.keys.values().map(|e| (e.used, e.bytes)).collect();
+        let bytes = uses.iter().map(|&(_, b)| b).sum::<u64>();
+        let Some(last) = least_recently_used(uses, bytes / 2) else {
             return;
         };
-        entry.used = self.clock;
-        match entry.rows.binary_search_by(|r| r.row.as_slice().cmp(row)) {
-            Ok(i) if count == 0 => {
-                let gone = entry.rows.remove(i);
-                let bytes = row_bytes(&gone);
-                entry.bytes -= bytes;
-                self.share.shrink(bytes);
+        let SideCache {
+            keys,
+            not_held,
+            share,
+            ..
+        } = self;
+        keys.retain(|key, entry| {
+            if entry.used > last {
+                return true;
             }
-            Ok(i) => {
+            share.shrink(entry.bytes);
+            not_held.let_go(key, share);
+            false
+        });
+    }
+
+    /// Lets go of the keys least recently used, as past the share.
+    #[cfg(test)]
+    pub fn halve(&mut self) {
+        self.let_go_least_used();
+    }
+
+    #[cfg(test)]
+    pub fn complete(&self) -> bool {
+        self.not_held.complete()
+    }
+}
+
+/// Adds `weight` to the count of `row` in `entry` (and sets its matches); returns its count.
+fn add_to(entry: &mut Entry, share: &mut CacheShare, row: &[u8], weight: i64, matches: i64) -> i64 {
+    match entry.rows.binary_search_by(|r| r.row.as_slice().cmp(row)) {
+        Ok(i) => {
+            let count = entry.rows[i].count + weight;
+            if count == 0 {
+                let bytes = row_bytes(&entry.rows.remove(i));
+                entry.bytes -= bytes;
+                share.shrink(bytes);
+            } else if count > 0 {
                 entry.rows[i].count = count;
                 entry.rows[i].matches = matches;
             }
-            Err(_) if count == 0 => {}
-            Err(i) => {
+            count
+        }
+        Err(i) => {
+            if weight > 0 {
                 let new = Row {
                     row: row.to_vec(),
-                    count,
+                    count: weight,
                     matches,
                 };
                 let bytes = row_bytes(&new);
                 entry.rows.insert(i, new);
                 entry.bytes += bytes;
-                self.share.grow(bytes);
-                if entry.rows.len() > self.rows_max {
-                    // Remembered as large, the key is still known: the side stays complete.
-                    let complete = self.complete && self.mark_large(key);
-                    self.let_go(key);
-                    self.complete = complete;
-                }
+                share.grow(bytes);
             }
+            weight
         }
-    }
-
-    /// Lets go of `key`: the side is no longer complete.
-    fn let_go(&mut self, key: &[u8]) {
-        if let Some(entry) = self.keys.remove(key) {
-            self.share.shrink(entry.bytes);
-        }
-        self.complete = false;
-    }
-
-    /// At a barrier: when operators' caches are over their share, lets go of the keys least
-    /// recently used until this side holds at most half of what it held.
-    pub fn trim(&mut self) {
-        if !self.share.over() {
-            return;
-        }
-        self.large.clear();
-        let target = self.share.held() / 2;
-        let mut by_use: Vec<(u64, Vec<u8>)> = self
-            .keys
-            .iter()
-            .map(|(key, entry)| (entry.used, key.clone()))
-            .collect();
-        by_use.sort_unstable();
-        for (_, key) in by_use {
-            if self.share.held() <= target {
-                break;
-            }
-            self.let_go(&key);
-        }
-        self.complete = false;
     }
 }
 
@@ -255,51 +289,56 @@ mod tests {
         let store = StateStore::open_fresh(dir.path()).unwrap();
         let mut complete = SideCache::new(store.cache_share(), true);
         assert_eq!(rows(&mut complete, "k"), Some(vec![]));
-        complete.set(b"k", b"b", 1, 0);
-        complete.set(b"k", b"a", 2, 0);
-        complete.set(b"k", b"c", 1, 0);
-        complete.set(b"k", b"b", 0, 0);
+        assert_eq!(complete.add(b"k", b"b", 1, 0), Some(1));
+        complete.add(b"k", b"a", 2, 0);
+        complete.add(b"k", b"c", 1, 0);
+        assert_eq!(complete.add(b"k", b"b", -1, 0), Some(0));
+        assert_eq!(complete.add(b"k", b"a", 1, 3), Some(3));
         assert_eq!(
             rows(&mut complete, "k"),
-            Some(vec!["ax2".into(), "cx1".into()])
+            Some(vec!["ax3".into(), "cx1".into()])
         );
+        complete.set_matches(b"k", b"c", 5);
+        assert_eq!(complete.rows(b"k").unwrap()[1].matches, 5);
 
         let mut partial = SideCache::new(store.cache_share(), false);
         assert_eq!(rows(&mut partial, "k"), None);
-        partial.set(b"k", b"a", 1, 0);
         assert_eq!(
-            rows(&mut partial, "k"),
+            partial.add(b"k", b"a", 1, 0),
             None,
             "a key not held stays unknown"
         );
+        assert_eq!(rows(&mut partial, "k"), None);
         partial.hold(b"k", vec![row("a", 1)]);
-        partial.set(b"k", b"a", 0, 0);
+        assert_eq!(partial.add(b"k", b"a", -1, 0), Some(0));
         assert_eq!(rows(&mut partial, "k"), Some(vec![]));
     }
 
     #[test]
-    fn past_the_share_the_least_recently_used_keys_go_and_the_side_is_no_longer_complete() {
+    fn past_the_share_the_least_recently_used_keys_go_and_the_side_stays_complete() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open_fresh(dir.path()).unwrap();
         store.limit_memory(8 << 16).unwrap(); // caches' share: 64 KiB
         let mut cache = SideCache::new(store.cache_share(), true);
         for k in 0u32..1000 {
             cache.tick();
-            cache.set(&k.to_be_bytes(), &[0; 100], 1, 0);
+            cache.add(&k.to_be_bytes(), &[0; 100], 1, 0);
         }
         cache.tick();
         assert!(cache.rows(&999u32.to_be_bytes()).is_some());
         let before = cache.share.held();
         cache.trim();
-        assert!(cache.share.held() <= before / 2);
+        assert!(cache.share.held() <= before / 2 + 1000 * crate::state::LET_GO_BYTES);
         assert!(
             cache.rows(&999u32.to_be_bytes()).is_some(),
             "used last, kept"
         );
         assert!(
             cache.rows(&0u32.to_be_bytes()).is_none(),
-            "used first, gone"
+            "used first, gone, and known to have rows"
         );
+        assert_eq!(rows(&mut cache, "never"), Some(vec![]));
+        assert!(cache.complete());
         assert_eq!(store.caches_memory().0, cache.share.held());
     }
 
@@ -309,23 +348,26 @@ mod tests {
         let store = StateStore::open_fresh(dir.path()).unwrap();
         let mut cache = SideCache::new(store.cache_share(), true);
         for r in 0..=ROWS_MAX as u32 {
-            cache.set(b"k", &r.to_be_bytes(), 1, 0);
+            cache.add(b"k", &r.to_be_bytes(), 1, 0);
         }
         assert!(cache.is_large(b"k"));
         assert_eq!(rows(&mut cache, "k"), None);
-        // Remembered as large, the key is still known: the side stays complete, and a later
-        // row of the key is not held as if it were the key's only one.
+        // The side stays complete, and a later row of the key is not held as if it were the
+        // key's only one.
         assert_eq!(rows(&mut cache, "other"), Some(vec![]));
-        cache.set(b"k", b"later", 1, 0);
+        assert_eq!(cache.add(b"k", b"later", 1, 0), None);
         assert_eq!(rows(&mut cache, "k"), None);
-        assert_eq!(store.caches_memory().0, 0);
-        // Past the keys it can remember, a key let go makes the side incomplete.
+        assert_eq!(store.caches_memory().0, crate::state::LET_GO_BYTES);
+        // Past the keys it can remember as large, a key let go for its size is still known
+        // to have rows.
         cache.hold_at_most(1);
-        for k in 0..LARGE_KEYS_MAX as u32 {
+        for k in 0..=LARGE_KEYS_MAX as u32 {
             for r in [b"a", b"b"] {
-                cache.set(&k.to_be_bytes(), r, 1, 0);
+                cache.add(&k.to_be_bytes(), r, 1, 0);
             }
         }
-        assert_eq!(rows(&mut cache, "other"), None, "no longer complete");
+        let last = (LARGE_KEYS_MAX as u32).to_be_bytes();
+        assert!(!cache.is_large(&last) && cache.rows(&last).is_none());
+        assert!(cache.complete());
     }
 }

@@ -131,30 +131,39 @@ impl Side {
         })
     }
 
-    /// How many times the side has `row` under `key`.
-    fn count_of(&mut self, key: &[u8], row: &[u8]) -> Result<i64> {
-        if self.load(key)? {
-            let rows = self.cache.rows(key).unwrap_or_default();
-            return Ok(match rows.binary_search_by(|r| r.row.as_slice().cmp(row)) {
-                Ok(i) => rows[i].count,
-                Err(_) => 0,
-            });
+    /// Adds `weight` to how many times the side has `row` under `key`, and sets how many rows
+    /// of the other side match it, in state and in the cache; returns the row's new count.
+    fn add(&mut self, key: &[u8], row: &[u8], weight: i64, matches: i64) -> Result<i64> {
+        let mut count = self.cache.add(key, row, weight, matches);
+        if count.is_none() && self.load(key)? {
+            count = self.cache.add(key, row, weight, matches);
         }
-        match self.table.get(&[key, row].concat())? {
-            Some(v) => Ok(decode_entry(&v)?.0),
-            None => Ok(0),
-        }
-    }
-
-    /// Sets the state entry of `row` under `key` (a count of 0 deletes it), and its cached copy.
-    fn write(&mut self, key: &[u8], row: &[u8], count: i64, matches: i64) {
         let state_key = [key, row].concat();
+        let count = match count {
+            Some(count) => count,
+            None => match self.table.get(&state_key)? {
+                Some(v) => decode_entry(&v)?.0 + weight,
+                None => weight,
+            },
+        };
+        assert!(
+            count >= 0,
+            "join input row deleted more often than inserted"
+        );
         if count == 0 {
             self.table.delete(state_key);
         } else {
             self.table.put(state_key, encode_entry(count, matches));
         }
-        self.cache.set(key, row, count, matches);
+        Ok(count)
+    }
+
+    /// Sets how many rows of the other side match `row` under `key`, which the side has
+    /// `count` times, in state and in the cache.
+    fn set_matches(&mut self, key: &[u8], row: &[u8], count: i64, matches: i64) {
+        self.table
+            .put([key, row].concat(), encode_entry(count, matches));
+        self.cache.set_matches(key, row, matches);
     }
 }
 
@@ -438,7 +447,7 @@ impl HashJoin {
         self.emit_alone(other, &partner_columns, &flips, out)?;
         for p in batch.partners.iter().filter(|p| p.changed) {
             let key = &p.state_key[..p.state_key.len() - p.row.len()];
-            self.sides[other].write(key, &p.row, p.count, p.matches);
+            self.sides[other].set_matches(key, &p.row, p.count, p.matches);
         }
         batch.partners.clear();
         batch.candidates.clear();
@@ -582,13 +591,7 @@ impl HashJoin {
             if shown {
                 alone.push((row as u32, *op));
             }
-            let side = &mut self.sides[own];
-            let count = side.count_of(key, &rows[row])? + op.weight();
-            assert!(
-                count >= 0,
-                "join input row deleted more often than inserted"
-            );
-            side.write(key, &rows[row], count, matched[row]);
+            self.sides[own].add(key, &rows[row], op.weight(), matched[row])?;
         }
         Ok(alone)
     }
@@ -625,6 +628,14 @@ impl HashJoin {
     fn hold_at_most(&mut self, rows_max: usize) {
         for side in &mut self.sides {
             side.cache.hold_at_most(rows_max);
+        }
+    }
+
+    /// Lets go of each side's least recently used keys, as past the share; complete sides
+    /// stay complete.
+    fn halve(&mut self) {
+        for side in &mut self.sides {
+            side.cache.halve();
         }
     }
 }
@@ -885,7 +896,7 @@ mod tests {
     /// joined a few rows at a time, the output is the same as joined all at once; and the same
     /// again when each chunk finds the caches empty and keys of more than one row are read
     /// from state a part at a time; and again when complete caches let go of keys of more
-    /// than two rows and stay complete.
+    /// than two rows and of their least recently used keys, and stay complete.
     #[tokio::test]
     async fn parts_of_any_size_give_the_same_output() {
         use crate::rng::Rng;
@@ -947,6 +958,9 @@ mod tests {
                     cold.forget(1);
                     cold.on_chunk(input, chunk(schema, &changes), &mut c)
                         .unwrap();
+                    if step % 2 == 1 {
+                        complete.halve();
+                    }
                     complete
                         .on_chunk(input, chunk(schema, &changes), &mut d)
                         .unwrap();
@@ -972,6 +986,7 @@ mod tests {
                             .await;
                     }
                 }
+                assert!(complete.sides.iter().all(|s| s.cache.complete()));
             }
         }
     }

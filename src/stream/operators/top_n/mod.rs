@@ -27,7 +27,6 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::row::{RowConverter, SortField};
-use foldhash::HashMap;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{EpochWrites, StateStore, StateTable, TableId};
@@ -38,7 +37,7 @@ use crate::stream::operator::{Emit, Operator};
 use crate::stream::rows::RowCodec;
 use crate::stream::spec::{RankKind, TopNSpec};
 
-use self::held::{Held, Partitions};
+use self::held::{count_of, tally, Counts, Held, Partitions};
 
 pub struct TopN {
     spec: TopNSpec,
@@ -219,20 +218,18 @@ impl TopN {
     /// What the partition emitted at the last barrier, from the `emitted` table; over an
     /// input that only inserts, which keeps no `emitted` table, the output of its rows as the
     /// last barrier left them (it emitted their first rows, and cut the rest).
-    fn emitted_before(&self, partition: &[u8]) -> Result<HashMap<Vec<u8>, i64>> {
-        let mut before: HashMap<Vec<u8>, i64> = HashMap::default();
+    fn emitted_before(&self, partition: &[u8]) -> Result<Counts> {
         if self.spec.append_only {
             let mut ranker = Ranker::new(&self.spec);
             self.rows.try_scan_committed(partition, &mut |key, value| {
                 ranker.push(&key[partition.len()..], decode_count(value)?)
             })?;
-            for row in self.output_rows(ranker.out.iter())? {
-                *before.entry(row).or_default() += 1;
-            }
-            return Ok(before);
+            return Ok(tally(self.output_rows(ranker.out.iter())?));
         }
+        // In key order, which is the rows' order.
+        let mut before = Counts::new();
         self.emitted.try_scan(partition, None, &mut |key, value| {
-            before.insert(key[partition.len()..].to_vec(), decode_count(value)?);
+            before.push((key[partition.len()..].to_vec(), decode_count(value)?));
             Ok(true)
         })?;
         Ok(before)
@@ -263,8 +260,8 @@ impl TopN {
         let mut ranker = Ranker::new(&self.spec);
         match self.held.get(partition) {
             Some(held) => {
-                for (key, &count) in held.rows() {
-                    if !ranker.push(key, count)? {
+                for (key, count) in held.rows() {
+                    if !ranker.push(key, *count)? {
                         break;
                     }
                 }
@@ -280,6 +277,7 @@ impl TopN {
 impl Operator for TopN {
     fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, _out: &mut dyn Emit) -> Result<()> {
         let n = chunk.len();
+        self.held.tick();
         // A partition's rows start with its virtual node, then the partition key.
         let partitions: Vec<Vec<u8>> = match &self.partitions {
             Some(codec) => {
@@ -371,10 +369,7 @@ impl Operator for TopN {
         let mut inserted: Vec<Vec<u8>> = Vec::new();
         for (partition, top) in tops {
             // What the partition outputs now, as output rows with their counts.
-            let mut now: HashMap<Vec<u8>, i64> = HashMap::default();
-            for row in encoded.by_ref().take(top.len()) {
-                *now.entry(row).or_default() += 1;
-            }
+            let now = tally(encoded.by_ref().take(top.len()).collect());
             let read;
             let before = match self.held.get(&partition) {
                 Some(held) => held.emitted(),
@@ -383,8 +378,8 @@ impl Operator for TopN {
                     &read
                 }
             };
-            for (row, &old) in before {
-                let new = now.get(row).copied().unwrap_or(0);
+            for (row, old) in before {
+                let (old, new) = (*old, count_of(&now, row));
                 for _ in new..old {
                     deleted.push(row.clone());
                 }
@@ -394,8 +389,8 @@ impl Operator for TopN {
                     self.emitted.delete(key);
                 }
             }
-            for (row, &new) in &now {
-                let old = before.get(row).copied().unwrap_or(0);
+            for (row, new) in &now {
+                let (old, new) = (count_of(before, row), *new);
                 for _ in old..new {
                     inserted.push(row.clone());
                 }
@@ -599,8 +594,8 @@ mod tests {
     }
 
     /// Random changes to three partitions, for each kind of Top-N: the output is the same
-    /// whether partitions are held in memory, read back from state at every chunk, or too
-    /// large to hold; and over inserts only, the same again, in each of those three ways, when
+    /// whether partitions are held in memory, read back from state at every chunk, too large
+    /// to hold, or let go by use (the operator still complete); and over inserts only, the same again, in each of those three ways, when
     /// rows past the limit are deleted, which leaves at most the first rows of each partition
     /// in state and nothing in the `emitted` table.
     #[tokio::test]
@@ -625,8 +620,8 @@ mod tests {
                     let errors = ErrorSink::new("v");
                     TopN::new(epochs.store.clone(), [tables - 1, tables], spec, errors).unwrap()
                 };
-                let mut ops =
-                    [false, false, false, true, true, true].map(|cut| next(cut && inserts_only));
+                let mut ops = [false, false, false, false, true, true, true, true]
+                    .map(|cut| next(cut && inserts_only));
                 let mut held: Vec<String> = Vec::new();
                 for _ in 0..40 {
                     let mut changes = String::new();
@@ -640,12 +635,14 @@ mod tests {
                             held.push(row);
                         }
                     }
-                    // Held in memory; read from state at every chunk; never held.
-                    for first in [0, 3] {
+                    // Held in memory; read from state at every chunk; never held; the least
+                    // recently used half let go before every chunk.
+                    for first in [0, 4] {
                         ops[first + 1]
                             .held
                             .forget(crate::stream::operators::top_n::held::ROWS_MAX);
                         ops[first + 2].held.forget(1);
+                        ops[first + 3].held.halve();
                     }
                     let mut outputs = Vec::new();
                     for op in ops.iter_mut() {
@@ -658,7 +655,8 @@ mod tests {
                         assert_eq!(&outputs[0], other, "{rank:?} {changes}");
                     }
                 }
-                for op in &ops[3..] {
+                assert!(ops[3].held.complete() && ops[7].held.complete());
+                for op in &ops[4..] {
                     if !inserts_only {
                         break;
                     }
