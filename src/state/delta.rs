@@ -10,13 +10,85 @@ use rocksdb::SstFileWriter;
 use super::{db_options, storage_error};
 use crate::error::Result;
 
-type Write = (Vec<u8>, Option<Vec<u8>>);
+/// A write as `Packed` holds it: a key and its new value, or `None` for a deletion.
+type Write<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// Writes packed end to end in one buffer, each key followed by its value, in the order
+/// written. An epoch's writes are packed as the barrier takes them from the operators (while
+/// they are in the CPU's caches), and the buffers are kept as they are until the next
+/// checkpoint writes its delta: that then reads memory in order, instead of a key and a value
+/// scattered over the heap for each write.
+#[derive(Debug, Default)]
+pub(super) struct Packed {
+    bytes: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+/// Where a write is in `Packed::bytes`: its key at `at`, then its value.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    at: usize,
+    key: u32,
+    /// `DELETED` for a deletion.
+    value: u32,
+}
+
+const DELETED: u32 = u32::MAX;
+
+/// What a packed write takes besides its bytes.
+const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
+
+impl Packed {
+    pub(super) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Makes room for `writes` more writes of `bytes` bytes in all.
+    pub(super) fn reserve(&mut self, writes: usize, bytes: usize) {
+        self.entries.reserve(writes);
+        self.bytes.reserve(bytes);
+    }
+
+    /// Packs a write of the key `prefix` then `key`. Keys and values are less than 4 GiB (a
+    /// value is one row's).
+    pub(super) fn push(&mut self, prefix: &[u8], key: &[u8], value: Option<&[u8]>) {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(prefix);
+        self.bytes.extend_from_slice(key);
+        let value_len = match value {
+            Some(v) => {
+                self.bytes.extend_from_slice(v);
+                u32::try_from(v.len()).expect("a value of less than 4 GiB")
+            }
+            None => DELETED,
+        };
+        self.entries.push(Entry {
+            at,
+            key: u32::try_from(prefix.len() + key.len()).expect("a key of less than 4 GiB"),
+            value: value_len,
+        });
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = Write<'_>> + '_ {
+        self.entries.iter().map(|e| {
+            let key_end = e.at + e.key as usize;
+            let value =
+                (e.value != DELETED).then(|| &self.bytes[key_end..key_end + e.value as usize]);
+            (&self.bytes[e.at..key_end], value)
+        })
+    }
+
+    /// What it takes in memory (its buffers' lengths).
+    fn size(&self) -> usize {
+        self.bytes.len() + self.entries.len() * ENTRY_BYTES
+    }
+}
 
 /// The writes committed since the last checkpoint, in commit order: what a delta checkpoint
 /// holds.
 #[derive(Debug)]
 pub(super) struct Changes {
-    pub(super) writes: Vec<Write>,
+    pub(super) commits: Vec<Packed>,
     bytes: usize,
     /// False once something happened that a delta does not carry: a whole state table
     /// deleted, or more than the store's `delta_bytes_max` bytes written.
@@ -27,7 +99,7 @@ impl Changes {
     /// No writes yet; with `keep` false, none will be kept.
     pub(super) fn new(keep: bool) -> Changes {
         Changes {
-            writes: Vec::new(),
+            commits: Vec::new(),
             bytes: 0,
             whole: keep,
         }
@@ -39,25 +111,21 @@ impl Changes {
 
     /// Keeps one commit's writes (each state table's in key order, as
     /// `StateTable::take_writes` gives them).
-    pub(super) fn record(&mut self, writes: Vec<Write>, bytes_max: usize) {
+    pub(super) fn record(&mut self, writes: Packed, bytes_max: usize) {
         if !self.whole {
             return;
         }
-        // Each write's bytes and its two vectors' headers and allocations.
-        self.bytes += writes
-            .iter()
-            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len) + 64)
-            .sum::<usize>();
+        self.bytes += writes.size();
         if self.bytes > bytes_max {
             self.spoil();
         } else {
-            self.writes.extend(writes);
+            self.commits.push(writes);
         }
     }
 
     pub(super) fn into_delta(self) -> Delta {
         Delta {
-            writes: self.writes,
+            commits: self.commits,
         }
     }
 }
@@ -65,7 +133,7 @@ impl Changes {
 /// The writes of the epochs since the previous checkpoint, last write of a key winning.
 #[derive(Debug)]
 pub struct Delta {
-    writes: Vec<Write>,
+    commits: Vec<Packed>,
 }
 
 impl Delta {
@@ -73,16 +141,18 @@ impl Delta {
     /// last write), for `StateStore::open_restored` to ingest on top of the state before it.
     /// Returns the file's size, or `None` (and writes nothing) when there were no writes.
     pub fn write(self, path: &Path) -> Result<Option<u64>> {
-        if self.writes.is_empty() {
+        let writes: Vec<Write> = self.commits.iter().flat_map(Packed::iter).collect();
+        if writes.is_empty() {
             return Ok(None);
         }
         let opts = db_options();
         let mut sst = SstFileWriter::create(&opts);
         sst.open(path).map_err(storage_error)?;
-        for (key, value) in last_writes(self.writes) {
+        for i in last_writes(&writes) {
+            let (key, value) = writes[i];
             match value {
-                Some(v) => sst.put(&key, &v),
-                None => sst.delete(&key),
+                Some(v) => sst.put(key, v),
+                None => sst.delete(key),
             }
             .map_err(storage_error)?;
         }
@@ -91,19 +161,19 @@ impl Delta {
     }
 }
 
-/// Each key's last write, in key order.
+/// Where each key's last write is in `writes`, in key order.
 ///
 /// The writes come as runs already in key order (a commit's writes are each state table's in
 /// order), and most runs share no key range with any other: those are laid end to end in the
 /// order of their first keys, without comparing their keys again. Only runs whose ranges
 /// overlap (a table written in several epochs since the checkpoint) are merged, a key's last
 /// write winning.
-fn last_writes(writes: Vec<Write>) -> Vec<Write> {
-    let runs = ascending_runs(&writes);
+fn last_writes(writes: &[Write]) -> Vec<usize> {
+    let runs = ascending_runs(writes);
     if runs.len() == 1 {
-        return writes;
+        return (0..writes.len()).collect();
     }
-    let key = |i: usize| writes[i].0.as_slice();
+    let key = |i: usize| writes[i].0;
     let mut by_first: Vec<usize> = (0..runs.len()).collect();
     by_first.sort_by(|&a, &b| key(runs[a].0).cmp(key(runs[b].0)).then(a.cmp(&b)));
     let mut order: Vec<usize> = Vec::with_capacity(writes.len());
@@ -113,7 +183,7 @@ fn last_writes(writes: Vec<Write>) -> Vec<Write> {
     for r in by_first {
         let (start, end) = runs[r];
         if group_last.is_some_and(|last| key(start) > key(last)) {
-            ordered(&mut group, &runs, &writes, &mut order);
+            ordered(&mut group, &runs, writes, &mut order);
             group_last = None;
         }
         if group_last.is_none_or(|last| key(end - 1) > key(last)) {
@@ -121,9 +191,8 @@ fn last_writes(writes: Vec<Write>) -> Vec<Write> {
         }
         group.push(r);
     }
-    ordered(&mut group, &runs, &writes, &mut order);
-    let mut slots: Vec<Option<Write>> = writes.into_iter().map(Some).collect();
-    order.into_iter().filter_map(|i| slots[i].take()).collect()
+    ordered(&mut group, &runs, writes, &mut order);
+    order
 }
 
 /// The maximal runs of `writes` whose keys strictly ascend, as index ranges.
@@ -159,11 +228,11 @@ fn ordered(
     // write is the one after which the heap's least key differs.
     let mut heap: BinaryHeap<Reverse<(&[u8], usize, usize)>> = group
         .drain(..)
-        .map(|r| Reverse((writes[runs[r].0].0.as_slice(), r, runs[r].0)))
+        .map(|r| Reverse((writes[runs[r].0].0, r, runs[r].0)))
         .collect();
     while let Some(Reverse((key, r, i))) = heap.pop() {
         if i + 1 < runs[r].1 {
-            heap.push(Reverse((writes[i + 1].0.as_slice(), r, i + 1)));
+            heap.push(Reverse((writes[i + 1].0, r, i + 1)));
         }
         if heap.peek().is_none_or(|Reverse((next, ..))| *next != key) {
             order.push(i);
@@ -177,8 +246,10 @@ mod tests {
 
     use super::*;
 
+    type Owned = (Vec<u8>, Option<Vec<u8>>);
+
     /// One commit: for each of a few tables, a few keys of a small key space, in key order.
-    fn commit(seed: &mut u64, tables: u8) -> Vec<Write> {
+    fn commit(seed: &mut u64, tables: u8) -> Vec<Owned> {
         let mut next = || {
             *seed = seed
                 .wrapping_mul(6364136223846793005)
@@ -205,24 +276,50 @@ mod tests {
         let mut seed = 7;
         for case in 0..2000 {
             let commits = 1 + case % 5;
-            let writes: Vec<Write> = (0..commits)
-                .flat_map(|_| commit(&mut seed, 1 + (case % 4) as u8))
-                .collect();
-            let expected: Vec<Write> = writes
-                .iter()
-                .cloned()
-                .collect::<BTreeMap<_, _>>()
+            let mut packed: Vec<Packed> = Vec::new();
+            let mut expected: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+            for _ in 0..commits {
+                let mut one = Packed::default();
+                for (k, v) in commit(&mut seed, 1 + (case % 4) as u8) {
+                    one.push(&k[..1], &k[1..], v.as_deref());
+                    expected.insert(k, v);
+                }
+                packed.push(one);
+            }
+            let writes: Vec<Write> = packed.iter().flat_map(Packed::iter).collect();
+            let last: Vec<Owned> = last_writes(&writes)
                 .into_iter()
+                .map(|i| (writes[i].0.to_vec(), writes[i].1.map(<[u8]>::to_vec)))
                 .collect();
-            assert_eq!(last_writes(writes.clone()), expected, "writes {writes:?}");
+            let expected: Vec<Owned> = expected.into_iter().collect();
+            assert_eq!(last, expected, "writes {writes:?}");
         }
     }
 
     #[test]
+    fn packed_writes_come_back_as_written() {
+        let mut packed = Packed::default();
+        packed.reserve(3, 12);
+        packed.push(b"t1", b"a", Some(b"one"));
+        packed.push(b"t1", b"b", None);
+        packed.push(b"", b"", Some(b""));
+        let back: Vec<Write> = packed.iter().collect();
+        assert_eq!(
+            back,
+            [
+                (&b"t1a"[..], Some(&b"one"[..])),
+                (&b"t1b"[..], None),
+                (&b""[..], Some(&b""[..]))
+            ]
+        );
+        assert_eq!(packed.size(), 9 + 3 * ENTRY_BYTES);
+    }
+
+    #[test]
     fn disjoint_runs_are_laid_end_to_end() {
-        let w = |t: u8, k: u8| (vec![t, k], Some(vec![k]));
-        let writes = vec![w(3, 1), w(3, 2), w(1, 5), w(1, 6), w(2, 0)];
-        let keys: Vec<Vec<u8>> = last_writes(writes).into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, [[1, 5], [1, 6], [2, 0], [3, 1], [3, 2]]);
+        let keys = [[3, 1], [3, 2], [1, 5], [1, 6], [2, 0]];
+        let writes: Vec<Write> = keys.iter().map(|k| (&k[..], Some(&k[1..]))).collect();
+        let order: Vec<[u8; 2]> = last_writes(&writes).into_iter().map(|i| keys[i]).collect();
+        assert_eq!(order, [[1, 5], [1, 6], [2, 0], [3, 1], [3, 2]]);
     }
 }

@@ -27,8 +27,8 @@ use tokio::sync::watch;
 
 use caches::Caches;
 pub use caches::{least_recently_used, CacheShare, NotHeld, LET_GO_BYTES};
-use delta::Changes;
 pub use delta::Delta;
+use delta::{Changes, Packed};
 pub use scratch::{Scratch, Tally, TallyView};
 pub use table::StateTable;
 
@@ -40,7 +40,7 @@ pub type TableId = u32;
 /// The changes of one actor for one epoch: full keys, `None` for a deletion.
 #[derive(Debug, Default)]
 pub struct EpochWrites {
-    puts: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    puts: Packed,
     /// Whole state tables to drop (a dropped view's state).
     dropped_tables: Vec<TableId>,
 }
@@ -52,10 +52,6 @@ impl EpochWrites {
 
     pub fn drop_table(&mut self, table: TableId) {
         self.dropped_tables.push(table);
-    }
-
-    fn extend(&mut self, writes: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>) {
-        self.puts.extend(writes);
     }
 }
 
@@ -223,7 +219,7 @@ impl StateStore {
             let (start, end) = table_range(*table);
             batch.delete_range(start, end);
         }
-        for (key, value) in &writes.puts {
+        for (key, value) in writes.puts.iter() {
             match value {
                 Some(v) => batch.put(key, v),
                 None => batch.delete(key),
@@ -978,11 +974,10 @@ mod tests {
             Image::Files(_)
         ));
         let mut changes = Changes::new(true);
-        changes.record(
-            vec![(vec![1; 16], Some(vec![0; DELTA_BYTES_MAX]))],
-            DELTA_BYTES_MAX,
-        );
-        assert!(!changes.whole && changes.writes.is_empty());
+        let mut big = Packed::default();
+        big.push(&[1; 4], &[1; 12], Some(&vec![0; DELTA_BYTES_MAX]));
+        changes.record(big, DELTA_BYTES_MAX);
+        assert!(!changes.whole && changes.commits.is_empty());
         // Not kept at all: every checkpoint is a base one, also after one was taken.
         store.keep_changes(false);
         for n in 4..6 {

@@ -245,12 +245,12 @@ impl StateTable {
         let pending = std::mem::take(&mut self.pending);
         let counted = std::mem::take(&mut self.pending_bytes);
         self.store.caches.count_unflushed(0, counted);
-        out.extend(pending.into_iter().map(|(k, v)| {
-            let mut full = Vec::with_capacity(4 + k.len());
-            full.extend_from_slice(&id);
-            full.extend_from_slice(&k);
-            (full, v)
-        }));
+        let entries = PENDING_ENTRY_BYTES as usize * pending.len();
+        let bytes = (counted as usize).saturating_sub(entries) + id.len() * pending.len();
+        out.puts.reserve(pending.len(), bytes);
+        for (key, value) in &pending {
+            out.puts.push(&id, key, value.as_deref());
+        }
     }
 }
 
