@@ -28,12 +28,12 @@ pub(super) struct Packed {
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     at: usize,
-    key: u32,
+    key: usize,
     /// `DELETED` for a deletion.
-    value: u32,
+    value: usize,
 }
 
-const DELETED: u32 = u32::MAX;
+const DELETED: usize = usize::MAX;
 
 /// What a packed write takes besides its bytes.
 const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
@@ -49,8 +49,7 @@ impl Packed {
         self.bytes.reserve(bytes);
     }
 
-    /// Packs a write of the key `prefix` then `key`. Keys and values are less than 4 GiB (a
-    /// value is one row's).
+    /// Packs a write of the key `prefix` then `key`.
     pub(super) fn push(&mut self, prefix: &[u8], key: &[u8], value: Option<&[u8]>) {
         let at = self.bytes.len();
         self.bytes.extend_from_slice(prefix);
@@ -58,22 +57,21 @@ impl Packed {
         let value_len = match value {
             Some(v) => {
                 self.bytes.extend_from_slice(v);
-                u32::try_from(v.len()).expect("a value of less than 4 GiB")
+                v.len()
             }
             None => DELETED,
         };
         self.entries.push(Entry {
             at,
-            key: u32::try_from(prefix.len() + key.len()).expect("a key of less than 4 GiB"),
+            key: prefix.len() + key.len(),
             value: value_len,
         });
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = Write<'_>> + '_ {
         self.entries.iter().map(|e| {
-            let key_end = e.at + e.key as usize;
-            let value =
-                (e.value != DELETED).then(|| &self.bytes[key_end..key_end + e.value as usize]);
+            let key_end = e.at + e.key;
+            let value = (e.value != DELETED).then(|| &self.bytes[key_end..key_end + e.value]);
             (&self.bytes[e.at..key_end], value)
         })
     }

@@ -138,6 +138,14 @@ impl StateTable {
         failed.map_or(Ok(()), Err)
     }
 
+    /// Whether this epoch wrote (or deleted) a key that starts with `prefix`.
+    pub fn wrote_under(&self, prefix: &[u8]) -> bool {
+        self.pending
+            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(prefix))
+    }
+
     /// Like `try_scan` from the prefix's start, over the committed entries alone: the table
     /// as the last barrier left it, without this epoch's writes.
     pub fn try_scan_committed(&self, prefix: &[u8], visit: &mut TryVisit<'_>) -> Result<()> {
@@ -284,6 +292,16 @@ mod tests {
         })
         .unwrap();
         out
+    }
+
+    #[tokio::test]
+    async fn wrote_under_sees_only_this_epochs_writes() {
+        let (_d, mut t) = table_with(&[("a1", "x")]).await;
+        assert!(!t.wrote_under(b"a"));
+        t.delete(b"b2".to_vec());
+        t.put(b"c".to_vec(), b"y".to_vec());
+        assert!(t.wrote_under(b"b") && t.wrote_under(b"b2") && t.wrote_under(b""));
+        assert!(!t.wrote_under(b"a") && !t.wrote_under(b"b3") && !t.wrote_under(b"bb"));
     }
 
     #[tokio::test]

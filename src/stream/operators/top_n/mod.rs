@@ -208,7 +208,12 @@ impl TopN {
             if large {
                 self.held.mark_large(partition);
             } else {
-                held.set_emitted(self.emitted_before(partition)?);
+                let emitted = match self.spec.append_only && !self.rows.wrote_under(partition) {
+                    // The rows just read are the committed ones.
+                    true => self.emitted_by(held.rows().iter().map(|(k, c)| (k.as_slice(), *c)))?,
+                    false => self.emitted_before(partition)?,
+                };
+                held.set_emitted(emitted);
                 self.held.hold(partition, held);
             }
         }
@@ -233,6 +238,18 @@ impl TopN {
             Ok(true)
         })?;
         Ok(before)
+    }
+
+    /// What a partition over inserts only emitted, given its rows as the last barrier left
+    /// them (their keys after the partition, in order, with their counts).
+    fn emitted_by<'r>(&self, rows: impl Iterator<Item = (&'r [u8], i64)>) -> Result<Counts> {
+        let mut ranker = Ranker::new(&self.spec);
+        for (key, count) in rows {
+            if !ranker.push(key, count)? {
+                break;
+            }
+        }
+        Ok(tally(self.output_rows(ranker.out.iter())?))
     }
 
     /// Ranked input rows as output rows (with their rank when the output has it), encoded.
@@ -594,8 +611,8 @@ mod tests {
     }
 
     /// Random changes to three partitions, for each kind of Top-N: the output is the same
-    /// whether partitions are held in memory, read back from state at every chunk, too large
-    /// to hold, or let go by use (the operator still complete); and over inserts only, the same again, in each of those three ways, when
+    /// whether partitions are held in memory, read back from state at every chunk (two an
+    /// epoch), too large to hold, or let go by use (the operator still complete); and over inserts only, the same again, in each of those three ways, when
     /// rows past the limit are deleted, which leaves at most the first rows of each partition
     /// in state and nothing in the `emitted` table.
     #[tokio::test]
@@ -635,19 +652,24 @@ mod tests {
                             held.push(row);
                         }
                     }
-                    // Held in memory; read from state at every chunk; never held; the least
-                    // recently used half let go before every chunk.
-                    for first in [0, 4] {
-                        ops[first + 1]
-                            .held
-                            .forget(crate::stream::operators::top_n::held::ROWS_MAX);
-                        ops[first + 2].held.forget(1);
-                        ops[first + 3].held.halve();
-                    }
+                    // Each epoch in two chunks. Held in memory; read from state at every
+                    // chunk (also after the epoch wrote it); never held; the least recently
+                    // used half let go before every chunk.
+                    let lines: Vec<&str> = changes.lines().collect();
+                    let (one, two) = lines.split_at(lines.len() / 2);
                     let mut outputs = Vec::new();
-                    for op in ops.iter_mut() {
+                    for (i, op) in ops.iter_mut().enumerate() {
                         let mut out = vec![];
-                        op.on_chunk(0, chunk(&input, &changes), &mut out).unwrap();
+                        for part in [one, two].into_iter().filter(|p| !p.is_empty()) {
+                            match i % 4 {
+                                1 => op.held.forget(held::ROWS_MAX),
+                                2 => op.held.forget(1),
+                                3 => op.held.halve(),
+                                _ => {}
+                            }
+                            let part = chunk(&input, &part.join("\n"));
+                            op.on_chunk(0, part, &mut out).unwrap();
+                        }
                         epochs.end(op, &mut out).await;
                         outputs.push(render_sorted(&out));
                     }
