@@ -192,7 +192,8 @@ impl NotHeld {
 
     /// Whether `key`, not held, is known to have no state.
     pub fn absent(&self, key: &[u8]) -> bool {
-        self.complete && !self.let_go.contains(&self.hasher.hash_one(key))
+        self.complete
+            && (self.let_go.is_empty() || !self.let_go.contains(&self.hasher.hash_one(key)))
     }
 
     /// Remembers that `key` was let go (it may have state), counting it in `share`.
