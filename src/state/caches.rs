@@ -2,7 +2,7 @@
 //! limit: their caches of state (`StateStore::cache_share`), and the epoch's state writes that
 //! the next barrier hands to the store (`StateTable`). Past either share, the store asks the
 //! coordinator for a barrier (`StateStore::share_passed`): it flushes the writes, and the
-//! caches let go of their least recently used entries (`least_recently_used`), so that an
+//! caches let go of their least recently used entries (`least_used_half`), so that an
 //! epoch's memory is bounded by its size, not by the time between periodic barriers. A
 //! complete cache remembers what it let go (`NotHeld`), so that a key it never had still
 //! costs no read.
@@ -209,6 +209,12 @@ impl NotHeld {
         }
     }
 
+    /// Gives back an entry's `bytes` to `share` and remembers that `key` was let go.
+    pub fn let_go_entry(&mut self, key: &[u8], bytes: u64, share: &mut CacheShare) {
+        share.shrink(bytes);
+        self.let_go(key, share);
+    }
+
     /// Forgets what it knew: the cache is no longer complete.
     pub fn forget(&mut self, share: &mut CacheShare) {
         share.shrink(self.let_go.len() as u64 * LET_GO_BYTES);
@@ -217,10 +223,19 @@ impl NotHeld {
     }
 }
 
+/// Where the least recently used half of a cache ends, given each entry's last use and bytes
+/// (in any order): letting go of every entry last used at or before the use returned frees at
+/// least half of what they take. `None` when there are none.
+pub fn least_used_half(uses: impl IntoIterator<Item = (u64, u64)>) -> Option<u64> {
+    let uses: Vec<(u64, u64)> = uses.into_iter().collect();
+    let bytes = uses.iter().map(|&(_, b)| b).sum::<u64>();
+    least_recently_used(uses, bytes / 2)
+}
+
 /// Where the least recently used entries of a cache end, given each entry's last use and
 /// bytes (in any order): letting go of every entry last used at or before the use returned
 /// frees at least `bytes` (all of them when they hold less). `None` when there are none.
-pub fn least_recently_used(mut uses: Vec<(u64, u64)>, bytes: u64) -> Option<u64> {
+fn least_recently_used(mut uses: Vec<(u64, u64)>, bytes: u64) -> Option<u64> {
     uses.sort_unstable_by_key(|&(used, _)| used);
     let mut freed = 0;
     for &(used, size) in &uses {
@@ -320,5 +335,6 @@ mod tests {
         assert_eq!(least_recently_used(uses.clone(), 26), Some(5));
         assert_eq!(least_recently_used(uses, 1000), Some(9));
         assert_eq!(least_recently_used(Vec::new(), 1), None);
+        assert_eq!(least_used_half([(2, 10), (1, 10), (3, 20)]), Some(2));
     }
 }

@@ -26,7 +26,7 @@ use rocksdb::{
 use tokio::sync::watch;
 
 use caches::Caches;
-pub use caches::{least_recently_used, CacheShare, NotHeld, LET_GO_BYTES};
+pub use caches::{least_used_half, CacheShare, NotHeld, LET_GO_BYTES};
 pub use delta::Delta;
 use delta::{Changes, Packed};
 pub use scratch::{Scratch, Tally, TallyView};

@@ -46,7 +46,7 @@ use self::groups::{Groups, Place};
 use self::values::{count_value, HeldValues, VALUES_MAX};
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::{
-    least_recently_used, CacheShare, EpochWrites, NotHeld, StateStore, StateTable, TableId,
+    least_used_half, CacheShare, EpochWrites, NotHeld, StateStore, StateTable, TableId,
 };
 use crate::stream::chunk::{Op, StreamChunk};
 use crate::stream::dispatch::vnodes;
@@ -314,9 +314,7 @@ impl HashAgg {
     }
 
     fn let_go_least_used(&mut self) {
-        let uses: Vec<(u64, u64)> = self.cache.uses().map(|(c, u)| (u, c.counted())).collect();
-        let bytes = uses.iter().map(|&(_, b)| b).sum::<u64>();
-        let Some(last) = least_recently_used(uses, bytes / 2) else {
+        let Some(last) = least_used_half(self.cache.uses().map(|(c, u)| (u, c.counted()))) else {
             return;
         };
         let HashAgg {
@@ -326,12 +324,11 @@ impl HashAgg {
             ..
         } = self;
         cache.retain(|key, cached, used| {
-            if used > last {
-                return true;
+            let keep = used > last;
+            if !keep {
+                not_held.let_go_entry(key, cached.counted(), cache_share);
             }
-            cache_share.shrink(cached.counted());
-            not_held.let_go(key, cache_share);
-            false
+            keep
         });
         self.holds_all = false;
     }

@@ -13,7 +13,7 @@
 
 use foldhash::{HashMap, HashSet};
 
-use crate::state::{least_recently_used, CacheShare, NotHeld};
+use crate::state::{least_used_half, CacheShare, NotHeld};
 
 /// Most rows of one key held: a key with more is read from state a part at a time.
 const ROWS_MAX: usize = 4096;
@@ -177,10 +177,8 @@ impl SideCache {
 
     /// Lets go of `key`, remembering that it did.
     fn let_go(&mut self, key: &[u8]) {
-        if let Some(entry) = self.keys.remove(key) {
-            self.share.shrink(entry.bytes);
-        }
-        self.not_held.let_go(key, &mut self.share);
+        let bytes = self.keys.remove(key).map_or(0, |e| e.bytes);
+        self.not_held.let_go_entry(key, bytes, &mut self.share);
     }
 
     /// At a barrier: when operators' caches are over their share, lets go of the keys least
@@ -193,9 +191,7 @@ impl SideCache {
 
     /// Lets go of the keys least recently used, half of what they take.
     fn let_go_least_used(&mut self) {
-        let uses: Vec<(u64, u64)> = self.keys.values().map(|e| (e.used, e.bytes)).collect();
-        let bytes = uses.iter().map(|&(_, b)| b).sum::<u64>();
-        let Some(last) = least_recently_used(uses, bytes / 2) else {
+        let Some(last) = least_used_half(self.keys.values().map(|e| (e.used, e.bytes))) else {
             return;
         };
         let SideCache {
@@ -205,12 +201,11 @@ impl SideCache {
             ..
         } = self;
         keys.retain(|key, entry| {
-            if entry.used > last {
-                return true;
+            let keep = entry.used > last;
+            if !keep {
+                not_held.let_go_entry(key, entry.bytes, share);
             }
-            share.shrink(entry.bytes);
-            not_held.let_go(key, share);
-            false
+            keep
         });
     }
 

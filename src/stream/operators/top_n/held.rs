@@ -11,7 +11,7 @@
 
 use foldhash::{HashMap, HashSet};
 
-use crate::state::{least_recently_used, CacheShare, NotHeld};
+use crate::state::{least_used_half, CacheShare, NotHeld};
 
 /// Most rows of one partition held.
 pub(super) const ROWS_MAX: usize = 4096;
@@ -232,10 +232,9 @@ impl Partitions {
 
     /// Lets go of `partition`, remembering that it did.
     fn let_go(&mut self, partition: &[u8]) {
-        if let Some(entry) = self.held.remove(partition) {
-            self.share.shrink(entry.bytes);
-        }
-        self.not_held.let_go(partition, &mut self.share);
+        let bytes = self.held.remove(partition).map_or(0, |e| e.bytes);
+        self.not_held
+            .let_go_entry(partition, bytes, &mut self.share);
     }
 
     /// At a barrier: when operators' caches are over their share, lets go of the partitions
@@ -248,9 +247,7 @@ impl Partitions {
 
     /// Lets go of the partitions least recently used, half of what they take.
     fn let_go_least_used(&mut self) {
-        let uses: Vec<(u64, u64)> = self.held.values().map(|e| (e.used, e.bytes)).collect();
-        let bytes = uses.iter().map(|&(_, b)| b).sum::<u64>();
-        let Some(last) = least_recently_used(uses, bytes / 2) else {
+        let Some(last) = least_used_half(self.held.values().map(|e| (e.used, e.bytes))) else {
             return;
         };
         let Partitions {
@@ -260,12 +257,11 @@ impl Partitions {
             ..
         } = self;
         held.retain(|partition, entry| {
-            if entry.used > last {
-                return true;
+            let keep = entry.used > last;
+            if !keep {
+                not_held.let_go_entry(partition, entry.bytes, share);
             }
-            share.shrink(entry.bytes);
-            not_held.let_go(partition, share);
-            false
+            keep
         });
     }
 }
