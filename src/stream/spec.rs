@@ -53,6 +53,11 @@ pub struct AggSpec {
     /// The input only ever inserts (it reads sources through filters, projections, inner
     /// joins and unions): MIN and MAX keep just the extreme, not every value.
     pub append_only: bool,
+    /// Emit the changes of the groups changed so far whenever `EARLY_GROUPS` of them have
+    /// changed, not only at the barrier: the first step of a window aggregate computed per
+    /// slice, so that the next step's work is spread over the epoch rather than all done at
+    /// the barrier (`plan::rewrite::slice_aggregate`).
+    pub early: bool,
 }
 
 // Joins (`operators::join`).

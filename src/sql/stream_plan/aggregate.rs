@@ -68,6 +68,7 @@ impl Planner<'_> {
                 schema: Arc::new(output),
                 close_on,
                 append_only,
+                early: false,
             },
         })
     }

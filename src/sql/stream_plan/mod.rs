@@ -262,9 +262,9 @@ impl Planner<'_> {
                 self.catalog.by_id(build.inputs[*i]),
                 Some(Object::Source(_))
             ),
-            PlanNode::Project { input, .. } | PlanNode::Filter { input, .. } => {
-                self.append_only(input, build)
-            }
+            PlanNode::Project { input, .. }
+            | PlanNode::Filter { input, .. }
+            | PlanNode::Expand { input, .. } => self.append_only(input, build),
             PlanNode::Join { left, right, spec } => {
                 spec.kind == JoinKind::Inner
                     && self.append_only(left, build)
@@ -330,6 +330,7 @@ impl Planner<'_> {
             // Every other kind of node is named, so that a new one is decided here.
             PlanNode::Join { .. }
             | PlanNode::Union { .. }
+            | PlanNode::Expand { .. }
             | PlanNode::TopN { .. }
             | PlanNode::TemporalFilter { .. }
             | PlanNode::Upsert { .. } => Vec::new(),

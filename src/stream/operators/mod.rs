@@ -1,5 +1,6 @@
 //! The incremental operators, one per file.
 
+pub mod expand;
 pub mod filter;
 pub mod hash_agg;
 pub mod join;

@@ -57,24 +57,21 @@ impl Project {
             errors,
         }
     }
-}
 
-impl Operator for Project {
-    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
+    /// The output columns of `chunk`'s rows.
+    pub fn rows(&self, chunk: &StreamChunk) -> Result<RecordBatch> {
         let columns = eval_columns(&self.exprs, &chunk.data, &chunk.ops, &self.errors)?;
         // A projection may keep no columns at all (COUNT(*) reads none), so give the row count.
         let options = RecordBatchOptions::new().with_row_count(Some(chunk.data.num_rows()));
-        let data = RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?;
-        out.emit(StreamChunk::new(chunk.ops, data))?;
-        Ok(())
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &options,
+        )?)
     }
 
-    fn on_watermark(
-        &mut self,
-        _input: usize,
-        watermark: Watermark,
-        _out: &mut dyn Emit,
-    ) -> Result<Vec<Watermark>> {
+    /// The watermarks a watermark on the input gives the output columns.
+    pub fn watermarks(&self, watermark: Watermark) -> Result<Vec<Watermark>> {
         let mut passed = Vec::new();
         if !self.monotonic.contains(&Some(watermark.column)) {
             return Ok(passed);
@@ -121,6 +118,23 @@ impl Operator for Project {
             }
         }
         Ok(passed)
+    }
+}
+
+impl Operator for Project {
+    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
+        let data = self.rows(&chunk)?;
+        out.emit(StreamChunk::new(chunk.ops, data))?;
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        watermark: Watermark,
+        _out: &mut dyn Emit,
+    ) -> Result<Vec<Watermark>> {
+        self.watermarks(watermark)
     }
 }
 

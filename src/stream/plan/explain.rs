@@ -67,6 +67,14 @@ impl PlanNode {
                 )
             }
             PlanNode::Union { inputs, .. } => format!("Union: {} inputs", inputs.len()),
+            PlanNode::Expand { projections, .. } => {
+                let copies: Vec<String> = projections.iter().map(|p| list(p)).collect();
+                format!(
+                    "Expand: {} copies of each row: [{}]",
+                    projections.len(),
+                    copies.join("], [")
+                )
+            }
             PlanNode::TopN { spec, .. } => format!(
                 "TopN: partition by [{}], order by [{}], offset {}, limit {}{}",
                 list(&spec.partition),

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::DataFusionError;
 use datafusion::physical_expr::expressions::Column;
@@ -15,13 +15,14 @@ use datafusion::physical_plan::PhysicalExpr;
 use tokio::sync::mpsc;
 
 mod explain;
+mod rewrite;
 
 use super::actor::{Actor, ActorErrors, OpNode};
 use super::align::AlignedInputs;
 use super::coordinator::ActorEvent;
-use super::dispatch::VnodeOf;
 use super::expr::{ErrorSink, ERRORS_TABLE};
 use super::message::{ActorId, Message};
+use super::operators::expand::Expand;
 use super::operators::filter::Filter;
 use super::operators::hash_agg::HashAgg;
 use super::operators::join::HashJoin;
@@ -31,7 +32,7 @@ use super::operators::temporal_filter::TemporalFilter;
 use super::operators::top_n::TopN;
 use super::operators::union::Union;
 use super::operators::upsert::Upsert;
-use super::spec::{AggCall, AggKind, AggSpec, JoinSpec, TemporalSpec, TopNSpec, UpsertSpec};
+use super::spec::{AggSpec, JoinSpec, TemporalSpec, TopNSpec, UpsertSpec};
 use crate::error::{Error, Result};
 use crate::state::{StateStore, StateTable, TableId};
 
@@ -73,6 +74,14 @@ pub enum PlanNode {
         right: Box<PlanNode>,
         spec: JoinSpec,
     },
+    /// Each row of `input` through every one of `projections` (a `UNION ALL` of projections of
+    /// the same rows, read once).
+    Expand {
+        input: Box<PlanNode>,
+        projections: Vec<Vec<Arc<dyn PhysicalExpr>>>,
+        input_schema: SchemaRef,
+        schema: SchemaRef,
+    },
     /// UNION ALL: every input's changes, under the union's schema.
     Union {
         inputs: Vec<PlanNode>,
@@ -102,6 +111,7 @@ impl PlanNode {
             PlanNode::Input(_) => 0,
             PlanNode::Project { input, .. }
             | PlanNode::Filter { input, .. }
+            | PlanNode::Expand { input, .. }
             | PlanNode::Upsert { input, .. } => input.state_tables_needed(),
             PlanNode::TemporalFilter { input, .. } => 1 + input.state_tables_needed(),
             PlanNode::Aggregate { input, .. } | PlanNode::TopN { input, .. } => {
@@ -131,10 +141,11 @@ impl StreamPlan {
             parallelism,
             fragments: Vec::new(),
         };
+        let root = rewrite::share_reads(self.root, &self.inputs)?;
         let root = if parallelism > 1 {
-            two_step(self.root)?
+            rewrite::two_step(root)?
         } else {
-            self.root
+            root
         };
         cut.single_fragment(root, None)?;
         cut.fragments
@@ -201,161 +212,6 @@ pub struct Fragment {
     pub output: Option<Keys>,
 }
 
-/// `expr` over the output of a projection computing `exprs`, rewritten over its input.
-fn below_projection(
-    expr: &Arc<dyn PhysicalExpr>,
-    exprs: &[Arc<dyn PhysicalExpr>],
-) -> Result<Arc<dyn PhysicalExpr>> {
-    Ok(expr
-        .clone()
-        .transform_up(
-            |e: Arc<dyn PhysicalExpr>| match e.downcast_ref::<Column>() {
-                Some(c) => exprs
-                    .get(c.index())
-                    .cloned()
-                    .map(Transformed::yes)
-                    .ok_or_else(|| DataFusionError::Internal("column outside projection".into())),
-                None => Ok(Transformed::no(e)),
-            },
-        )?
-        .data)
-}
-
-/// Rewrites every global aggregate and global Top-N that can run in two steps into a final
-/// step over a partial one. The partial step is keyed by the virtual node of its whole input
-/// row, so it runs in a parallel fragment, each actor over its share of the rows; the final
-/// step, in one actor, combines at most a few changes per virtual node and epoch.
-fn two_step(node: PlanNode) -> Result<PlanNode> {
-    let node = node.try_map_children(&mut two_step, &mut |i| Ok(PlanNode::Input(i)))?;
-    Ok(match node {
-        PlanNode::Aggregate { input, spec }
-            if spec.group_exprs.is_empty()
-            && spec.close_on.is_none()
-            // avg needs its sum and count carried apart; DISTINCT needs every value in one
-            // place.
-            && spec.calls
-                .iter()
-                .all(|c| !c.distinct && c.kind != AggKind::Avg) =>
-        {
-            match partial_aggregate(*input, &spec.calls, spec.append_only)? {
-                Ok(partial) => {
-                    let finals = spec
-                        .calls
-                        .iter()
-                        .enumerate()
-                        .map(|(i, c)| AggCall {
-                            kind: match c.kind {
-                                AggKind::Count => AggKind::SumCounts,
-                                k => k,
-                            },
-                            arg: Arc::new(Column::new(&format!("partial_{i}"), i + 1)),
-                            arg_type: c.output_type.clone(),
-                            output_type: c.output_type.clone(),
-                            distinct: false,
-                            filter: None,
-                        })
-                        .collect();
-                    // The partial step's results change: the final step's input is not
-                    // append-only.
-                    PlanNode::Aggregate {
-                        input: Box::new(partial),
-                        spec: AggSpec {
-                            calls: finals,
-                            append_only: false,
-                            ..spec
-                        },
-                    }
-                }
-                Err(input) => PlanNode::Aggregate {
-                    input: Box::new(input),
-                    spec,
-                },
-            }
-        }
-        PlanNode::TopN { input, spec }
-            if spec.partition.is_empty() && spec.rank.is_none() && spec.limit.is_some() =>
-        {
-            let Some(kept) = spec.limit.and_then(|l| l.checked_add(spec.offset)) else {
-                return Ok(PlanNode::TopN { input, spec });
-            };
-            let local = TopNSpec {
-                partition: vec![Arc::new(VnodeOf::of_row(&spec.input_schema))],
-                partition_types: vec![DataType::Int32],
-                offset: 0,
-                limit: Some(kept),
-                ..spec.clone()
-            };
-            // The global step reads the local one, which retracts.
-            PlanNode::TopN {
-                input: Box::new(PlanNode::TopN { input, spec: local }),
-                spec: TopNSpec {
-                    append_only: false,
-                    ..spec
-                },
-            }
-        }
-        other => other,
-    })
-}
-
-/// The partial step of a global aggregate over `input`: grouped by the vnode of the input
-/// row, computing each call's partial result (`partial_i`, after the `vnode` column). A
-/// projection right below is folded into the calls, so that the rows are spread by the
-/// relation's whole rows (`count(*)` projects no column at all). `Err(input)` when the
-/// input's columns are not known here.
-fn partial_aggregate(
-    input: PlanNode,
-    calls: &[AggCall],
-    append_only: bool,
-) -> Result<std::result::Result<PlanNode, PlanNode>> {
-    let (input, row_schema, calls) = match input {
-        PlanNode::Project {
-            input,
-            exprs,
-            input_schema,
-            ..
-        } => {
-            let calls = calls
-                .iter()
-                .map(|c| {
-                    Ok(AggCall {
-                        arg: below_projection(&c.arg, &exprs)?,
-                        filter: c
-                            .filter
-                            .as_ref()
-                            .map(|f| below_projection(f, &exprs))
-                            .transpose()?,
-                        ..c.clone()
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            (*input, input_schema, calls)
-        }
-        other => match other.schema() {
-            Some(schema) => (other, schema, calls.to_vec()),
-            None => return Ok(Err(other)),
-        },
-    };
-    let mut fields = vec![Field::new("vnode", DataType::Int32, false)];
-    fields.extend(
-        calls
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Field::new(format!("partial_{i}"), c.output_type.clone(), true)),
-    );
-    Ok(Ok(PlanNode::Aggregate {
-        input: Box::new(input),
-        spec: AggSpec {
-            group_exprs: vec![Arc::new(VnodeOf::of_row(&row_schema))],
-            group_types: vec![DataType::Int32],
-            calls,
-            schema: Arc::new(Schema::new(fields)),
-            close_on: None,
-            append_only,
-        },
-    }))
-}
-
 /// The keys an operator partitions its input `k`'s rows by, if it is keyed by their values:
 /// a grouped aggregate, an equi-join, a Top-N per partition.
 fn input_keys(node: &PlanNode) -> Option<Vec<Keys>> {
@@ -380,6 +236,7 @@ fn input_keys(node: &PlanNode) -> Option<Vec<Keys>> {
         PlanNode::Input(_)
         | PlanNode::Project { .. }
         | PlanNode::Filter { .. }
+        | PlanNode::Expand { .. }
         | PlanNode::Union { .. }
         | PlanNode::TemporalFilter { .. }
         | PlanNode::Upsert { .. } => None,
@@ -393,6 +250,7 @@ fn leads_to_keyed(node: &PlanNode) -> bool {
     match node {
         PlanNode::Project { input, .. }
         | PlanNode::Filter { input, .. }
+        | PlanNode::Expand { input, .. }
         | PlanNode::TemporalFilter { input, .. } => leads_to_keyed(input),
         PlanNode::Aggregate { .. } | PlanNode::Join { .. } | PlanNode::TopN { .. } => {
             input_keys(node).is_some()
@@ -503,6 +361,41 @@ impl Fragmenter {
                     schema,
                 })
             }
+            PlanNode::Expand {
+                input,
+                projections,
+                input_schema,
+                schema,
+            } => {
+                let below = projections
+                    .iter()
+                    .map(|p| key.through(p))
+                    .collect::<Result<Vec<_>>>()?;
+                if below.iter().all(|k| k.exprs == below[0].exprs) {
+                    // Every copy of a row goes where the row goes.
+                    let below = below.into_iter().next();
+                    return Ok(PlanNode::Expand {
+                        input: Box::new(self.keyed(*input, below, sources)?),
+                        projections,
+                        input_schema,
+                        schema,
+                    });
+                }
+                let node = PlanNode::Expand {
+                    input,
+                    projections,
+                    input_schema,
+                    schema,
+                };
+                if leads_to_keyed(&node) {
+                    // The copies of a keyed operator's results, split by the key after.
+                    let below = self.keyed_fragment(node, Some(key))?;
+                    self.read(below, sources)
+                } else {
+                    // Copies of a relation's rows: each copy read apart, split by its key.
+                    self.keyed(node.into_union(), Some(key), sources)
+                }
+            }
             node @ (PlanNode::Filter { .. }
             | PlanNode::TemporalFilter { .. }
             | PlanNode::Union { .. }
@@ -549,9 +442,9 @@ impl PlanNode {
         match self {
             PlanNode::Input(_) => None,
             PlanNode::Filter { input, .. } => input.schema(),
-            PlanNode::Project { schema, .. } | PlanNode::Union { schema, .. } => {
-                Some(schema.clone())
-            }
+            PlanNode::Project { schema, .. }
+            | PlanNode::Expand { schema, .. }
+            | PlanNode::Union { schema, .. } => Some(schema.clone()),
             PlanNode::Aggregate { spec, .. } => Some(spec.schema.clone()),
             PlanNode::Join { spec, .. } => Some(spec.schema.clone()),
             PlanNode::TopN { spec, .. } => Some(spec.schema.clone()),
@@ -568,10 +461,36 @@ impl PlanNode {
             | PlanNode::Filter { input, .. }
             | PlanNode::Aggregate { input, .. }
             | PlanNode::TopN { input, .. }
+            | PlanNode::Expand { input, .. }
             | PlanNode::TemporalFilter { input, .. }
             | PlanNode::Upsert { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } => vec![left, right],
             PlanNode::Union { inputs, .. } => inputs.iter().collect(),
+        }
+    }
+
+    /// An `Expand` as the union of its projections, each over its own copy of the input (a
+    /// chain of stateless operators); any other node as it is.
+    fn into_union(self) -> PlanNode {
+        match self {
+            PlanNode::Expand {
+                input,
+                projections,
+                input_schema,
+                schema,
+            } => PlanNode::Union {
+                inputs: projections
+                    .into_iter()
+                    .map(|exprs| PlanNode::Project {
+                        input: input.clone(),
+                        exprs,
+                        input_schema: input_schema.clone(),
+                        schema: schema.clone(),
+                    })
+                    .collect(),
+                schema,
+            },
+            other => other,
         }
     }
 
@@ -610,6 +529,17 @@ impl PlanNode {
             },
             PlanNode::Union { inputs, schema } => PlanNode::Union {
                 inputs: inputs.into_iter().map(&mut *child).collect::<Result<_>>()?,
+                schema,
+            },
+            PlanNode::Expand {
+                input,
+                projections,
+                input_schema,
+                schema,
+            } => PlanNode::Expand {
+                input: boxed(input)?,
+                projections,
+                input_schema,
                 schema,
             },
             PlanNode::TopN { input, spec } => PlanNode::TopN {
@@ -748,6 +678,23 @@ fn build_node(
         PlanNode::Upsert { input, spec } => {
             let upsert = Upsert::new(ctx.store.clone(), spec)?;
             OpNode::unary(Box::new(upsert), build_node(ctx, *input, tables, errors)?)
+        }
+        PlanNode::Expand {
+            input,
+            projections,
+            input_schema,
+            schema,
+        } => {
+            let projections = projections
+                .into_iter()
+                .map(|exprs| {
+                    Project::new(exprs, input_schema.clone(), schema.clone(), errors.clone())
+                })
+                .collect();
+            OpNode::unary(
+                Box::new(Expand::new(projections)),
+                build_node(ctx, *input, tables, errors)?,
+            )
         }
         PlanNode::Union { inputs, schema } => OpNode::Op {
             op: Box::new(Union::new(schema, inputs.len())),

@@ -30,8 +30,9 @@ use super::spec::{
 };
 use crate::error::{Error, Result};
 
-/// The format this version writes; it reads every one up to it.
-pub const PLAN_FORMAT: u32 = 1;
+/// The format this version writes; it reads every one up to it. Format 2 added `Expand` and
+/// aggregates that emit early (`AggSpec::early`).
+pub const PLAN_FORMAT: u32 = 2;
 
 /// A view's plan, ready to start: the relations it reads, the schema of its rows, and its
 /// fragments (`StreamPlan::fragments`).
@@ -100,6 +101,12 @@ enum StoredNode {
         inputs: Vec<usize>,
         schema: StoredSchema,
     },
+    Expand {
+        input: usize,
+        projections: Vec<Vec<StoredExpr>>,
+        input_schema: StoredSchema,
+        schema: StoredSchema,
+    },
     TopN(StoredTopN),
     TemporalFilter {
         input: usize,
@@ -119,6 +126,9 @@ struct StoredAggregate {
     schema: StoredSchema,
     close_on: Option<usize>,
     append_only: bool,
+    /// Absent from plans of format 1, which have no slice steps.
+    #[serde(default)]
+    early: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -328,38 +338,7 @@ fn encode_node(n: &PlanNode, kids: &[usize]) -> Result<StoredNode> {
             input: kid(0),
             predicate: StoredExpr::encode(predicate)?,
         },
-        PlanNode::Aggregate {
-            spec:
-                AggSpec {
-                    group_exprs,
-                    group_types,
-                    calls,
-                    schema,
-                    close_on,
-                    append_only,
-                },
-            ..
-        } => StoredNode::Aggregate(StoredAggregate {
-            input: kid(0),
-            group_exprs: exprs(group_exprs)?,
-            group_types: types(group_types)?,
-            calls: calls
-                .iter()
-                .map(|c| {
-                    Ok(StoredCall {
-                        kind: c.kind,
-                        arg: StoredExpr::encode(&c.arg)?,
-                        arg_type: Type::of(&c.arg_type)?,
-                        output_type: Type::of(&c.output_type)?,
-                        distinct: c.distinct,
-                        filter: c.filter.as_ref().map(StoredExpr::encode).transpose()?,
-                    })
-                })
-                .collect::<Result<_>>()?,
-            schema: StoredSchema::of(schema)?,
-            close_on: *close_on,
-            append_only: *append_only,
-        }),
+        PlanNode::Aggregate { spec, .. } => StoredNode::Aggregate(encode_aggregate(spec, kid(0))?),
         PlanNode::Join { spec, .. } => StoredNode::Join(StoredJoin {
             left: kid(0),
             right: kid(1),
@@ -379,6 +358,20 @@ fn encode_node(n: &PlanNode, kids: &[usize]) -> Result<StoredNode> {
         }),
         PlanNode::Union { schema, .. } => StoredNode::Union {
             inputs: kids.to_vec(),
+            schema: StoredSchema::of(schema)?,
+        },
+        PlanNode::Expand {
+            projections,
+            input_schema,
+            schema,
+            ..
+        } => StoredNode::Expand {
+            input: kid(0),
+            projections: projections
+                .iter()
+                .map(|p| exprs(p))
+                .collect::<Result<_>>()?,
+            input_schema: StoredSchema::of(input_schema)?,
             schema: StoredSchema::of(schema)?,
         },
         PlanNode::TopN { spec, .. } => StoredNode::TopN(StoredTopN {
@@ -416,6 +409,41 @@ fn encode_node(n: &PlanNode, kids: &[usize]) -> Result<StoredNode> {
                 "an upsert belongs to a connector table's actor, never to a view's plan",
             ))
         }
+    })
+}
+
+/// An aggregate reading node `input` as stored.
+fn encode_aggregate(spec: &AggSpec, input: usize) -> Result<StoredAggregate> {
+    let AggSpec {
+        group_exprs,
+        group_types,
+        calls,
+        schema,
+        close_on,
+        append_only,
+        early,
+    } = spec;
+    Ok(StoredAggregate {
+        input,
+        group_exprs: exprs(group_exprs)?,
+        group_types: types(group_types)?,
+        calls: calls
+            .iter()
+            .map(|c| {
+                Ok(StoredCall {
+                    kind: c.kind,
+                    arg: StoredExpr::encode(&c.arg)?,
+                    arg_type: Type::of(&c.arg_type)?,
+                    output_type: Type::of(&c.output_type)?,
+                    distinct: c.distinct,
+                    filter: c.filter.as_ref().map(StoredExpr::encode).transpose()?,
+                })
+            })
+            .collect::<Result<_>>()?,
+        schema: StoredSchema::of(schema)?,
+        close_on: *close_on,
+        append_only: *append_only,
+        early: *early,
     })
 }
 
@@ -565,6 +593,28 @@ fn decode_node(
                 schema,
             )
         }
+        StoredNode::Expand {
+            input,
+            projections,
+            input_schema,
+            schema,
+        } => {
+            let (input, _) = take(built, *input)?;
+            let input_schema = input_schema.arrow()?;
+            let schema = schema.arrow()?;
+            (
+                PlanNode::Expand {
+                    input,
+                    projections: projections
+                        .iter()
+                        .map(|p| decode_exprs(p, &input_schema, functions))
+                        .collect::<Result<_>>()?,
+                    input_schema,
+                    schema: schema.clone(),
+                },
+                schema,
+            )
+        }
         StoredNode::TopN(node) => node.decode(built, functions)?,
         StoredNode::TemporalFilter {
             input,
@@ -601,6 +651,7 @@ impl StoredAggregate {
             schema,
             close_on,
             append_only,
+            early,
         } = self;
         let (input, below) = take(built, *input)?;
         let schema = schema.arrow()?;
@@ -627,6 +678,7 @@ impl StoredAggregate {
                     schema: schema.clone(),
                     close_on: *close_on,
                     append_only: *append_only,
+                    early: *early,
                 },
             },
             schema,

@@ -63,6 +63,9 @@ const VNODE_BYTES: usize = 2;
 /// emitted row's vector.
 const CACHED_GROUP_BYTES: u64 = 128;
 
+/// With `AggSpec::early`, the changed groups whose changes are emitted before the barrier.
+const EARLY_GROUPS: usize = 4096;
+
 /// The memory a cached group is counted for (`CacheShare`): its key, its emitted row (about
 /// its key and its aggregates again) and its accumulators. Extremes of text are counted as
 /// their size in the accumulator only; the estimate is the same at load and at eviction, so
@@ -97,6 +100,9 @@ struct Cached {
     values: Option<HeldValues>,
     /// Changed in this epoch (its key is in `HashAgg::dirty`).
     dirty: bool,
+    /// Its changes were emitted early in this epoch, its state is saved at the barrier (its
+    /// key is in `HashAgg::unsaved`).
+    unsaved: bool,
     /// What it is counted for in the cache's share, besides its values held.
     bytes: u64,
 }
@@ -146,6 +152,11 @@ pub struct HashAgg {
     /// The groups changed in this epoch (a place may be listed twice, or hold a group no
     /// longer changed after its window closed: `Cached::dirty` tells).
     dirty: Vec<Place>,
+    /// With `AggSpec::early`: how many changed groups are emitted before the barrier
+    /// (`EARLY_GROUPS`, less in tests).
+    early: Option<usize>,
+    /// The groups whose changes were emitted early in this epoch, to be saved at the barrier.
+    unsaved: Vec<Place>,
     global: bool,
     /// Whether the single group of a global aggregate has been emitted yet.
     global_emitted: bool,
@@ -176,6 +187,7 @@ impl HashAgg {
             schema,
             close_on,
             append_only,
+            early,
         } = spec;
         let value_codecs = calls
             .iter()
@@ -191,6 +203,8 @@ impl HashAgg {
             key_order.retain(|i| *i != w);
             key_order.insert(0, w);
         }
+        // With EMIT ON WINDOW CLOSE, changes are emitted when windows close.
+        let early = (early && close_on.is_none()).then_some(EARLY_GROUPS);
         let close_on = match close_on {
             Some(w) => Some((w, RowCodec::new(vec![group_types[w].clone()])?)),
             None => None,
@@ -221,6 +235,8 @@ impl HashAgg {
             append_only,
             cache: Groups::default(),
             dirty: Vec::new(),
+            early,
+            unsaved: Vec::new(),
             global,
             global_emitted: false,
             group_exprs,
@@ -271,6 +287,7 @@ impl HashAgg {
                 state,
                 values,
                 dirty: false,
+                unsaved: false,
                 bytes: cached_bytes(key, calls.len()),
             };
             cache_share.grow(cached.counted());
@@ -547,9 +564,8 @@ impl HashAgg {
         acc.output(call, self.value_codecs[idx].as_ref(), extreme)
     }
 
-    /// Emits the changes of the epoch's touched groups: each one's previous output row
-    /// retracted and its new one inserted, where they differ; then saves or deletes their
-    /// state.
+    /// Emits the changes of the groups touched since they were last emitted: each one's
+    /// previous output row retracted and its new one inserted, where they differ.
     fn emit_changes(&mut self, dirty: &[Place], out: &mut dyn Emit) -> Result<()> {
         // New output rows for the groups that still exist.
         let mut live: Vec<Place> = Vec::new();
@@ -586,11 +602,6 @@ impl HashAgg {
                     retract.push(old);
                 }
                 set_failed(&self.errors, state, None);
-                self.groups.delete(self.cache.key(place).to_vec());
-                self.uncache(place);
-            } else {
-                let bytes = encode_state(state);
-                self.groups.put(self.cache.key(place).to_vec(), bytes);
             }
         }
         if !retract.is_empty() {
@@ -608,10 +619,52 @@ impl HashAgg {
         }
         Ok(())
     }
+
+    /// Before the barrier, with `early`: emits the changes of the groups changed so far, once
+    /// there are `EARLY_GROUPS` of them; their state is saved at the barrier.
+    fn emit_early(&mut self, out: &mut dyn Emit) -> Result<()> {
+        if self.early.is_none_or(|n| self.dirty.len() < n) {
+            return Ok(());
+        }
+        let dirty = self.take_dirty();
+        self.emit_changes(&dirty, out)?;
+        for place in dirty {
+            if let Some(cached) = self.cache.get_mut(place) {
+                if !std::mem::replace(&mut cached.unsaved, true) {
+                    self.unsaved.push(place);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// At the barrier: saves the state of the groups changed in the epoch (`dirty`, and those
+    /// emitted early), or deletes it where a group has no rows left.
+    fn save_changes(&mut self, dirty: Vec<Place>) {
+        let mut changed = std::mem::take(&mut self.unsaved);
+        changed.extend(
+            dirty
+                .into_iter()
+                .filter(|&p| self.cache.get(p).is_some_and(|c| !c.unsaved)),
+        );
+        for place in changed {
+            let Some(cached) = self.cache.get_mut(place) else {
+                continue;
+            };
+            cached.unsaved = false;
+            if cached.state.rows == 0 && !self.global {
+                self.groups.delete(self.cache.key(place).to_vec());
+                self.uncache(place);
+            } else {
+                let bytes = encode_state(&cached.state);
+                self.groups.put(self.cache.key(place).to_vec(), bytes);
+            }
+        }
+    }
 }
 
 impl Operator for HashAgg {
-    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, _out: &mut dyn Emit) -> Result<()> {
+    fn on_chunk(&mut self, _input: usize, chunk: StreamChunk, out: &mut dyn Emit) -> Result<()> {
         let rows = chunk.data.num_rows();
         self.cache.tick();
         let group_columns = eval_columns(&self.group_exprs, &chunk.data, &chunk.ops, &self.errors)?;
@@ -625,7 +678,7 @@ impl Operator for HashAgg {
             }
             self.accumulate(key, row, op.weight(), &inputs)?;
         }
-        Ok(())
+        self.emit_early(out)
     }
 
     fn on_watermark(
@@ -653,6 +706,7 @@ impl Operator for HashAgg {
             }
             let dirty = self.take_dirty();
             self.emit_changes(&dirty, out)?;
+            self.save_changes(dirty);
         }
         self.trim_cache();
         self.groups.take_writes(writes);
@@ -726,6 +780,7 @@ mod tests {
             schema: schema(&cols),
             close_on: None,
             append_only,
+            early: false,
         };
         let agg = HashAgg::new(epochs.store.clone(), [1, 2], spec, ErrorSink::new("v")).unwrap();
         Harness { epochs, agg, input }
@@ -774,6 +829,45 @@ mod tests {
             0,
             "a dropped operator gives its share back"
         );
+    }
+
+    #[tokio::test]
+    async fn changes_emitted_early_are_the_same_changes_and_state_is_saved_at_the_barrier() {
+        let mut h = harness(true);
+        h.agg.early = Some(2);
+        let mut out = vec![];
+        let mut feed = |h: &mut Harness, changes: &str| {
+            h.agg
+                .on_chunk(0, chunk(&h.input, changes), &mut out)
+                .unwrap();
+            let emitted = render_sorted(&out);
+            out.clear();
+            emitted
+        };
+        // One group changed: it waits; a second one: both are emitted.
+        assert_eq!(feed(&mut h, "+ 1 5"), "");
+        assert_eq!(
+            feed(&mut h, "+ 2 7\n+ 1 3"),
+            "+ 1 2 2 8 3 5 4.0\n+ 2 1 1 7 7 7 7.0"
+        );
+        // Changed again in the same epoch, and one emptied.
+        assert_eq!(
+            feed(&mut h, "+ 1 9\n- 2 7"),
+            "+ 1 3 3 17 3 9 5.666666666666667\n- 1 2 2 8 3 5 4.0\n- 2 1 1 7 7 7 7.0"
+        );
+        assert_eq!(feed(&mut h, "+ 3 1"), "");
+        let mut rest = vec![];
+        h.epochs.end(&mut h.agg, &mut rest).await;
+        assert_eq!(render_sorted(&rest), "+ 3 1 1 1 1 1 1.0");
+        // What was emitted early was saved at the barrier; the emptied group was deleted.
+        h.agg.early = None;
+        h.agg.forget_cache();
+        assert_eq!(
+            h.epoch("+ 1 4\n+ 2 2").await,
+            "+ 1 4 4 21 3 9 5.25\n+ 2 1 1 2 2 2 2.0\n- 1 3 3 17 3 9 5.666666666666667"
+        );
+        h.agg.forget_cache();
+        assert_eq!(h.epoch("- 3 1").await, "- 3 1 1 1 1 1 1.0");
     }
 
     #[tokio::test]
@@ -882,6 +976,7 @@ mod tests {
             schema: schema(&[("w", ts), ("c", DataType::Int64), ("lo", DataType::Int64)]),
             close_on: Some(0),
             append_only: false,
+            early: false,
         };
         let mut agg = HashAgg::new(store.clone(), [1, 2], spec, ErrorSink::new("v")).unwrap();
         let entries = |table| {
@@ -986,6 +1081,7 @@ mod tests {
             ]),
             close_on: None,
             append_only: false,
+            early: false,
         };
         let mut agg =
             HashAgg::new(epochs.store.clone(), tables, spec, ErrorSink::new("v")).unwrap();
