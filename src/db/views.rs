@@ -60,7 +60,8 @@ impl Database {
                         None,
                     )
                     .await?;
-                let compiled = compile(plan, v.parallelism())?;
+                // Cut as the plan that wrote the view's state was.
+                let compiled = compile(plan, v.parallelism(), false)?;
                 let (stored, compiled) = self.kept(compiled, &v.name)?;
                 self.catalog_mut().set_view_plan(v.id, stored)?;
                 compiled
@@ -276,7 +277,7 @@ impl Database {
                 scope,
             )
             .await?;
-        let fragments = cut(plan.clone(), self.parallelism_for(settings)?)?;
+        let fragments = cut(plan.clone(), self.parallelism_for(settings)?, true)?;
         let names: Vec<String> = {
             let catalog = self.catalog();
             plan.inputs
@@ -444,7 +445,7 @@ impl Database {
         let key = plan.key.clone();
         // A view with nothing to partition by runs as one actor, whatever the setting.
         let requested = self.parallelism_for(settings)?;
-        let (stored, compiled) = self.kept(compile(plan, requested)?, &name)?;
+        let (stored, compiled) = self.kept(compile(plan, requested, true)?, &name)?;
         let fragments = &compiled.fragments;
         let parallelism = if fragments.len() > 1 { requested } else { 1 };
         let needed: usize = fragments
@@ -667,18 +668,25 @@ fn named(root: PlanNode, schema: &SchemaRef) -> PlanNode {
     }
 }
 
-/// A view's plan cut into fragments, under the view's own column names.
-fn cut(plan: StreamPlan, parallelism: usize) -> Result<Vec<Fragment>> {
-    let root = named(plan.root, &plan.schema);
-    StreamPlan { root, ..plan }.fragments(parallelism)
+/// A view's plan cut into fragments, under the view's own column names; `shared`: with its
+/// reads shared and window aggregates sliced, as every view is cut since plan format 2.
+fn cut(plan: StreamPlan, parallelism: usize, shared: bool) -> Result<Vec<Fragment>> {
+    let plan = StreamPlan {
+        root: named(plan.root, &plan.schema),
+        ..plan
+    };
+    match shared {
+        true => plan.fragments(parallelism),
+        false => plan.fragments_unshared(parallelism),
+    }
 }
 
 /// A view's plan cut into its fragments, ready to start and to keep.
-fn compile(plan: StreamPlan, parallelism: usize) -> Result<Compiled> {
+fn compile(plan: StreamPlan, parallelism: usize, shared: bool) -> Result<Compiled> {
     Ok(Compiled {
         inputs: plan.inputs.clone(),
         schema: plan.schema.clone(),
-        fragments: cut(plan, parallelism)?,
+        fragments: cut(plan, parallelism, shared)?,
     })
 }
 

@@ -137,11 +137,25 @@ impl StreamPlan {
     /// is the only fragment. The cut is deterministic: a restart cuts a view's plan the same
     /// way, and finds each actor's state tables where they were.
     pub fn fragments(self, parallelism: usize) -> Result<Vec<Fragment>> {
+        self.cut(parallelism, true)
+    }
+
+    /// Like `fragments`, as a view was cut before reads were shared and window aggregates
+    /// sliced (plan format 2): for a view of a catalog that kept no plan (catalog format 2
+    /// and earlier), whose state was written by a plan cut that way.
+    pub fn fragments_unshared(self, parallelism: usize) -> Result<Vec<Fragment>> {
+        self.cut(parallelism, false)
+    }
+
+    fn cut(self, parallelism: usize, share_reads: bool) -> Result<Vec<Fragment>> {
         let mut cut = Fragmenter {
             parallelism,
             fragments: Vec::new(),
         };
-        let root = rewrite::share_reads(self.root, &self.inputs)?;
+        let root = match share_reads {
+            true => rewrite::share_reads(self.root, &self.inputs)?,
+            false => self.root,
+        };
         let root = if parallelism > 1 {
             rewrite::two_step(root)?
         } else {

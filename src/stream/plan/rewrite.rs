@@ -609,3 +609,55 @@ fn partial_aggregate(
         },
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use datafusion::physical_expr::expressions::col;
+
+    use super::super::StreamPlan;
+    use super::*;
+    use crate::stream::chunk::test_util::schema;
+
+    /// `SELECT a FROM t UNION ALL SELECT b FROM t`, the union's branches reading `inputs`.
+    fn copies(inputs: Vec<ActorId>) -> StreamPlan {
+        let t = schema(&[("a", DataType::Int64), ("b", DataType::Int64)]);
+        let out = schema(&[("x", DataType::Int64)]);
+        let branch = |i: usize, c: &str| PlanNode::Project {
+            input: Box::new(PlanNode::Input(i)),
+            exprs: vec![col(c, &t).unwrap()],
+            input_schema: t.clone(),
+            schema: out.clone(),
+        };
+        StreamPlan {
+            inputs,
+            root: PlanNode::Union {
+                inputs: vec![branch(0, "a"), branch(1, "b")],
+                schema: out.clone(),
+            },
+            schema: out,
+            key: None,
+            append_only: true,
+        }
+    }
+
+    fn root_kind(mut fragments: Vec<super::super::Fragment>) -> &'static str {
+        match fragments.remove(0).root {
+            PlanNode::Expand { .. } => "expand",
+            PlanNode::Union { .. } => "union",
+            _ => "other",
+        }
+    }
+
+    #[test]
+    fn copies_of_one_relation_are_read_once_unless_cut_as_before_plan_format_2() {
+        assert_eq!(
+            root_kind(copies(vec![7, 7]).fragments(1).unwrap()),
+            "expand"
+        );
+        assert_eq!(root_kind(copies(vec![7, 8]).fragments(1).unwrap()), "union");
+        assert_eq!(
+            root_kind(copies(vec![7, 7]).fragments_unshared(1).unwrap()),
+            "union"
+        );
+    }
+}
