@@ -327,9 +327,17 @@ impl Planner<'_> {
             }
             PlanNode::Filter { input, .. } => self.watermark_columns(input, build),
             PlanNode::Aggregate { spec, .. } => spec.close_on.iter().copied().collect(),
+            // A union passes a column's watermark once every input gives one, as the least
+            // (`operators::union`): a HOP window's copies of a row.
+            PlanNode::Union { inputs, .. } => {
+                let mut each = inputs.iter().map(|i| self.watermark_columns(i, build));
+                let first = each.next().unwrap_or_default();
+                each.fold(first, |kept, next| {
+                    kept.into_iter().filter(|c| next.contains(c)).collect()
+                })
+            }
             // Every other kind of node is named, so that a new one is decided here.
             PlanNode::Join { .. }
-            | PlanNode::Union { .. }
             | PlanNode::Expand { .. }
             | PlanNode::TopN { .. }
             | PlanNode::TemporalFilter { .. }
