@@ -8,9 +8,6 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::error::DataFusionError;
-use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 use tokio::sync::mpsc;
 
@@ -180,25 +177,12 @@ pub struct Keys {
 impl Keys {
     /// The same keys over the input of a projection that computes `exprs`.
     fn through(&self, exprs: &[Arc<dyn PhysicalExpr>]) -> Result<Keys> {
-        let below = |key: &Arc<dyn PhysicalExpr>| -> Result<Arc<dyn PhysicalExpr>> {
-            Ok(key
-                .clone()
-                .transform_up(
-                    |e: Arc<dyn PhysicalExpr>| match e.downcast_ref::<Column>() {
-                        Some(c) => exprs
-                            .get(c.index())
-                            .cloned()
-                            .map(Transformed::yes)
-                            .ok_or_else(|| {
-                                DataFusionError::Internal("key column outside projection".into())
-                            }),
-                        None => Ok(Transformed::no(e)),
-                    },
-                )?
-                .data)
-        };
         Ok(Keys {
-            exprs: self.exprs.iter().map(below).collect::<Result<_>>()?,
+            exprs: self
+                .exprs
+                .iter()
+                .map(|key| rewrite::below_projection(key, exprs))
+                .collect::<Result<_>>()?,
             types: self.types.clone(),
         })
     }

@@ -200,17 +200,7 @@ fn slice_aggregate(
         .calls
         .iter()
         .enumerate()
-        .map(|(i, c)| AggCall {
-            kind: match c.kind {
-                AggKind::Count => AggKind::SumCounts,
-                k => k,
-            },
-            arg: Arc::new(Column::new(partials[i].name(), slices.grouped.len() + i)),
-            arg_type: c.output_type.clone(),
-            output_type: c.output_type.clone(),
-            distinct: false,
-            filter: None,
-        })
+        .map(|(i, c)| combining(c, partials[i].name(), slices.grouped.len() + i))
         .collect();
     Ok(PlanNode::Aggregate {
         input: Box::new(PlanNode::Expand {
@@ -454,8 +444,24 @@ fn remap_columns(
         .data)
 }
 
+/// The call that combines `call`'s partial results, read from column `index` (`name`):
+/// counts are summed, the other kinds combine as themselves.
+fn combining(call: &AggCall, name: &str, index: usize) -> AggCall {
+    AggCall {
+        kind: match call.kind {
+            AggKind::Count => AggKind::SumCounts,
+            k => k,
+        },
+        arg: Arc::new(Column::new(name, index)),
+        arg_type: call.output_type.clone(),
+        output_type: call.output_type.clone(),
+        distinct: false,
+        filter: None,
+    }
+}
+
 /// `expr` over the output of a projection computing `exprs`, rewritten over its input.
-fn below_projection(
+pub(super) fn below_projection(
     expr: &Arc<dyn PhysicalExpr>,
     exprs: &[Arc<dyn PhysicalExpr>],
 ) -> Result<Arc<dyn PhysicalExpr>> {
@@ -496,17 +502,7 @@ pub(super) fn two_step(node: PlanNode) -> Result<PlanNode> {
                         .calls
                         .iter()
                         .enumerate()
-                        .map(|(i, c)| AggCall {
-                            kind: match c.kind {
-                                AggKind::Count => AggKind::SumCounts,
-                                k => k,
-                            },
-                            arg: Arc::new(Column::new(&format!("partial_{i}"), i + 1)),
-                            arg_type: c.output_type.clone(),
-                            output_type: c.output_type.clone(),
-                            distinct: false,
-                            filter: None,
-                        })
+                        .map(|(i, c)| combining(c, &format!("partial_{i}"), i + 1))
                         .collect();
                     // The partial step's results change: the final step's input is not
                     // append-only.
