@@ -68,7 +68,9 @@ pub struct Config {
     /// directory's file system when the server starts, so that the change logs and the state
     /// always keep the other half. Past it, a statement fails with 53400 and its files go.
     pub temp_disk_limit: Option<u64>,
-    /// How often the coordinator ends an epoch when nothing else asks for one.
+    /// How often the coordinator ends an epoch when nothing else asks for one. Short (100 ms
+    /// by default) so that a checkpoint barrier finds little work left: its operators write
+    /// what changed since the barrier before it (`docs/design/0026-short-epochs.md`).
     pub barrier_interval_ms: u64,
     /// Capacity (in messages) of each channel between actors.
     pub channel_messages_max: usize,
@@ -240,7 +242,7 @@ impl Default for Config {
             message_bytes_max: 64 * 1024 * 1024,
             memory_limit: None,
             temp_disk_limit: None,
-            barrier_interval_ms: 1000,
+            barrier_interval_ms: 100,
             channel_messages_max: 16,
             subscription_bytes_max: 64 << 20,
             chunk_rows_max: 4096,
