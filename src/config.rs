@@ -122,6 +122,11 @@ pub struct CheckpointConfig {
     /// (`docs/design/0003-checkpoints.md`, "Delta checkpoints"); 0 makes every checkpoint a
     /// base one.
     pub max_deltas: usize,
+    /// A delta checkpoint's writes are written ahead of it, as SST files of about this many
+    /// bytes (before compression), while the epochs come: the checkpoint then writes only
+    /// those since the last such part, and its delta is several files. 0 writes each delta
+    /// whole at its checkpoint.
+    pub delta_part_bytes: usize,
     /// How often the tables' new change-log records are shipped to the store, so that a
     /// restore from the store alone loses only what was acknowledged since; 0 ships none.
     pub ship_logs_ms: u64,
@@ -137,6 +142,7 @@ impl Default for CheckpointConfig {
             retained: 2,
             incremental: true,
             max_deltas: 600,
+            delta_part_bytes: 16 << 20,
             ship_logs_ms: 0,
         }
     }

@@ -45,6 +45,12 @@ async fn views_equal_their_queries(
     all
 }
 
+/// The view `by_g` most tests here make, and its query.
+const BY_G: (&str, &str) = (
+    "SELECT * FROM by_g ORDER BY g",
+    "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS top FROM t GROUP BY g ORDER BY g",
+);
+
 async fn checkpoint(client: &tokio_postgres::Client) -> i64 {
     client.query_one("CHECKPOINT", &[]).await.unwrap().get("id")
 }
@@ -539,10 +545,7 @@ async fn a_restart_restores_the_newest_checkpoint_and_replays_the_logs_after_it(
         .await
         .unwrap();
     let checks = [
-        (
-            "SELECT * FROM by_g ORDER BY g",
-            "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS top FROM t GROUP BY g ORDER BY g",
-        ),
+        BY_G,
         (
             "SELECT * FROM u_n ORDER BY k",
             "SELECT k, count(*) AS n FROM u GROUP BY k ORDER BY k",
@@ -667,10 +670,7 @@ async fn delta_checkpoints_restore_exactly_and_a_base_one_comes_after_max_deltas
     client.batch_execute(&round(8)).await.unwrap();
     client.batch_execute("FLUSH").await.unwrap();
     let checks = [
-        (
-            "SELECT * FROM by_g ORDER BY g",
-            "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS top FROM t GROUP BY g ORDER BY g",
-        ),
+        BY_G,
         (
             "SELECT * FROM odd ORDER BY id",
             "SELECT id, p FROM t WHERE v % 2 = 1 ORDER BY id",
@@ -734,6 +734,86 @@ async fn delta_checkpoints_restore_exactly_and_a_base_one_comes_after_max_deltas
     );
     assert_eq!(manifest(&root_of(&server), id).deltas.len(), 3);
     views_equal_their_queries(&client, &checks).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_written_ahead_in_parts_restore_exactly() {
+    // Every epoch's writes start a part when the one before is written.
+    let configure = |c: &mut weir::config::Config| {
+        c.checkpoint.interval_ms = 0;
+        c.checkpoint.delta_part_bytes = 1;
+        c.streaming_parallelism = 2;
+    };
+    let server = TestServer::start_with(configure).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, g int, v int);
+             CREATE MATERIALIZED VIEW by_g AS
+               SELECT g, count(*) AS n, sum(v) AS s, max(v) AS top FROM t GROUP BY g;
+             CREATE MATERIALIZED VIEW top2 AS SELECT g, id, v FROM
+               (SELECT g, id, v, row_number() OVER (PARTITION BY g ORDER BY v DESC, id) AS r
+                FROM t) AS ranked WHERE r <= 2;
+             INSERT INTO t SELECT value, value % 13, value % 101 FROM generate_series(1, 5000);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(checkpoint(&client).await, 1);
+    // Rounds of several epochs each (FLUSH ends one): inserts, updates of keys written in
+    // earlier epochs and parts, deletes.
+    for i in 1..=3i64 {
+        for step in 0..4i64 {
+            let lo = 10_000 * i + 100 * step;
+            client
+                .batch_execute(&format!(
+                    "INSERT INTO t SELECT value, value % 13, value % 7 FROM generate_series({lo}, {hi});
+                     UPDATE t SET v = v + {i} WHERE id % 31 = {step};
+                     DELETE FROM t WHERE id % 37 = {step} + {i};
+                     FLUSH;",
+                    hi = lo + 50
+                ))
+                .await
+                .unwrap();
+        }
+        assert_eq!(checkpoint(&client).await, i + 1);
+    }
+    assert_eq!(modes(&client).await, ["base", "delta", "delta", "delta"]);
+    let root = server.dir.path().join("checkpoint-store");
+    let files = manifest(&root, 4).deltas.len();
+    assert!(files > 3, "the deltas of 3 checkpoints are {files} files");
+    // What the manifests name is all that is kept: the parts went to their names.
+    let kept = server.dir.path().join("checkpoints").join("deltas");
+    let named_deltas: BTreeSet<String> = manifest(&root, 4)
+        .deltas
+        .iter()
+        .map(|f| f.local.clone())
+        .collect();
+    let on_disk: BTreeSet<String> = std::fs::read_dir(&kept)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(on_disk, named_deltas);
+    let checks = [
+        BY_G,
+        (
+            "SELECT * FROM top2 ORDER BY g, id",
+            "SELECT g, id, v FROM (SELECT g, id, v, row_number() OVER \
+               (PARTITION BY g ORDER BY v DESC, id) AS r FROM t) AS ranked \
+             WHERE r <= 2 ORDER BY g, id",
+        ),
+    ];
+    let before = views_equal_their_queries(&client, &checks).await;
+    drop(client);
+    let dir = server.stop_and_close().await;
+    // From the store alone: the base and every part downloaded and ingested in order.
+    std::fs::remove_dir_all(dir.path().join("state")).unwrap();
+    std::fs::remove_dir_all(dir.path().join("checkpoints").join("deltas")).unwrap();
+    let server = TestServer::start_in(dir, configure).await;
+    let client = server.connect().await;
+    for ((view, _), rows) in checks.iter().zip(&before) {
+        assert_eq!(&text_rows(&client, view).await, rows, "{view}");
+    }
     server.stop().await;
 }
 

@@ -121,9 +121,13 @@ impl Ledger {
             .filter(|c| Some(c.id) == self.extendable)
     }
 
-    /// The object and local file name of checkpoint `id`'s delta.
-    pub fn delta_names(&self, id: u64) -> (String, String) {
-        let local = format!("{}-delta-{id:020}.sst", self.run);
+    /// The object and local file name of checkpoint `id`'s delta, or of its file `part` when
+    /// it has several.
+    pub fn delta_names(&self, id: u64, part: usize) -> (String, String) {
+        let local = match part {
+            0 => format!("{}-delta-{id:020}.sst", self.run),
+            _ => format!("{}-delta-{id:020}-{part}.sst", self.run),
+        };
         (format!("shared/{local}"), local)
     }
 
@@ -436,7 +440,7 @@ mod tests {
     /// and its own. Returns what completing it deleted.
     fn delta(ledger: &mut Ledger, id: u64) -> Vec<String> {
         let last = ledger.chain().expect("a chain to extend").clone();
-        let (object, local) = ledger.delta_names(id);
+        let (object, local) = ledger.delta_names(id, 0);
         let mut deltas = last.deltas.clone();
         deltas.push(FileRef {
             object,

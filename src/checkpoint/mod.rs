@@ -223,7 +223,6 @@ impl Checkpointer {
         metrics: Arc<Metrics>,
     ) -> Result<CheckpointClient> {
         let run = run_id();
-        barriers.keep_changes(config.incremental && config.max_deltas > 0);
         let mut ledger = Ledger::new(run.clone(), config.retained);
         let (existing, unusable) = plan::adopted(found.store, found.damaged);
         let unusable = unusable_records(unusable);
@@ -260,6 +259,9 @@ impl Checkpointer {
         }
         let deltas = deltas_dir(&data_dir);
         sweep_deltas(&deltas, &existing)?;
+        // After the sweep, which would take parts written ahead for unnamed files.
+        std::fs::create_dir_all(&deltas)?;
+        barriers.keep_changes(plan::keep(&config, &deltas));
         let (triggers, rx) = mpsc::channel(16);
         let mut found: Vec<Record> = existing
             .iter()
@@ -406,11 +408,14 @@ impl Checkpointer {
                 // when the next checkpoint completes.
                 let mut left = Vec::new();
                 for object in uploaded {
+                    // Its deltas' local copies too (a base file is not among them).
+                    if let Some(local) = object.strip_prefix("shared/") {
+                        let _ = std::fs::remove_file(self.deltas.join(local));
+                    }
                     if self.storage.delete(&object).await.is_err() {
                         left.push(object);
                     }
                 }
-                let _ = std::fs::remove_file(self.deltas.join(self.ledger.delta_names(id).1));
                 self.ledger.fail(left);
             }
         }
@@ -482,9 +487,7 @@ impl Checkpointer {
             (Image::Delta(delta), Some(chain)) => {
                 let mut deltas = chain.deltas.clone();
                 record.files_reused = (chain.files.len() + deltas.len()) as u64;
-                if let Some(file) = self.upload_delta(id, delta, record, uploaded).await? {
-                    deltas.push(file);
-                }
+                deltas.extend(self.upload_delta(id, delta, record, uploaded).await?);
                 (Mode::Delta, chain.files, deltas)
             }
             (Image::Files(files), _) => {
@@ -570,35 +573,47 @@ impl Checkpointer {
         }
     }
 
-    /// Writes checkpoint `id`'s delta as an SST file beside the others and uploads it;
-    /// `None` when there were no writes.
+    /// Writes checkpoint `id`'s delta as SST files beside the others (its parts written
+    /// ahead, then the rest) and uploads them, oldest first; none when there were no writes.
+    /// On an error, none of them is left on the local disk.
     async fn upload_delta(
         &mut self,
         id: u64,
         delta: Delta,
         record: &mut Record,
         uploaded: &mut Vec<String>,
-    ) -> Result<Option<FileRef>> {
-        let (object, local) = self.ledger.delta_names(id);
+    ) -> Result<Vec<FileRef>> {
         std::fs::create_dir_all(&self.deltas)?;
-        let path = self.deltas.join(&local);
-        // Sorting the writes and encoding them run off the async threads.
-        let written = {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || delta.write(&path))
+        let names: Vec<(String, String)> = (0..delta.files_max())
+            .map(|part| self.ledger.delta_names(id, part))
+            .collect();
+        let paths: Vec<PathBuf> = names.iter().map(|(_, l)| self.deltas.join(l)).collect();
+        // Waiting for the parts, sorting the writes and encoding them run off the async
+        // threads.
+        let sizes = {
+            let paths = paths.clone();
+            tokio::task::spawn_blocking(move || delta.write(&paths))
                 .await
                 .map_err(|e| Error::internal(format!("writing a delta: {e}")))??
         };
-        if written.is_none() {
-            return Ok(None);
+        let mut files = Vec::with_capacity(sizes.len());
+        for ((object, local), path) in names.into_iter().zip(&paths).take(sizes.len()) {
+            match self.upload(path.clone(), &object, record, uploaded).await {
+                Ok((size, crc32)) => files.push(FileRef {
+                    object,
+                    local,
+                    size,
+                    crc32,
+                }),
+                Err(e) => {
+                    for path in &paths[..sizes.len()] {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    return Err(e);
+                }
+            }
         }
-        let (size, crc32) = self.upload(path, &object, record, uploaded).await?;
-        Ok(Some(FileRef {
-            object,
-            local,
-            size,
-            crc32,
-        }))
+        Ok(files)
     }
 
     /// Uploads what the ledger says of a RocksDB checkpoint's `files` in `dir`; returns every

@@ -3,15 +3,19 @@
 //! are whole and in which order to try them, whether to start without one or refuse, which
 //! manifests the checkpointer adopts, and which objects a crash left behind for the sweep;
 //! and the checkpointer's own decisions as it runs: whether a checkpoint may be a delta of
-//! the last one, and where each table's log may be truncated. The drivers (`db::recovery`,
+//! the last one, what the state store keeps for deltas, and where each table's log may be
+//! truncated. The drivers (`db::recovery`,
 //! the checkpointer) carry them out; no I/O here.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use super::ledger::{Completed, FileRef};
 use super::manifest::Manifest;
 use super::restore::Damaged;
+use crate::config::CheckpointConfig;
 use crate::error::{Error, ErrorKind, Result};
+use crate::state::Keep;
 
 /// A delta checkpoint is taken only while its chain references at most this many times the
 /// state's size (`StateStore::size_bytes`); past it, a base checkpoint.
@@ -34,6 +38,22 @@ pub fn may_extend(
         && incremental
         && last.deltas.len() < max_deltas
         && referenced <= REFERENCED_MAX.saturating_mul(state_bytes)
+}
+
+/// What the state store keeps of the writes between checkpoints: nothing when every
+/// checkpoint is a base one, else the writes, written ahead into `deltas` in parts of
+/// `delta_part_bytes` unless that is 0.
+pub fn keep(config: &CheckpointConfig, deltas: &Path) -> Keep {
+    if !config.incremental || config.max_deltas == 0 {
+        Keep::Nothing
+    } else if config.delta_part_bytes == 0 {
+        Keep::Writes
+    } else {
+        Keep::Ahead {
+            dir: deltas.to_path_buf(),
+            part_bytes: config.delta_part_bytes,
+        }
+    }
 }
 
 /// Where each table's log may be truncated: below the least record any retained checkpoint

@@ -1,14 +1,15 @@
-//! The writes between two checkpoints, kept for a delta checkpoint, and their SST file
+//! The writes between two checkpoints, kept for a delta checkpoint, and their SST files
 //! (`docs/design/0003-checkpoints.md`, "Delta checkpoints").
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
 use rocksdb::SstFileWriter;
 
 use super::{db_options, storage_error};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A write as `Packed` holds it: a key and its new value, or `None` for a deletion.
 type Write<'a> = (&'a [u8], Option<&'a [u8]>);
@@ -82,29 +83,78 @@ impl Packed {
     }
 }
 
+/// What the store keeps of the writes between two checkpoints.
+#[derive(Debug, Clone)]
+pub enum Keep {
+    /// Nothing: every checkpoint is a base one.
+    Nothing,
+    /// The writes, in memory until the checkpoint writes them as one SST file.
+    Writes,
+    /// The writes, and whenever `part_bytes` of them are not yet written, a thread writes
+    /// them ahead of the checkpoint as an SST file in `dir` (a `Part`), one at a time: the
+    /// checkpoint then writes only what came after the last part.
+    Ahead { dir: PathBuf, part_bytes: usize },
+}
+
 /// The writes committed since the last checkpoint, in commit order: what a delta checkpoint
 /// holds.
 #[derive(Debug)]
 pub(super) struct Changes {
+    keep: Keep,
+    /// The writes not in a part, in commit order.
     pub(super) commits: Vec<Packed>,
+    /// The parts written ahead (or being written), oldest first; each holds writes committed
+    /// before those of the next and of `commits`.
+    parts: Vec<Part>,
+    /// What the writes since the checkpoint take, in parts or not.
     bytes: usize,
+    /// What `commits` take.
+    unwritten: usize,
+    /// The next part's number, for its file's name.
+    next_part: u64,
     /// False once something happened that a delta does not carry: a whole state table
     /// deleted, or more than the store's `delta_bytes_max` bytes written.
     pub(super) whole: bool,
 }
 
 impl Changes {
-    /// No writes yet; with `keep` false, none will be kept.
-    pub(super) fn new(keep: bool) -> Changes {
+    pub(super) fn new(keep: Keep) -> Changes {
         Changes {
+            whole: !matches!(keep, Keep::Nothing),
+            keep,
             commits: Vec::new(),
+            parts: Vec::new(),
             bytes: 0,
-            whole: keep,
+            unwritten: 0,
+            next_part: 0,
         }
     }
 
+    /// No writes yet, kept as these were.
+    pub(super) fn fresh(&self) -> Changes {
+        Changes {
+            next_part: self.next_part,
+            ..Changes::new(self.keep.clone())
+        }
+    }
+
+    /// Keeps the writes from now on as `keep` says (the next checkpoint is a base one when
+    /// that is nothing).
+    pub(super) fn keep(&mut self, keep: Keep) {
+        let nothing = matches!(keep, Keep::Nothing);
+        self.keep = keep;
+        if nothing {
+            self.spoil();
+        }
+    }
+
+    /// Drops the writes kept (and the parts' files): the next checkpoint is a base one.
     pub(super) fn spoil(&mut self) {
-        *self = Changes::new(false);
+        self.commits.clear();
+        self.parts.clear();
+        self.bytes = 0;
+        self.unwritten = 0;
+        self.whole = false;
     }
 
     /// Keeps one commit's writes (each state table's in key order, as
@@ -113,50 +163,186 @@ impl Changes {
         if !self.whole {
             return;
         }
-        self.bytes += writes.size();
+        let size = writes.size();
+        self.bytes += size;
         if self.bytes > bytes_max {
             self.spoil();
-        } else {
-            self.commits.push(writes);
+            return;
         }
+        self.unwritten += size;
+        self.commits.push(writes);
+        let Keep::Ahead { dir, part_bytes } = &self.keep else {
+            return;
+        };
+        if self.unwritten < *part_bytes || !self.parts.last().is_none_or(Part::is_written) {
+            return;
+        }
+        let path = dir.join(format!("part-{:020}.sst", self.next_part));
+        let commits = std::mem::take(&mut self.commits);
+        match Part::start(path, commits) {
+            Ok(part) => {
+                self.next_part += 1;
+                self.unwritten = 0;
+                self.parts.push(part);
+            }
+            // The writes went with the thread that could not start: the next checkpoint is a
+            // base one.
+            Err(e) => {
+                tracing::warn!("cannot start writing a delta's part: {e}");
+                self.spoil();
+            }
+        }
+    }
+
+    /// How many parts there are, and whether each is written.
+    #[cfg(test)]
+    pub(super) fn parts(&self) -> (usize, bool) {
+        (self.parts.len(), self.parts.iter().all(Part::is_written))
     }
 
     pub(super) fn into_delta(self) -> Delta {
         Delta {
+            parts: self.parts,
             commits: self.commits,
         }
     }
 }
 
-/// The writes of the epochs since the previous checkpoint, last write of a key winning.
+/// Writes of a delta written ahead of its checkpoint as an SST file, by a thread of its own.
+/// Dropped without being waited for, its file is removed once written.
+#[derive(Debug)]
+struct Part {
+    path: PathBuf,
+    /// The thread writing it (`None` once waited for); it returns the file's size, or `None`
+    /// when there was nothing to write.
+    thread: Option<JoinHandle<Result<Option<u64>>>>,
+}
+
+impl Part {
+    fn start(path: PathBuf, commits: Vec<Packed>) -> std::io::Result<Part> {
+        let at = path.clone();
+        let thread = std::thread::Builder::new()
+            .name("weir-delta".into())
+            .spawn(move || write_sst(&commits, &at))?;
+        Ok(Part {
+            path,
+            thread: Some(thread),
+        })
+    }
+
+    fn is_written(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Waits until the part is written (a blocking call): its file and size, or `None` when
+    /// it held no writes.
+    fn wait(mut self) -> Result<Option<(PathBuf, u64)>> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(None);
+        };
+        let written = thread
+            .join()
+            .unwrap_or_else(|_| Err(Error::internal("writing a delta's part panicked")));
+        match written {
+            Ok(size) => Ok(size.map(|size| (std::mem::take(&mut self.path), size))),
+            Err(e) => {
+                let _ = std::fs::remove_file(&self.path);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Part {
+    fn drop(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        let path = std::mem::take(&mut self.path);
+        // Not waited for here (a drop must not block): a thread of its own removes the file
+        // once it is written. If none can be started, the next start's sweep removes it.
+        let _ = std::thread::Builder::new()
+            .name("weir-delta".into())
+            .spawn(move || {
+                let _ = thread.join();
+                let _ = std::fs::remove_file(path);
+            });
+    }
+}
+
+/// The writes of the epochs since the previous checkpoint, last write of a key winning: the
+/// parts written ahead, then the writes after them.
 #[derive(Debug)]
 pub struct Delta {
+    parts: Vec<Part>,
     commits: Vec<Packed>,
 }
 
 impl Delta {
-    /// Writes the delta as an SST file at `path` (puts and deletions in key order, each key's
-    /// last write), for `StateStore::open_restored` to ingest on top of the state before it.
-    /// Returns the file's size, or `None` (and writes nothing) when there were no writes.
-    pub fn write(self, path: &Path) -> Result<Option<u64>> {
-        let writes: Vec<Write> = self.commits.iter().flat_map(Packed::iter).collect();
-        if writes.is_empty() {
-            return Ok(None);
-        }
-        let opts = db_options();
-        let mut sst = SstFileWriter::create(&opts);
-        sst.open(path).map_err(storage_error)?;
-        for i in last_writes(&writes) {
-            let (key, value) = writes[i];
-            match value {
-                Some(v) => sst.put(key, v),
-                None => sst.delete(key),
-            }
-            .map_err(storage_error)?;
-        }
-        sst.finish().map_err(storage_error)?;
-        Ok(Some(std::fs::metadata(path)?.len()))
+    /// The most files `write` can make.
+    pub fn files_max(&self) -> usize {
+        self.parts.len() + 1
     }
+
+    /// Writes the delta as SST files at the first of `paths` (at least `files_max` of them),
+    /// oldest first, for `StateStore::open_restored` to ingest in that order on top of the
+    /// state before it: the parts written ahead are waited for (a blocking call) and moved
+    /// there, then the writes after them written. Each file holds its writes' puts and
+    /// deletions in key order, each key's last write. Returns the files' sizes: no file when
+    /// there were no writes. On an error, none of the files is left.
+    pub fn write(self, paths: &[PathBuf]) -> Result<Vec<u64>> {
+        let mut sizes = Vec::new();
+        let written = self.write_into(paths, &mut sizes);
+        if written.is_err() {
+            for path in &paths[..sizes.len()] {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        written.map(|()| sizes)
+    }
+
+    fn write_into(self, paths: &[PathBuf], sizes: &mut Vec<u64>) -> Result<()> {
+        if paths.len() < self.files_max() {
+            return Err(Error::internal("fewer paths than a delta's files"));
+        }
+        for part in self.parts {
+            if let Some((path, size)) = part.wait()? {
+                let to = &paths[sizes.len()];
+                if let Err(e) = std::fs::rename(&path, to) {
+                    let _ = std::fs::remove_file(&path);
+                    return Err(e.into());
+                }
+                sizes.push(size);
+            }
+        }
+        if let Some(size) = write_sst(&self.commits, &paths[sizes.len()])? {
+            sizes.push(size);
+        }
+        Ok(())
+    }
+}
+
+/// Writes `commits` as an SST file at `path` (puts and deletions in key order, each key's
+/// last write). Returns the file's size, or `None` (and writes nothing) when there were no
+/// writes.
+fn write_sst(commits: &[Packed], path: &Path) -> Result<Option<u64>> {
+    let writes: Vec<Write> = commits.iter().flat_map(Packed::iter).collect();
+    if writes.is_empty() {
+        return Ok(None);
+    }
+    let opts = db_options();
+    let mut sst = SstFileWriter::create(&opts);
+    sst.open(path).map_err(storage_error)?;
+    for i in last_writes(&writes) {
+        let (key, value) = writes[i];
+        match value {
+            Some(v) => sst.put(key, v),
+            None => sst.delete(key),
+        }
+        .map_err(storage_error)?;
+    }
+    sst.finish().map_err(storage_error)?;
+    Ok(Some(std::fs::metadata(path)?.len()))
 }
 
 /// Where each key's last write is in `writes`, in key order.

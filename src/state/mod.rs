@@ -16,7 +16,7 @@ mod scratch;
 mod table;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rocksdb::{
@@ -27,8 +27,8 @@ use tokio::sync::watch;
 
 use caches::Caches;
 pub use caches::{least_used_half, CacheShare, NotHeld, LET_GO_BYTES};
-pub use delta::Delta;
 use delta::{Changes, Packed};
+pub use delta::{Delta, Keep};
 pub use scratch::{Scratch, Tally, TallyView};
 pub use table::StateTable;
 
@@ -86,8 +86,6 @@ pub struct StateStore {
     /// Serialises sealing against the commit check, so that no batch of e+1 slips in between
     /// sealing e and taking its snapshot; and holds the writes since the last checkpoint.
     seal_lock: Mutex<Changes>,
-    /// Whether those writes are kept: false when every checkpoint is a base one.
-    keep_changes: AtomicBool,
     /// Most bytes of writes kept for a delta (`DELTA_BYTES_MAX`, less under a small memory
     /// limit).
     delta_bytes_max: AtomicUsize,
@@ -155,8 +153,7 @@ impl StateStore {
             sealed,
             visible,
             holds: Mutex::new((0, 0)),
-            seal_lock: Mutex::new(Changes::new(true)),
-            keep_changes: AtomicBool::new(true),
+            seal_lock: Mutex::new(Changes::new(Keep::Writes)),
             delta_bytes_max: AtomicUsize::new(DELTA_BYTES_MAX),
             block_cache,
             caches: Caches::new(),
@@ -246,14 +243,11 @@ impl StateStore {
         Ok(())
     }
 
-    /// Whether to keep the writes between checkpoints for delta checkpoints (kept by
-    /// default; not when every checkpoint is a base one, where they would only cost memory).
-    pub fn keep_changes(&self, keep: bool) {
-        self.keep_changes.store(keep, Ordering::Release);
-        let mut changes = self.changes();
-        if !keep {
-            changes.spoil();
-        }
+    /// What to keep of the writes between checkpoints for delta checkpoints (the writes, in
+    /// memory, by default; nothing when every checkpoint is a base one, where they would
+    /// only cost memory).
+    pub fn keep_changes(&self, keep: Keep) {
+        self.changes().keep(keep);
     }
 
     fn poison(&self) -> std::sync::MutexGuard<'_, Option<Error>> {
@@ -306,8 +300,11 @@ impl StateStore {
     /// that is those writes ([`Image::Delta`]); otherwise a RocksDB checkpoint into `dir`
     /// ([`Image::Files`]). Either way the next checkpoint's writes start here.
     pub fn checkpoint(&self, dir: &Path, delta: bool) -> Result<Image> {
-        let fresh = Changes::new(self.keep_changes.load(Ordering::Acquire));
-        let changes = std::mem::replace(&mut *self.changes(), fresh);
+        let changes = {
+            let mut changes = self.changes();
+            let fresh = changes.fresh();
+            std::mem::replace(&mut *changes, fresh)
+        };
         if delta && changes.whole {
             return Ok(Image::Delta(changes.into_delta()));
         }
@@ -892,14 +889,14 @@ mod tests {
         )
         .await;
         let first = dir.path().join("d1.sst");
-        let size = delta(store.checkpoint(&dir.path().join("x"), true).unwrap())
-            .write(&first)
+        let sizes = delta(store.checkpoint(&dir.path().join("x"), true).unwrap())
+            .write(std::slice::from_ref(&first))
             .unwrap();
-        assert!(size.is_some_and(|s| s > 0));
+        assert!(matches!(sizes[..], [s] if s > 0));
         // Nothing written: no file.
         let none = dir.path().join("none.sst");
         let empty = delta(store.checkpoint(&dir.path().join("y"), true).unwrap());
-        assert_eq!(empty.write(&none).unwrap(), None);
+        assert!(empty.write(std::slice::from_ref(&none)).unwrap().is_empty());
         assert!(!none.exists());
         epoch(
             &store,
@@ -909,7 +906,7 @@ mod tests {
         .await;
         let second = dir.path().join("d2.sst");
         delta(store.checkpoint(&dir.path().join("z"), true).unwrap())
-            .write(&second)
+            .write(std::slice::from_ref(&second))
             .unwrap();
         let live = rows(&store, 7);
         let text = |r: &[(Vec<u8>, Vec<u8>)]| -> Vec<(String, String)> {
@@ -948,6 +945,97 @@ mod tests {
         assert_eq!(std::fs::read(&second).unwrap(), kept[1]);
     }
 
+    /// Waits until the store's parts are written; returns how many there are.
+    async fn parts_written(store: &StateStore) -> usize {
+        loop {
+            let (n, written) = store.changes().parts();
+            if written {
+                return n;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
+    fn files_in(dir: &Path) -> usize {
+        std::fs::read_dir(dir).map_or(0, |d| d.count())
+    }
+
+    /// The files in `dir` once they are `n`, or after 5 s.
+    async fn files_in_soon(dir: &Path, n: usize) -> usize {
+        for _ in 0..500 {
+            if files_in(dir) == n {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        files_in(dir)
+    }
+
+    #[tokio::test]
+    async fn a_delta_written_ahead_in_parts_restores_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(&dir.path().join("live")).unwrap();
+        let ahead = dir.path().join("ahead");
+        std::fs::create_dir_all(&ahead).unwrap();
+        store.keep_changes(Keep::Ahead {
+            dir: ahead.clone(),
+            part_bytes: 1,
+        });
+        epoch(
+            &store,
+            1,
+            &[("a", Some("1")), ("b", Some("2")), ("c", Some("3"))],
+        )
+        .await;
+        let base = dir.path().join("base");
+        assert!(matches!(
+            store.checkpoint(&base, false).unwrap(),
+            Image::Files(_)
+        ));
+        // The parts of the base's epochs went with it.
+        parts_written(&store).await;
+        assert_eq!(files_in_soon(&ahead, 0).await, 0);
+        // Each epoch a part of its own (the one before is written when it commits), keys
+        // written, deleted and written again across them; then two epochs at once, the second
+        // a part or the writes after the parts, whichever comes.
+        let epochs: [&[(&str, Option<&str>)]; 7] = [
+            &[("b", Some("20")), ("a", None), ("d", Some("4"))],
+            &[("b", Some("21")), ("d", None)],
+            &[("d", Some("5")), ("e", Some("6"))],
+            &[("c", None), ("e", Some("7"))],
+            &[("a", Some("8")), ("c", Some("9"))],
+            &[("e", None), ("f", Some("10"))],
+            &[("b", None), ("a", Some("11"))],
+        ];
+        for (n, writes) in epochs.iter().enumerate() {
+            epoch(&store, n as u64 + 2, writes).await;
+            if n < 5 {
+                assert_eq!(parts_written(&store).await, n + 1);
+            }
+        }
+        let delta = delta(store.checkpoint(&dir.path().join("x"), true).unwrap());
+        let files = delta.files_max();
+        assert!(files >= 7, "{files}");
+        let paths: Vec<PathBuf> = (0..files)
+            .map(|i| dir.path().join(format!("delta-{i}.sst")))
+            .collect();
+        // Seven files whichever way the last two epochs went.
+        let sizes = delta.write(&paths).unwrap();
+        assert_eq!(sizes.len(), 7);
+        // The parts were moved to their names.
+        assert_eq!(files_in(&ahead), 0);
+        let live = rows(&store, 7);
+        assert_eq!(live.len(), 4, "{live:?}");
+        let restored = StateStore::open_restored(&base, 8, &paths[..7]).unwrap();
+        assert_eq!(rows(&restored, 7), live);
+        // Parts dropped unused (nothing is kept any more) leave no file.
+        epoch(&store, 9, &[("g", Some("12"))]).await;
+        assert_eq!(parts_written(&store).await, 1);
+        assert_eq!(files_in(&ahead), 1);
+        store.keep_changes(Keep::Nothing);
+        assert_eq!(files_in_soon(&ahead, 0).await, 0);
+    }
+
     #[tokio::test]
     async fn a_dropped_table_too_many_writes_or_no_kept_writes_make_base_checkpoints() {
         let dir = tempfile::tempdir().unwrap();
@@ -973,13 +1061,13 @@ mod tests {
             store.checkpoint(&dir.path().join("c3"), true).unwrap(),
             Image::Files(_)
         ));
-        let mut changes = Changes::new(true);
+        let mut changes = Changes::new(Keep::Writes);
         let mut big = Packed::default();
         big.push(&[1; 4], &[1; 12], Some(&vec![0; DELTA_BYTES_MAX]));
         changes.record(big, DELTA_BYTES_MAX);
         assert!(!changes.whole && changes.commits.is_empty());
         // Not kept at all: every checkpoint is a base one, also after one was taken.
-        store.keep_changes(false);
+        store.keep_changes(Keep::Nothing);
         for n in 4..6 {
             epoch(&store, n, &[("c", Some("3"))]).await;
             let dir = dir.path().join(format!("c{n}"));

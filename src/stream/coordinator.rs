@@ -179,9 +179,9 @@ impl BarrierClient {
         Ok(rx)
     }
 
-    /// Whether the state store keeps the writes between checkpoints for deltas
+    /// What the state store keeps of the writes between checkpoints for deltas
     /// (`StateStore::keep_changes`).
-    pub fn keep_changes(&self, keep: bool) {
+    pub fn keep_changes(&self, keep: crate::state::Keep) {
         self.store.keep_changes(keep);
     }
 

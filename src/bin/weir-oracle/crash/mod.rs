@@ -303,7 +303,8 @@ async fn run(args: &Args, conn: &str, work: &Path, tally: &mut Tally) -> Result<
     std::fs::write(
         &config,
         "barrier_interval_ms = 100\n\
-         [checkpoint]\ninterval_ms = 300\nmin_pause_ms = 0\nretained = 2\nmax_deltas = 4\n",
+         [checkpoint]\ninterval_ms = 300\nmin_pause_ms = 0\nretained = 2\nmax_deltas = 4\n\
+         delta_part_bytes = 4096\n",
     )
     .map_err(|e| e.to_string())?;
     let admin = connect(conn).await?;
