@@ -370,19 +370,22 @@ impl Checkpointer {
             .take(
                 id,
                 (kind, label, base),
-                started_at_ms,
+                (started_at_ms, started),
                 &dir,
                 &mut record,
                 &mut uploaded,
             )
             .await;
         let _ = std::fs::remove_dir_all(&dir);
-        record.duration_ms = started.elapsed().as_millis() as u64;
+        if result.is_err() {
+            record.duration_ms = started.elapsed().as_millis() as u64;
+        }
         match &result {
             Ok(()) => {
                 record.status = Status::Completed;
                 let m = &self.metrics;
-                m.checkpoint_duration.observe(started.elapsed());
+                m.checkpoint_duration
+                    .observe(Duration::from_millis(record.duration_ms));
                 m.checkpoint_bytes_uploaded
                     .fetch_add(record.bytes_uploaded, Ordering::Relaxed);
                 m.checkpoints_completed.fetch_add(1, Ordering::Relaxed);
@@ -441,7 +444,7 @@ impl Checkpointer {
         &mut self,
         id: u64,
         (kind, label, base): (Kind, Option<String>, bool),
-        started_at_ms: i64,
+        (started_at_ms, started): (i64, tokio::time::Instant),
         dir: &std::path::Path,
         record: &mut Record,
         uploaded: &mut Vec<String>,
@@ -526,6 +529,8 @@ impl Checkpointer {
         self.storage
             .put(&manifest_object(id), Bytes::from(manifest.encode()?))
             .await?;
+        // Complete: what follows (expiry, the logs' truncation) is not in its duration.
+        record.duration_ms = started.elapsed().as_millis() as u64;
         failpoint::reach("checkpoint.after_manifest").await;
         self.barriers
             .checkpoint_durable(taken.epoch, Arc::new(taken.splits.clone()));
