@@ -117,7 +117,8 @@ const DELTA_BYTES_MAX: usize = 256 << 20;
 pub enum Image {
     /// A RocksDB checkpoint: every file of its directory, by name, with its size.
     Files(Vec<(String, u64)>),
-    /// The writes since the previous checkpoint, to be written as one SST file.
+    /// The writes since the previous checkpoint, to be written as SST files (some of them
+    /// written ahead, `Keep::Ahead`).
     Delta(Delta),
 }
 
