@@ -10,6 +10,11 @@ use std::time::Duration;
 
 use common::{text_rows, ChildServer};
 
+/// A view that computes one aggregate twice, as a subplan of its own that two readers share.
+const COMMONEST: &str = "SELECT c.v, c.n FROM (SELECT v, count(*) AS n FROM t GROUP BY v) AS c \
+     JOIN (SELECT max(d.n) AS top FROM (SELECT count(*) AS n, v FROM t GROUP BY v) AS d) AS m \
+     ON c.n = m.top";
+
 const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;
 
@@ -112,14 +117,15 @@ impl Scenario {
                     .unwrap();
                 if matches!(self.objects, Objects::Views) {
                     client
-                        .batch_execute(
+                        .batch_execute(&format!(
                             "CREATE TABLE u (id int, w int);
                              CREATE MATERIALIZED VIEW counts AS
                                SELECT v, count(*) AS n, sum(id) AS s FROM t GROUP BY v;
                              CREATE MATERIALIZED VIEW joined AS
                                SELECT t.id, t.v, u.w FROM t JOIN u ON t.id = u.id;
-                             INSERT INTO u VALUES (1, 10), (2, 20), (11, 110), (21, 210);",
-                        )
+                             CREATE MATERIALIZED VIEW commonest AS {COMMONEST};
+                             INSERT INTO u VALUES (1, 10), (2, 20), (11, 110), (21, 210);"
+                        ))
                         .await
                         .unwrap();
                 }
@@ -221,6 +227,7 @@ impl Scenario {
                             "joined",
                             "SELECT t.id, t.v, u.w FROM t JOIN u ON t.id = u.id",
                         ),
+                        ("commonest", COMMONEST),
                     ],
                     Objects::Dropped => &[("n", "SELECT count(*) AS n FROM t")],
                     _ => &[],

@@ -443,11 +443,11 @@ impl Database {
             .map(|new| self.sink_connector(&name, new, &plan))
             .transpose()?;
         let key = plan.key.clone();
-        // A view with nothing to partition by runs as one actor, whatever the setting.
+        // A view with nothing to partition by runs one actor per fragment, whatever the setting.
         let requested = self.parallelism_for(settings)?;
         let (stored, compiled) = self.kept(compile(plan, requested, true)?, &name)?;
         let fragments = &compiled.fragments;
-        let parallelism = if fragments.len() > 1 { requested } else { 1 };
+        let parallelism = fragments.iter().map(|f| f.actors).max().unwrap_or(1);
         let needed: usize = fragments
             .iter()
             .map(|f| f.root.state_tables_needed() * f.actors)

@@ -64,7 +64,8 @@ impl Graph {
 
 /// The actors of `fragments` (fragment 0 the view's own), joined by channels: a relation feeds
 /// each of its sources in a fragment through one output, split among the fragment's actors;
-/// each actor of a producing fragment has one output to the fragment that reads it.
+/// each actor of a producing fragment has one output to each fragment that reads it, split
+/// by that reader's keys.
 pub fn wire(
     ctx: &ActorContext,
     mut view: Identity,
@@ -90,38 +91,47 @@ pub fn wire(
         0
     }));
     let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Message>>>> = Vec::new();
-    let mut outputs: Vec<Vec<Vec<Target>>> = fragments
+    // Each producing actor's outputs: one per source that reads it.
+    let mut outputs: Vec<Vec<Vec<NewOutput>>> = fragments
         .iter()
-        .map(|f| vec![Vec::new(); f.actors])
+        .map(|f| (0..f.actors).map(|_| Vec::new()).collect())
         .collect();
     for (f, fragment) in fragments.iter().enumerate() {
         let mut per_actor: Vec<Vec<mpsc::Receiver<Message>>> =
             (0..fragment.actors).map(|_| Vec::new()).collect();
         for source in &fragment.sources {
-            let mut targets = Vec::new();
+            let mut targets: Vec<Target> = Vec::new();
             for (a, (id, _)) in actors[f].iter().enumerate() {
                 let (tx, rx) = mpsc::channel(wiring.channel_messages_max);
                 per_actor[a].push(rx);
-                match source {
-                    Source::Relation { .. } => targets.push((*id, tx)),
-                    Source::Fragment { fragment, actor } => outputs
-                        .get_mut(*fragment)
-                        .and_then(|o| o.get_mut(*actor))
-                        .ok_or_else(mismatch)?
-                        .push((*id, tx)),
-                }
+                targets.push((*id, tx));
             }
-            if let Source::Relation { input, keys } = source {
-                let relation = *wiring.relations.get(*input).ok_or_else(mismatch)?;
-                mutation
-                    .add_outputs
-                    .entry(relation)
-                    .or_default()
+            match source {
+                Source::Relation { input, keys } => {
+                    let relation = *wiring.relations.get(*input).ok_or_else(mismatch)?;
+                    mutation
+                        .add_outputs
+                        .entry(relation)
+                        .or_default()
+                        .push(NewOutput {
+                            targets,
+                            partitioner: partitioner(keys.as_ref(), fragment.actors),
+                            backfill: wiring.backfill.then(|| backfills.clone()),
+                        });
+                }
+                Source::Fragment {
+                    fragment: producer,
+                    actor,
+                    keys,
+                } => outputs
+                    .get_mut(*producer)
+                    .and_then(|o| o.get_mut(*actor))
+                    .ok_or_else(mismatch)?
                     .push(NewOutput {
                         targets,
                         partitioner: partitioner(keys.as_ref(), fragment.actors),
-                        backfill: wiring.backfill.then(|| backfills.clone()),
-                    });
+                        backfill: None,
+                    }),
             }
         }
         receivers.push(per_actor);
@@ -150,15 +160,7 @@ pub fn wire(
                     actor.state_tables.push(view.id);
                 }
             }
-            let targets = std::mem::take(&mut outputs[f][a]);
-            if !targets.is_empty() {
-                let partitioner = partitioner(fragment.output.as_ref(), targets.len());
-                actor.outputs.push(NewOutput {
-                    targets,
-                    partitioner,
-                    backfill: None,
-                });
-            }
+            actor.outputs.append(&mut outputs[f][a]);
             built.push(actor);
         }
     }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::{Aggregate, Expr, ExprSchemable};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::PhysicalExpr;
 
 use super::{no_window_to_close, unsupported, Build, Planner};
 use crate::error::{Error, ErrorKind, Result};
@@ -15,12 +17,19 @@ const AGGREGATES_MAX: usize = 255;
 
 impl Planner<'_> {
     /// A GROUP BY with its aggregate calls.
+    ///
+    /// The groups are kept in one order whatever the query's (by their text), with a
+    /// projection above that puts the columns back: two GROUP BYs of the same columns in
+    /// different orders are then one subplan, computed once (`StreamPlan::fragments`).
     pub(super) fn aggregate(&self, agg: &Aggregate, build: &mut Build) -> Result<PlanNode> {
         let input = self.node(&agg.input, build)?;
         let input_schema = agg.input.schema();
+        let mut order: Vec<usize> = (0..agg.group_expr.len()).collect();
+        let texts: Vec<String> = agg.group_expr.iter().map(|g| g.to_string()).collect();
+        order.sort_by(|&a, &b| texts[a].cmp(&texts[b]));
         let mut group_exprs = Vec::new();
         let mut group_types = Vec::new();
-        for g in &agg.group_expr {
+        for g in order.iter().map(|&i| &agg.group_expr[i]) {
             if matches!(g, Expr::GroupingSet(_)) {
                 return Err(unsupported(
                     "GROUPING SETS, ROLLUP and CUBE",
@@ -30,7 +39,14 @@ impl Planner<'_> {
             group_exprs.push(self.physical(g, input_schema)?);
             group_types.push(g.get_type(input_schema)?);
         }
-        let output: Schema = agg.schema.as_arrow().clone();
+        let wanted: Schema = agg.schema.as_arrow().clone();
+        let groups = order.len();
+        let output = Schema::new(
+            (order.iter().copied())
+                .chain(groups..wanted.fields().len())
+                .map(|i| wanted.field(i).clone())
+                .collect::<Vec<_>>(),
+        );
         let mut calls = Vec::new();
         for (i, e) in agg.aggr_expr.iter().enumerate() {
             let output_type = output.field(agg.group_expr.len() + i).data_type().clone();
@@ -59,17 +75,34 @@ impl Planner<'_> {
             None
         };
         let append_only = self.append_only(&input, build);
-        Ok(PlanNode::Aggregate {
+        let output = Arc::new(output);
+        let node = PlanNode::Aggregate {
             input: Box::new(input),
             spec: AggSpec {
                 group_exprs,
                 group_types,
                 calls,
-                schema: Arc::new(output),
+                schema: output.clone(),
                 close_on,
                 append_only,
                 early: false,
             },
+        };
+        if order.iter().enumerate().all(|(i, &o)| i == o) {
+            return Ok(node);
+        }
+        // The query's order of columns over the aggregate's.
+        let exprs = (0..wanted.fields().len())
+            .map(|i| {
+                let at = order.iter().position(|&o| o == i).unwrap_or(i);
+                Arc::new(Column::new(wanted.field(i).name(), at)) as Arc<dyn PhysicalExpr>
+            })
+            .collect();
+        Ok(PlanNode::Project {
+            input: Box::new(node),
+            exprs,
+            input_schema: output,
+            schema: Arc::new(wanted),
         })
     }
 

@@ -8,10 +8,11 @@ mod top_n;
 
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::DFSchema;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, DataFusionError};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableScan, Volatility};
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion::sql::sqlparser::ast;
 
@@ -150,11 +151,32 @@ impl Planner<'_> {
                     .iter()
                     .map(|e| self.physical(e, input_schema))
                     .collect::<Result<Vec<_>>>()?;
-                Ok(PlanNode::Project {
-                    input: Box::new(input),
-                    exprs,
-                    input_schema: Arc::new(input_schema.as_arrow().clone()),
-                    schema: Arc::new(p.schema.as_arrow().clone()),
+                let schema = Arc::new(p.schema.as_arrow().clone());
+                Ok(match input {
+                    // Over a projection that only reorders columns (an aggregate's groups put
+                    // back in the query's order): one projection over what it reads.
+                    PlanNode::Project {
+                        input,
+                        exprs: columns,
+                        input_schema,
+                        ..
+                    } if columns.iter().all(|c| c.downcast_ref::<Column>().is_some()) => {
+                        PlanNode::Project {
+                            input,
+                            exprs: exprs
+                                .into_iter()
+                                .map(|e| over_columns(e, &columns))
+                                .collect::<Result<_>>()?,
+                            input_schema,
+                            schema,
+                        }
+                    }
+                    input => PlanNode::Project {
+                        input: Box::new(input),
+                        exprs,
+                        input_schema: Arc::new(input_schema.as_arrow().clone()),
+                        schema,
+                    },
                 })
             }
             LogicalPlan::Filter(f) => {
@@ -264,7 +286,8 @@ impl Planner<'_> {
             ),
             PlanNode::Project { input, .. }
             | PlanNode::Filter { input, .. }
-            | PlanNode::Expand { input, .. } => self.append_only(input, build),
+            | PlanNode::Expand { input, .. }
+            | PlanNode::Shared { input, .. } => self.append_only(input, build),
             PlanNode::Join { left, right, spec } => {
                 spec.kind == JoinKind::Inner
                     && self.append_only(left, build)
@@ -282,7 +305,6 @@ impl Planner<'_> {
     /// own key, carried through filters and through projections that keep every key column
     /// as it is, and the group columns of a grouped aggregate. `None` where it cannot tell.
     fn key(&self, node: &PlanNode, build: &Build) -> Option<Vec<usize>> {
-        use datafusion::physical_expr::expressions::Column;
         let key = match node {
             PlanNode::Input(i) => match self.catalog.by_id(build.inputs[*i])? {
                 Object::Table(t) => Some(t.primary_key.clone()),
@@ -325,7 +347,9 @@ impl Planner<'_> {
                     .map(|(j, _)| j)
                     .collect()
             }
-            PlanNode::Filter { input, .. } => self.watermark_columns(input, build),
+            PlanNode::Filter { input, .. } | PlanNode::Shared { input, .. } => {
+                self.watermark_columns(input, build)
+            }
             PlanNode::Aggregate { spec, .. } => spec.close_on.iter().copied().collect(),
             // A union passes a column's watermark once every input gives one, as the least
             // (`operators::union`): a HOP window's copies of a row.
@@ -344,6 +368,25 @@ impl Planner<'_> {
             | PlanNode::Upsert { .. } => Vec::new(),
         }
     }
+}
+
+/// `expr`, over the output of a projection of `columns`, over that projection's input.
+fn over_columns(
+    expr: Arc<dyn PhysicalExpr>,
+    columns: &[Arc<dyn PhysicalExpr>],
+) -> Result<Arc<dyn PhysicalExpr>> {
+    Ok(expr
+        .transform(|e| match e.downcast_ref::<Column>() {
+            Some(c) => match columns.get(c.index()) {
+                Some(below) => Ok(Transformed::yes(below.clone())),
+                None => Err(DataFusionError::Internal(format!(
+                    "column {c} past a projection of {} columns",
+                    columns.len()
+                ))),
+            },
+            None => Ok(Transformed::no(e)),
+        })?
+        .data)
 }
 
 fn no_window_to_close() -> Error {

@@ -95,6 +95,7 @@ impl PlanNode {
                     .collect();
                 format!("Upsert: key [{}]", key.join(", "))
             }
+            PlanNode::Shared { id, .. } => format!("Shared: subplan {id}"),
         };
         out.push(format!("{}{line}", "  ".repeat(depth)));
         for child in self.children() {
@@ -121,17 +122,28 @@ impl Fragment {
             if actors == 1 { "" } else { "s" },
         )];
         for (i, f) in fragments.iter().enumerate() {
-            let consumer = fragments.iter().position(|c| {
-                c.sources
-                    .iter()
-                    .any(|s| matches!(s, Source::Fragment { fragment, .. } if *fragment == i))
-            });
-            let role = match (consumer, &f.output) {
-                (None, _) => "the view's own actor, which keeps its rows".to_string(),
-                (Some(c), None) => format!("output to fragment {c}"),
-                (Some(c), Some(keys)) => {
-                    format!("output split by [{}] to fragment {c}", keys.explain())
+            // Each read of this fragment once (every read takes from its actor 0).
+            let mut readers: Vec<String> = Vec::new();
+            for (c, consumer) in fragments.iter().enumerate() {
+                for s in &consumer.sources {
+                    if let Source::Fragment {
+                        fragment,
+                        actor: 0,
+                        keys,
+                    } = s
+                    {
+                        if *fragment == i {
+                            readers.push(match keys {
+                                None => format!("to fragment {c}"),
+                                Some(k) => format!("split by [{}] to fragment {c}", k.explain()),
+                            });
+                        }
+                    }
                 }
+            }
+            let role = match readers.is_empty() {
+                true => "the view's own actor, which keeps its rows".to_string(),
+                false => format!("output {}", readers.join(", ")),
             };
             lines.push(format!(
                 "Fragment {i}: {} actor{}, {role}",
@@ -149,7 +161,9 @@ impl Fragment {
                             None => name.to_string(),
                         }
                     }
-                    Source::Fragment { fragment, actor } => {
+                    Source::Fragment {
+                        fragment, actor, ..
+                    } => {
                         format!("fragment {fragment}, actor {}", actor + 1)
                     }
                 })

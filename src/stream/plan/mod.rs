@@ -5,6 +5,7 @@
 //! inputs. Unary operators (project, filter, aggregate) have one child, a join two, a union
 //! any number.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -13,6 +14,7 @@ use tokio::sync::mpsc;
 
 mod explain;
 mod rewrite;
+mod share;
 
 use super::actor::{Actor, ActorErrors, OpNode};
 use super::align::AlignedInputs;
@@ -99,6 +101,14 @@ pub enum PlanNode {
         input: Box<PlanNode>,
         spec: UpsertSpec,
     },
+    /// A subplan that more than one parent reads (the same operators over the same relations,
+    /// `share::share_subplans`): every occurrence carries the same subtree and `id`, and the
+    /// cut computes it once, in a fragment of its own that sends its output to each reader.
+    /// Only between that rewrite and the cut: a fragment never holds one.
+    Shared {
+        id: usize,
+        input: Box<PlanNode>,
+    },
 }
 
 impl PlanNode {
@@ -109,7 +119,8 @@ impl PlanNode {
             PlanNode::Project { input, .. }
             | PlanNode::Filter { input, .. }
             | PlanNode::Expand { input, .. }
-            | PlanNode::Upsert { input, .. } => input.state_tables_needed(),
+            | PlanNode::Upsert { input, .. }
+            | PlanNode::Shared { input, .. } => input.state_tables_needed(),
             PlanNode::TemporalFilter { input, .. } => 1 + input.state_tables_needed(),
             PlanNode::Aggregate { input, .. } | PlanNode::TopN { input, .. } => {
                 2 + input.state_tables_needed()
@@ -131,8 +142,10 @@ impl StreamPlan {
     /// Cuts the plan into fragments of `parallelism` actors each (see
     /// `docs/design/0002-parallel-dataflow.md`). Fragment 0 is the view's own actor, which
     /// keeps the view's rows; with parallelism 1, or no operator keyed by its rows' values, it
-    /// is the only fragment. The cut is deterministic: a restart cuts a view's plan the same
-    /// way, and finds each actor's state tables where they were.
+    /// is the only fragment but for subplans the query computes more than once
+    /// (`share::share_subplans`), each computed once in a fragment of its own. The cut is
+    /// deterministic: a restart cuts a view's plan the same way, and finds each actor's state
+    /// tables where they were.
     pub fn fragments(self, parallelism: usize) -> Result<Vec<Fragment>> {
         self.cut(parallelism, true)
     }
@@ -148,6 +161,7 @@ impl StreamPlan {
         let mut cut = Fragmenter {
             parallelism,
             fragments: Vec::new(),
+            shared: HashMap::new(),
         };
         let root = match share_reads {
             true => rewrite::share_reads(self.root, &self.inputs)?,
@@ -158,7 +172,11 @@ impl StreamPlan {
         } else {
             root
         };
-        cut.single_fragment(root, None)?;
+        let root = match share_reads {
+            true => share::share_subplans(root, &self.inputs)?,
+            false => root,
+        };
+        cut.single_fragment(root)?;
         cut.fragments
             .into_iter()
             .map(|f| f.ok_or_else(|| Error::internal("a fragment left unbuilt")))
@@ -194,8 +212,14 @@ pub enum Source {
     /// The rows of relation `StreamPlan::inputs[input]`, split among the fragment's actors by
     /// `keys` over the relation's columns (`None`: the fragment's one actor gets them all).
     Relation { input: usize, keys: Option<Keys> },
-    /// The output of actor `actor` of fragment `fragment`.
-    Fragment { fragment: usize, actor: usize },
+    /// The output of actor `actor` of fragment `fragment`, split among the reading fragment's
+    /// actors by `keys` over that output (`None`: the fragment's one actor gets it all). A
+    /// fragment read by several (a shared subplan) sends each reader its own copy.
+    Fragment {
+        fragment: usize,
+        actor: usize,
+        keys: Option<Keys>,
+    },
 }
 
 /// Part of a view's plan, run as `actors` actors that each own a share of the virtual nodes
@@ -205,9 +229,6 @@ pub struct Fragment {
     pub root: PlanNode,
     pub sources: Vec<Source>,
     pub actors: usize,
-    /// How the output is split among the actors of the fragment that reads it (`None`: all
-    /// to its one actor).
-    pub output: Option<Keys>,
 }
 
 /// The keys an operator partitions its input `k`'s rows by, if it is keyed by their values:
@@ -237,7 +258,8 @@ fn input_keys(node: &PlanNode) -> Option<Vec<Keys>> {
         | PlanNode::Expand { .. }
         | PlanNode::Union { .. }
         | PlanNode::TemporalFilter { .. }
-        | PlanNode::Upsert { .. } => None,
+        | PlanNode::Upsert { .. }
+        | PlanNode::Shared { .. } => None,
     }
 }
 
@@ -253,7 +275,11 @@ fn leads_to_keyed(node: &PlanNode) -> bool {
         PlanNode::Aggregate { .. } | PlanNode::Join { .. } | PlanNode::TopN { .. } => {
             input_keys(node).is_some()
         }
-        PlanNode::Input(_) | PlanNode::Union { .. } | PlanNode::Upsert { .. } => false,
+        // A shared subplan is a fragment of its own, read through an exchange.
+        PlanNode::Input(_)
+        | PlanNode::Union { .. }
+        | PlanNode::Upsert { .. }
+        | PlanNode::Shared { .. } => false,
     }
 }
 
@@ -261,6 +287,8 @@ struct Fragmenter {
     parallelism: usize,
     /// Reserved when a fragment is started, filled when it is built.
     fragments: Vec<Option<Fragment>>,
+    /// The fragment computing each shared subplan (`PlanNode::Shared`'s id), once built.
+    shared: HashMap<usize, usize>,
 }
 
 impl Fragmenter {
@@ -270,7 +298,7 @@ impl Fragmenter {
     }
 
     /// A one-actor fragment computing `node`.
-    fn single_fragment(&mut self, node: PlanNode, output: Option<Keys>) -> Result<usize> {
+    fn single_fragment(&mut self, node: PlanNode) -> Result<usize> {
         let id = self.reserve();
         let mut sources = Vec::new();
         let root = self.single(node, &mut sources)?;
@@ -278,13 +306,12 @@ impl Fragmenter {
             root,
             sources,
             actors: 1,
-            output,
         });
         Ok(id)
     }
 
     /// A parallel fragment computing `node`, a chain over a keyed operator.
-    fn keyed_fragment(&mut self, node: PlanNode, output: Option<Keys>) -> Result<usize> {
+    fn keyed_fragment(&mut self, node: PlanNode) -> Result<usize> {
         let id = self.reserve();
         let mut sources = Vec::new();
         let root = self.keyed(node, None, &mut sources)?;
@@ -292,17 +319,35 @@ impl Fragmenter {
             root,
             sources,
             actors: self.parallelism,
-            output,
         });
         Ok(id)
+    }
+
+    /// The fragment computing shared subplan `id`, whose subtree is `node`: built at its first
+    /// occurrence; every later one is the same subtree, left unbuilt.
+    fn shared_fragment(&mut self, id: usize, node: PlanNode) -> Result<usize> {
+        if let Some(&fragment) = self.shared.get(&id) {
+            return Ok(fragment);
+        }
+        let fragment = if self.parallelism > 1 && leads_to_keyed(&node) {
+            self.keyed_fragment(node)?
+        } else {
+            self.single_fragment(node)?
+        };
+        self.shared.insert(id, fragment);
+        Ok(fragment)
     }
 
     /// `node` inside a one-actor fragment; a keyed part below runs as a parallel fragment
     /// whose output this one gathers.
     fn single(&mut self, node: PlanNode, sources: &mut Vec<Source>) -> Result<PlanNode> {
+        if let PlanNode::Shared { id, input } = node {
+            let below = self.shared_fragment(id, *input)?;
+            return self.read(below, None, sources);
+        }
         if self.parallelism > 1 && leads_to_keyed(&node) {
-            let below = self.keyed_fragment(node, None)?;
-            return self.read(below, sources);
+            let below = self.keyed_fragment(node)?;
+            return self.read(below, None, sources);
         }
         if let PlanNode::Input(input) = node {
             sources.push(Source::Relation { input, keys: None });
@@ -321,6 +366,17 @@ impl Fragmenter {
         key: Option<Keys>,
         sources: &mut Vec<Source>,
     ) -> Result<PlanNode> {
+        if let PlanNode::Shared { id, input } = node {
+            // A chain over a keyed operator never ends in a shared subplan (`leads_to_keyed`):
+            // only an operator's keyed input reaches one.
+            let Some(key) = key else {
+                return Err(Error::internal(
+                    "a shared subplan read unsplit by parallel actors",
+                ));
+            };
+            let below = self.shared_fragment(id, *input)?;
+            return self.read(below, Some(key), sources);
+        }
         let Some(key) = key else {
             // The fragment's keyed operator, or the row-by-row chain above it.
             return match input_keys(&node) {
@@ -387,8 +443,8 @@ impl Fragmenter {
                 };
                 if leads_to_keyed(&node) {
                     // The copies of a keyed operator's results, split by the key after.
-                    let below = self.keyed_fragment(node, Some(key))?;
-                    self.read(below, sources)
+                    let below = self.keyed_fragment(node)?;
+                    self.read(below, Some(key), sources)
                 } else {
                     // Copies of a relation's rows: each copy read apart, split by its key.
                     self.keyed(node.into_union(), Some(key), sources)
@@ -404,22 +460,31 @@ impl Fragmenter {
             // Another stateful operator: its own fragment, whose output is split by this key.
             node => {
                 let below = if input_keys(&node).is_some() {
-                    self.keyed_fragment(node, Some(key))?
+                    self.keyed_fragment(node)?
                 } else {
-                    self.single_fragment(node, Some(key))?
+                    self.single_fragment(node)?
                 };
-                self.read(below, sources)
+                self.read(below, Some(key), sources)
             }
         }
     }
 
-    /// The leaf that reads every actor of fragment `fragment`.
-    fn read(&mut self, fragment: usize, sources: &mut Vec<Source>) -> Result<PlanNode> {
+    /// The leaf that reads every actor of fragment `fragment`, its output split by `keys`.
+    fn read(
+        &mut self,
+        fragment: usize,
+        keys: Option<Keys>,
+        sources: &mut Vec<Source>,
+    ) -> Result<PlanNode> {
         let f = self.fragments[fragment]
             .as_ref()
             .ok_or_else(|| Error::internal("reading an unbuilt fragment"))?;
         let first = sources.len();
-        sources.extend((0..f.actors).map(|actor| Source::Fragment { fragment, actor }));
+        sources.extend((0..f.actors).map(|actor| Source::Fragment {
+            fragment,
+            actor,
+            keys: keys.clone(),
+        }));
         if f.actors == 1 {
             return Ok(PlanNode::Input(first));
         }
@@ -439,7 +504,7 @@ impl PlanNode {
     pub(super) fn schema(&self) -> Option<SchemaRef> {
         match self {
             PlanNode::Input(_) => None,
-            PlanNode::Filter { input, .. } => input.schema(),
+            PlanNode::Filter { input, .. } | PlanNode::Shared { input, .. } => input.schema(),
             PlanNode::Project { schema, .. }
             | PlanNode::Expand { schema, .. }
             | PlanNode::Union { schema, .. } => Some(schema.clone()),
@@ -461,7 +526,8 @@ impl PlanNode {
             | PlanNode::TopN { input, .. }
             | PlanNode::Expand { input, .. }
             | PlanNode::TemporalFilter { input, .. }
-            | PlanNode::Upsert { input, .. } => vec![input],
+            | PlanNode::Upsert { input, .. }
+            | PlanNode::Shared { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } => vec![left, right],
             PlanNode::Union { inputs, .. } => inputs.iter().collect(),
         }
@@ -551,6 +617,10 @@ impl PlanNode {
             PlanNode::Upsert { input, spec } => PlanNode::Upsert {
                 input: boxed(input)?,
                 spec,
+            },
+            PlanNode::Shared { id, input } => PlanNode::Shared {
+                id,
+                input: boxed(input)?,
             },
         })
     }
@@ -701,6 +771,9 @@ fn build_node(
                 .map(|i| build_node(ctx, i, tables, errors))
                 .collect::<Result<_>>()?,
         },
+        PlanNode::Shared { .. } => {
+            return Err(Error::internal("a shared subplan left in a fragment"))
+        }
     })
 }
 

@@ -31,8 +31,9 @@ use super::spec::{
 use crate::error::{Error, Result};
 
 /// The format this version writes; it reads every one up to it. Format 2 added `Expand` and
-/// aggregates that emit early (`AggSpec::early`).
-pub const PLAN_FORMAT: u32 = 2;
+/// aggregates that emit early (`AggSpec::early`); format 3 fragments read by several others
+/// (shared subplans), each reader splitting the output by its own keys.
+pub const PLAN_FORMAT: u32 = 3;
 
 /// A view's plan, ready to start: the relations it reads, the schema of its rows, and its
 /// fragments (`StreamPlan::fragments`).
@@ -58,6 +59,9 @@ struct StoredFragment {
     nodes: Vec<StoredNode>,
     sources: Vec<StoredSource>,
     actors: usize,
+    /// How plans before format 3 split the output among the actors of the one fragment that
+    /// reads it; a reader's own keys since (`StoredSource::Fragment::keys`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     output: Option<StoredKeys>,
 }
 
@@ -71,6 +75,9 @@ enum StoredSource {
     Fragment {
         fragment: usize,
         actor: usize,
+        /// Absent before format 3, where the fragment read says (`StoredFragment::output`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keys: Option<StoredKeys>,
     },
 }
 
@@ -185,22 +192,34 @@ impl Compiled {
     pub fn encode(&self, relations: &[SchemaRef]) -> Result<serde_json::Value> {
         let mut stored: Vec<Option<StoredFragment>> = vec![None; self.fragments.len()];
         let mut outputs: Vec<Option<SchemaRef>> = vec![None; self.fragments.len()];
-        // A fragment reads only fragments after it (`Fragmenter` numbers a consumer first).
-        for (i, f) in self.fragments.iter().enumerate().rev() {
-            let input_schemas = f
-                .sources
-                .iter()
-                .map(|s| match s {
-                    Source::Relation { input, .. } => relations.get(*input).cloned(),
-                    Source::Fragment { fragment, .. } if *fragment > i => {
-                        outputs.get(*fragment).cloned().flatten()
-                    }
-                    Source::Fragment { .. } => None,
-                })
-                .collect::<Option<Vec<SchemaRef>>>()
-                .ok_or_else(|| Error::internal("a fragment reads an input of no known schema"))?;
-            outputs[i] = Some(output_schema(&f.root, &input_schemas)?);
-            stored[i] = Some(encode_fragment(f, &input_schemas)?);
+        // Fragments read each other without cycles, a shared one by several: each is encoded
+        // once every fragment it reads is, at most one pass per fragment.
+        for _ in 0..self.fragments.len() {
+            for (i, f) in self.fragments.iter().enumerate() {
+                if stored[i].is_some() {
+                    continue;
+                }
+                let input_schemas = f
+                    .sources
+                    .iter()
+                    .map(|s| match s {
+                        Source::Relation { input, .. } => relations.get(*input).cloned(),
+                        Source::Fragment { fragment, .. } => {
+                            outputs.get(*fragment).cloned().flatten()
+                        }
+                    })
+                    .collect::<Option<Vec<SchemaRef>>>();
+                let Some(input_schemas) = input_schemas else {
+                    continue;
+                };
+                outputs[i] = Some(output_schema(&f.root, &input_schemas)?);
+                stored[i] = Some(encode_fragment(f, &input_schemas)?);
+            }
+        }
+        if stored.iter().any(Option::is_none) {
+            return Err(Error::internal(
+                "a fragment reads an input of no known schema",
+            ));
         }
         let plan = StoredPlan {
             format: PLAN_FORMAT,
@@ -234,7 +253,7 @@ impl Compiled {
             fragments: plan
                 .fragments
                 .iter()
-                .map(|f| decode_fragment(f, functions))
+                .map(|f| decode_fragment(f, &plan.fragments, functions))
                 .collect::<Result<_>>()?,
         })
     }
@@ -276,22 +295,7 @@ fn encode_fragment(f: &Fragment, input_schemas: &[SchemaRef]) -> Result<StoredFr
             types: types(&k.types)?,
         })
     };
-    // Children before parents, without recursion: a node is written once all its children
-    // are, and `done` holds the indices of the subtrees written and not yet claimed.
-    let mut nodes = Vec::new();
-    let mut done: Vec<usize> = Vec::new();
-    let mut stack: Vec<(&PlanNode, bool)> = vec![(&f.root, false)];
-    while let Some((n, expanded)) = stack.pop() {
-        let below = n.children();
-        if !expanded {
-            stack.push((n, true));
-            stack.extend(below.into_iter().rev().map(|c| (c, false)));
-            continue;
-        }
-        let kids = done.split_off(done.len() - below.len());
-        nodes.push(encode_node(n, &kids)?);
-        done.push(nodes.len() - 1);
-    }
+    let nodes = encode_nodes(&f.root)?;
     Ok(StoredFragment {
         input_schemas: input_schemas
             .iter()
@@ -307,16 +311,55 @@ fn encode_fragment(f: &Fragment, input_schemas: &[SchemaRef]) -> Result<StoredFr
                         input: *input,
                         keys: k.as_ref().map(keys).transpose()?,
                     },
-                    Source::Fragment { fragment, actor } => StoredSource::Fragment {
+                    Source::Fragment {
+                        fragment,
+                        actor,
+                        keys: k,
+                    } => StoredSource::Fragment {
                         fragment: *fragment,
                         actor: *actor,
+                        keys: k.as_ref().map(keys).transpose()?,
                     },
                 })
             })
             .collect::<Result<_>>()?,
         actors: f.actors,
-        output: f.output.as_ref().map(keys).transpose()?,
+        output: None,
     })
+}
+
+/// The operators of the tree under `root`, children first (`StoredFragment::nodes`).
+fn encode_nodes(root: &PlanNode) -> Result<Vec<StoredNode>> {
+    // Without recursion: a node is written once all its children are, and `done` holds the
+    // indices of the subtrees written and not yet claimed.
+    let mut nodes = Vec::new();
+    let mut done: Vec<usize> = Vec::new();
+    let mut stack: Vec<(&PlanNode, bool)> = vec![(root, false)];
+    while let Some((n, expanded)) = stack.pop() {
+        let below = n.children();
+        if !expanded {
+            stack.push((n, true));
+            stack.extend(below.into_iter().rev().map(|c| (c, false)));
+            continue;
+        }
+        let kids = done.split_off(done.len() - below.len());
+        nodes.push(encode_node(n, &kids)?);
+        done.push(nodes.len() - 1);
+    }
+    Ok(nodes)
+}
+
+/// A text that two subtrees of a view's plan share exactly when they compute the same rows:
+/// their operators as the catalog keeps them, each leaf named by the relation it reads
+/// (`relations`, the plan's inputs). `None` for a subtree the catalog could not keep.
+pub fn fingerprint(node: &PlanNode, relations: &[ActorId]) -> Option<String> {
+    let mut nodes = encode_nodes(node).ok()?;
+    for n in &mut nodes {
+        if let StoredNode::Input(i) = n {
+            *i = *relations.get(*i)? as usize;
+        }
+    }
+    serde_json::to_string(&nodes).ok()
 }
 
 fn encode_node(n: &PlanNode, kids: &[usize]) -> Result<StoredNode> {
@@ -409,6 +452,9 @@ fn encode_node(n: &PlanNode, kids: &[usize]) -> Result<StoredNode> {
                 "an upsert belongs to a connector table's actor, never to a view's plan",
             ))
         }
+        PlanNode::Shared { .. } => {
+            return Err(Error::internal("a shared subplan left in a fragment"))
+        }
     })
 }
 
@@ -447,7 +493,12 @@ fn encode_aggregate(spec: &AggSpec, input: usize) -> Result<StoredAggregate> {
     })
 }
 
-fn decode_fragment(f: &StoredFragment, functions: &dyn Functions) -> Result<Fragment> {
+/// Fragment `f` of the fragments `all` of a plan.
+fn decode_fragment(
+    f: &StoredFragment,
+    all: &[StoredFragment],
+    functions: &dyn Functions,
+) -> Result<Fragment> {
     let inputs: Vec<SchemaRef> = f
         .input_schemas
         .iter()
@@ -477,32 +528,34 @@ fn decode_fragment(f: &StoredFragment, functions: &dyn Functions) -> Result<Frag
         .iter()
         .enumerate()
         .map(|(i, s)| {
+            let schema = inputs
+                .get(i)
+                .ok_or_else(|| corrupt("a source of no schema"))?;
             Ok(match s {
                 StoredSource::Relation { input, keys } => Source::Relation {
                     input: *input,
-                    keys: match keys {
-                        Some(k) => Some(decode_keys(
-                            k,
-                            inputs
-                                .get(i)
-                                .ok_or_else(|| corrupt("a source of no schema"))?,
-                        )?),
-                        None => None,
-                    },
+                    keys: keys.as_ref().map(|k| decode_keys(k, schema)).transpose()?,
                 },
-                StoredSource::Fragment { fragment, actor } => Source::Fragment {
-                    fragment: *fragment,
-                    actor: *actor,
-                },
+                StoredSource::Fragment {
+                    fragment,
+                    actor,
+                    keys,
+                } => {
+                    // Before format 3 the fragment read says how its output is split.
+                    let read = all.get(*fragment).ok_or_else(|| {
+                        corrupt("a fragment reads a fragment the plan does not have")
+                    })?;
+                    let keys = keys.as_ref().or(read.output.as_ref());
+                    Source::Fragment {
+                        fragment: *fragment,
+                        actor: *actor,
+                        keys: keys.map(|k| decode_keys(k, schema)).transpose()?,
+                    }
+                }
             })
         })
         .collect::<Result<_>>()?;
     Ok(Fragment {
-        output: f
-            .output
-            .as_ref()
-            .map(|k| decode_keys(k, &root.1))
-            .transpose()?,
         root: root.0,
         sources,
         actors: f.actors,
@@ -961,7 +1014,6 @@ mod tests {
                     keys: None,
                 }],
                 actors: 1,
-                output: None,
             }],
         }
     }
@@ -990,6 +1042,91 @@ mod tests {
         let mut damaged = stored;
         damaged["schema"] = "bm90IGFycm93".into();
         assert!(Compiled::decode(&damaged, "v", &Builtins).is_err());
+    }
+
+    /// Three fragments, each reading the next: the middle one's two actors split fragment 2's
+    /// output by `a`.
+    fn chain() -> Compiled {
+        let filter = || PlanNode::Filter {
+            input: Box::new(PlanNode::Input(0)),
+            predicate: Arc::new(IsNullExpr::new(col("a", 0))),
+        };
+        let by_a = Keys {
+            exprs: vec![col("a", 0)],
+            types: vec![DataType::Int64],
+        };
+        let read = |fragment: usize, actor: usize, keys: Option<Keys>| Source::Fragment {
+            fragment,
+            actor,
+            keys,
+        };
+        Compiled {
+            inputs: vec![1000],
+            schema: schema(),
+            fragments: vec![
+                Fragment {
+                    root: PlanNode::Union {
+                        inputs: vec![PlanNode::Input(0), PlanNode::Input(1)],
+                        schema: schema(),
+                    },
+                    sources: vec![read(1, 0, None), read(1, 1, None)],
+                    actors: 1,
+                },
+                Fragment {
+                    root: filter(),
+                    sources: vec![read(2, 0, Some(by_a))],
+                    actors: 2,
+                },
+                Fragment {
+                    root: filter(),
+                    sources: vec![Source::Relation {
+                        input: 0,
+                        keys: None,
+                    }],
+                    actors: 1,
+                },
+            ],
+        }
+    }
+
+    fn source_keys(plan: &Compiled) -> Vec<Vec<Option<String>>> {
+        plan.fragments
+            .iter()
+            .map(|f| {
+                f.sources
+                    .iter()
+                    .map(|s| match s {
+                        Source::Relation { keys, .. } | Source::Fragment { keys, .. } => {
+                            keys.as_ref().map(|k| {
+                                let exprs: Vec<String> =
+                                    k.exprs.iter().map(|e| e.to_string()).collect();
+                                exprs.join(", ")
+                            })
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_reader_keeps_its_own_keys_and_a_format_2_plan_gives_them_from_the_fragment_read() {
+        let want = vec![vec![None, None], vec![Some("a@0".to_string())], vec![None]];
+        let stored = chain().encode(&[schema()]).unwrap();
+        let read = Compiled::decode(&stored, "v", &Builtins).unwrap();
+        assert_eq!(source_keys(&read), want);
+
+        // Format 2 kept the keys on the fragment read, for its one reader.
+        let mut older = stored;
+        older["format"] = 2.into();
+        let keys = older["fragments"][1]["sources"][0]["fragment"]
+            .as_object_mut()
+            .unwrap()
+            .remove("keys")
+            .unwrap();
+        older["fragments"][2]["output"] = keys;
+        let read = Compiled::decode(&older, "v", &Builtins).unwrap();
+        assert_eq!(source_keys(&read), want);
     }
 
     #[test]
