@@ -1,0 +1,15 @@
+-- Nexmark q8 in Flink SQL: new users who opened an auction in the same 10-second window.
+-- tables: person, auction
+-- sink: id BIGINT, name STRING, starttime TIMESTAMP(3)
+SELECT P.id, P.name, P.starttime
+FROM (
+  SELECT id, name, window_start AS starttime, window_end AS endtime
+  FROM TABLE(TUMBLE(TABLE person, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+  GROUP BY id, name, window_start, window_end
+) P
+JOIN (
+  SELECT seller, window_start AS starttime, window_end AS endtime
+  FROM TABLE(TUMBLE(TABLE auction, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+  GROUP BY seller, window_start, window_end
+) A
+ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime
