@@ -362,6 +362,7 @@ impl ScalarUDFImpl for Constant {
 fn register_functions(ctx: &SessionContext, settings: &Settings) {
     let name = Some(super::names::NAME_OID);
     ctx.register_udf(weir_now());
+    ctx.register_udf(ScalarUDF::new_from_impl(super::to_char::ToChar::new()));
     ctx.register_udf(Constant::udf("version", version_string(), None));
     ctx.register_udf(Constant::udf("current_schema", "public".into(), name));
     for function in ["current_database", "current_catalog"] {

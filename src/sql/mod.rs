@@ -25,6 +25,7 @@ mod rules;
 mod secrets;
 mod sized;
 mod stream_plan;
+mod to_char;
 mod usage;
 mod windows;
 

@@ -35,8 +35,9 @@ use crate::error::{Error, Result};
 
 /// The format this version writes; it reads every one up to it. Format 2 added `Expand` and
 /// aggregates that emit early (`AggSpec::early`); format 3 fragments read by several others
-/// (shared subplans), each reader splitting the output by its own keys.
-pub const PLAN_FORMAT: u32 = 3;
+/// (shared subplans), each reader splitting the output by its own keys; from format 4
+/// `to_char` reads PostgreSQL's templates (before, DataFusion's: chrono's `%Y`).
+pub const PLAN_FORMAT: u32 = 4;
 
 /// A view's plan, ready to start: the relations it reads, the schema of its rows, and its
 /// fragments (`StreamPlan::fragments`).
@@ -250,6 +251,8 @@ impl Compiled {
         }
         let plan: StoredPlan =
             serde_json::from_value(value.clone()).map_err(|e| corrupt(format!("{view}: {e}")))?;
+        let before_4 = BeforeFormat4(functions);
+        let functions: &dyn Functions = if format < 4 { &before_4 } else { functions };
         Ok(Compiled {
             inputs: plan.inputs,
             schema: plan.schema.arrow()?,
@@ -259,6 +262,27 @@ impl Compiled {
                 .map(|f| decode_fragment(f, &plan.fragments, functions))
                 .collect::<Result<_>>()?,
         })
+    }
+}
+
+/// The functions of a plan written before format 4: its `to_char` is DataFusion's, which
+/// computed the view's rows, so that a restored view goes on as it began.
+struct BeforeFormat4<'a>(&'a dyn Functions);
+
+impl Functions for BeforeFormat4<'_> {
+    fn scalar(
+        &self,
+        name: &str,
+        return_type: &datafusion::arrow::datatypes::DataType,
+    ) -> Result<Arc<datafusion::logical_expr::ScalarUDF>> {
+        if name == "to_char" {
+            return Ok(datafusion::functions::datetime::to_char());
+        }
+        self.0.scalar(name, return_type)
+    }
+
+    fn config(&self) -> Arc<datafusion::config::ConfigOptions> {
+        self.0.config()
     }
 }
 
@@ -712,6 +736,22 @@ mod tests {
     use crate::stream::dispatch::VnodeOf;
 
     struct Builtins;
+
+    /// A plan before format 4 calls DataFusion's `to_char`, whatever the planner now has.
+    #[test]
+    fn a_plan_before_format_4_keeps_datafusions_to_char() {
+        let utf8 = DataType::Utf8;
+        assert!(Builtins.scalar("to_char", &utf8).is_err());
+        let before = BeforeFormat4(&Builtins);
+        let to_char = before
+            .scalar("to_char", &utf8)
+            .expect("DataFusion's to_char");
+        assert_eq!(
+            format!("{:?}", to_char.inner()),
+            format!("{:?}", datafusion::functions::datetime::to_char().inner())
+        );
+        assert!(before.scalar("upper", &utf8).is_ok());
+    }
 
     impl Functions for Builtins {
         fn scalar(&self, name: &str, _: &DataType) -> Result<Arc<ScalarUDF>> {
