@@ -97,7 +97,9 @@ enum Piece {
     },
 }
 
-/// PostgreSQL's keywords, longest first where one is the start of another (its table's order).
+/// PostgreSQL's keywords in upper case, longest first where one is the start of another (its
+/// table's order). Each is read in lower case too, and a month's or day's name capitalized
+/// (`Month`, `Dy`): the case a name, a marker or the zone prints in is the template's.
 const KEYWORDS: &[(&str, Field)] = &[
     (
         "A.D.",
@@ -158,20 +160,6 @@ const KEYWORDS: &[(&str, Field)] = &[
             short: true,
         },
     ),
-    (
-        "Day",
-        Field::DayName {
-            case: Case::Capital,
-            short: false,
-        },
-    ),
-    (
-        "Dy",
-        Field::DayName {
-            case: Case::Capital,
-            short: true,
-        },
-    ),
     ("D", Field::DayOfWeek),
     ("FF1", Field::Fraction(1)),
     ("FF2", Field::Fraction(2)),
@@ -207,20 +195,6 @@ const KEYWORDS: &[(&str, Field)] = &[
         },
     ),
     ("MS", Field::Millis),
-    (
-        "Month",
-        Field::MonthName {
-            case: Case::Capital,
-            short: false,
-        },
-    ),
-    (
-        "Mon",
-        Field::MonthName {
-            case: Case::Capital,
-            short: true,
-        },
-    ),
     ("OF", Field::Offset),
     (
         "P.M.",
@@ -252,132 +226,48 @@ const KEYWORDS: &[(&str, Field)] = &[
     ("YYY", Field::Year(3)),
     ("YY", Field::Year(2)),
     ("Y", Field::Year(1)),
-    (
-        "a.d.",
-        Field::Era {
-            upper: false,
-            dots: true,
-        },
-    ),
-    (
-        "a.m.",
-        Field::Meridiem {
-            upper: false,
-            dots: true,
-        },
-    ),
-    (
-        "ad",
-        Field::Era {
-            upper: false,
-            dots: false,
-        },
-    ),
-    (
-        "am",
-        Field::Meridiem {
-            upper: false,
-            dots: false,
-        },
-    ),
-    (
-        "b.c.",
-        Field::Era {
-            upper: false,
-            dots: true,
-        },
-    ),
-    (
-        "bc",
-        Field::Era {
-            upper: false,
-            dots: false,
-        },
-    ),
-    ("cc", Field::Century),
-    (
-        "day",
-        Field::DayName {
-            case: Case::Lower,
-            short: false,
-        },
-    ),
-    ("ddd", Field::DayOfYear),
-    ("dd", Field::DayOfMonth),
-    (
-        "dy",
-        Field::DayName {
-            case: Case::Lower,
-            short: true,
-        },
-    ),
-    ("d", Field::DayOfWeek),
-    ("ff1", Field::Fraction(1)),
-    ("ff2", Field::Fraction(2)),
-    ("ff3", Field::Fraction(3)),
-    ("ff4", Field::Fraction(4)),
-    ("ff5", Field::Fraction(5)),
-    ("ff6", Field::Fraction(6)),
-    ("hh24", Field::Hour24),
-    ("hh12", Field::Hour12),
-    ("hh", Field::Hour12),
-    ("iddd", Field::IsoDayOfYear),
-    ("id", Field::IsoDayOfWeek),
-    ("iw", Field::IsoWeek),
-    ("iyyy", Field::IsoYear(4)),
-    ("iyy", Field::IsoYear(3)),
-    ("iy", Field::IsoYear(2)),
-    ("i", Field::IsoYear(1)),
-    ("j", Field::Julian),
-    ("mi", Field::Minute),
-    ("mm", Field::Month),
-    (
-        "month",
-        Field::MonthName {
-            case: Case::Lower,
-            short: false,
-        },
-    ),
-    (
-        "mon",
-        Field::MonthName {
-            case: Case::Lower,
-            short: true,
-        },
-    ),
-    ("ms", Field::Millis),
-    ("of", Field::Offset),
-    (
-        "p.m.",
-        Field::Meridiem {
-            upper: false,
-            dots: true,
-        },
-    ),
-    (
-        "pm",
-        Field::Meridiem {
-            upper: false,
-            dots: false,
-        },
-    ),
-    ("q", Field::Quarter),
-    ("rm", Field::RomanMonth { upper: false }),
-    ("sssss", Field::SecondsOfDay),
-    ("ssss", Field::SecondsOfDay),
-    ("ss", Field::Second),
-    ("tzh", Field::OffsetHours),
-    ("tzm", Field::OffsetMinutes),
-    ("tz", Field::Zone { upper: false }),
-    ("us", Field::Micros),
-    ("ww", Field::WeekOfYear),
-    ("w", Field::WeekOfMonth),
-    ("y,yyy", Field::YearComma),
-    ("yyyy", Field::Year(4)),
-    ("yyy", Field::Year(3)),
-    ("yy", Field::Year(2)),
-    ("y", Field::Year(1)),
 ];
+
+/// The keyword `s` starts with: its length, and its field in the case `s` spells it.
+fn keyword(s: &str) -> Option<(usize, Field)> {
+    let lower = |head: &[u8], k: &[u8]| {
+        head.iter()
+            .zip(k)
+            .all(|(h, k)| *h == k.to_ascii_lowercase())
+    };
+    KEYWORDS.iter().find_map(|&(k, field)| {
+        let (head, k) = (s.as_bytes().get(..k.len())?, k.as_bytes());
+        let case = if head == k {
+            Case::Upper
+        } else if lower(head, k) {
+            Case::Lower
+        } else if matches!(field, Field::MonthName { .. } | Field::DayName { .. })
+            && head[0] == k[0]
+            && lower(&head[1..], &k[1..])
+        {
+            Case::Capital
+        } else {
+            return None;
+        };
+        Some((k.len(), field.in_case(case)))
+    })
+}
+
+impl Field {
+    /// The field printing in `case` (for the fields that print words).
+    fn in_case(self, case: Case) -> Field {
+        let upper = case == Case::Upper;
+        match self {
+            Field::Meridiem { dots, .. } => Field::Meridiem { upper, dots },
+            Field::Era { dots, .. } => Field::Era { upper, dots },
+            Field::MonthName { short, .. } => Field::MonthName { case, short },
+            Field::DayName { short, .. } => Field::DayName { case, short },
+            Field::RomanMonth { .. } => Field::RomanMonth { upper },
+            Field::Zone { .. } => Field::Zone { upper },
+            other => other,
+        }
+    }
+}
 
 /// Fields that print a number, which TH/th can follow.
 fn numeric(field: Field) -> bool {
@@ -440,14 +330,14 @@ fn parse(template: &str) -> Vec<Piece> {
                 break;
             }
         }
-        match KEYWORDS.iter().find(|(k, _)| after.starts_with(k)) {
-            Some((keyword, field)) => {
+        match keyword(after) {
+            Some((len, field)) => {
                 if !text.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut text)));
                 }
-                after = &after[keyword.len()..];
+                after = &after[len..];
                 let mut ordinal = None;
-                if numeric(*field) {
+                if numeric(field) {
                     if let Some(r) = after.strip_prefix("TH") {
                         ordinal = Some(true);
                         after = r;
@@ -457,7 +347,7 @@ fn parse(template: &str) -> Vec<Piece> {
                     }
                 }
                 pieces.push(Piece::Field {
-                    field: *field,
+                    field,
                     fill,
                     ordinal,
                 });
