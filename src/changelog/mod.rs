@@ -26,7 +26,7 @@ mod spool;
 mod temp;
 
 pub use self::commits::{committed_blocks, redo, CatalogPart, Committed};
-pub use self::spool::{Gather, Rows, Spool};
+pub use self::spool::{Gather, PartSize, Rows, Spool};
 pub use self::temp::{Reserved, Spills, TempDisk};
 
 /// The encoding of a log's records, as the catalog records it (`catalog::Catalog`): a reader

@@ -1,6 +1,6 @@
 //! A statement's rows as they are computed or received, before they are checked and logged:
-//! in memory while they are few, in a file of the data directory's spool once they pass
-//! `MEMORY_BYTES` or `PART_ROWS` (`docs/design/0023-large-writes.md`). A spooled statement becomes a group
+//! in memory while they are few, in a file of the data directory's spool once they pass a
+//! part's size (`PartSize`, `docs/design/0023-large-writes.md`). A spooled statement becomes a group
 //! of records in its table's log, so that only the disk budget of statements' temporary files
 //! (`TempDisk`) bounds how much one statement writes.
 
@@ -26,6 +26,45 @@ pub const MEMORY_BYTES: usize = 32 << 20;
 /// actor, its views and its writer hold per row in an epoch (encoded rows and keys, pending
 /// state writes) is several times a narrow row's Arrow bytes.
 pub const PART_ROWS: usize = 128 << 10;
+
+/// The fewest rows of a part, however small the statement's share: each part is an epoch.
+const PART_ROWS_MIN: usize = 1 << 10;
+
+/// How much of a statement's rows is held at once: gathered in memory before the rest goes to
+/// the spool, and a part of a spooled statement, which its table's writer checks and applies,
+/// and its views take, in an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartSize {
+    bytes: usize,
+    rows: usize,
+}
+
+impl PartSize {
+    /// The parts of a statement without a share of its own: `MEMORY_BYTES` and `PART_ROWS`.
+    pub const WHOLE: PartSize = PartSize {
+        bytes: MEMORY_BYTES,
+        rows: PART_ROWS,
+    };
+
+    /// The parts of a statement whose working memory is bounded by `share` bytes (its
+    /// session's `statement_mem`): below `MEMORY_BYTES`, parts of `share` bytes and as many
+    /// fewer rows (at least `PART_ROWS_MIN`), so that a statement with a small share spools
+    /// its rows sooner and its table's writer holds less of them.
+    pub fn within(share: Option<usize>) -> PartSize {
+        match share {
+            Some(share) if share < MEMORY_BYTES => PartSize {
+                bytes: share,
+                rows: (PART_ROWS / (MEMORY_BYTES / share.max(1))).max(PART_ROWS_MIN),
+            },
+            _ => PartSize::WHOLE,
+        }
+    }
+
+    /// Whether `bytes` and `rows` are past a part.
+    fn passed(&self, bytes: usize, rows: usize) -> bool {
+        bytes > self.bytes || rows > self.rows
+    }
+}
 
 /// A statement's rows: one batch in memory, or a spool file.
 pub enum Rows {
@@ -68,8 +107,7 @@ impl Rows {
         Ok(Some(concat_batches(&spool.schema, &batches)?))
     }
 
-    /// The rows in parts of about `MEMORY_BYTES` or `PART_ROWS` at most, in the order they
-    /// came.
+    /// The rows in parts of about their `PartSize` at most, in the order they came.
     pub fn parts(&self) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>> + Send + '_>> {
         match self {
             Rows::Memory(b) => Ok(Box::new(std::iter::once(Ok(b.clone())))),
@@ -83,6 +121,7 @@ pub struct Spool {
     file: TempFile,
     schema: SchemaRef,
     rows: usize,
+    size: PartSize,
 }
 
 impl Spool {
@@ -99,16 +138,18 @@ impl Spool {
         Ok(Box::new(Parts {
             reader,
             schema: self.schema.clone(),
+            size: self.size,
             next: None,
         }))
     }
 }
 
-/// A spool's batches gathered into parts of at most about `MEMORY_BYTES` and `PART_ROWS`
-/// (a single larger batch is a part of its own).
+/// A spool's batches gathered into parts of at most about its `PartSize` (a single larger
+/// batch is a part of its own).
 struct Parts {
     reader: StreamReader<BufReader<File>>,
     schema: SchemaRef,
+    size: PartSize,
     /// A batch read that did not fit the last part.
     next: Option<RecordBatch>,
 }
@@ -133,7 +174,7 @@ impl Parts {
                 Some(Err(e)) => return Some(Err(e.into())),
                 Some(Ok(batch)) => {
                     let size = batch.get_array_memory_size();
-                    let full = bytes + size > MEMORY_BYTES || rows + batch.num_rows() > PART_ROWS;
+                    let full = self.size.passed(bytes + size, rows + batch.num_rows());
                     if !batches.is_empty() && full {
                         self.next = Some(batch);
                         break;
@@ -151,11 +192,12 @@ impl Parts {
     }
 }
 
-/// The rows of one statement as they come (`push`), in memory until they pass
-/// `MEMORY_BYTES` or `PART_ROWS`, then in a spool file.
+/// The rows of one statement as they come (`push`), in memory until they pass a part's size,
+/// then in a spool file.
 pub struct Gather {
     schema: SchemaRef,
     disk: Arc<TempDisk>,
+    size: PartSize,
     batches: Vec<RecordBatch>,
     bytes: usize,
     rows: usize,
@@ -163,11 +205,12 @@ pub struct Gather {
 }
 
 impl Gather {
-    /// Gathers rows of `schema`, spooling them into a file of `disk` when they are many.
-    pub fn new(schema: SchemaRef, disk: &Arc<TempDisk>) -> Gather {
+    /// Gathers rows of `schema`, spooling them into a file of `disk` once they pass `size`.
+    pub fn new(schema: SchemaRef, disk: &Arc<TempDisk>, size: PartSize) -> Gather {
         Gather {
             schema,
             disk: disk.clone(),
+            size,
             batches: Vec::new(),
             bytes: 0,
             rows: 0,
@@ -185,7 +228,7 @@ impl Gather {
         }
         self.bytes += batch.get_array_memory_size();
         self.batches.push(batch);
-        if self.bytes > MEMORY_BYTES || self.rows > PART_ROWS {
+        if self.size.passed(self.bytes, self.rows) {
             let mut file = self.create()?;
             for batch in std::mem::take(&mut self.batches) {
                 write(&file.0, &mut file.1, &batch)?;
@@ -202,6 +245,7 @@ impl Gather {
             file,
             schema: self.schema.clone(),
             rows: 0,
+            size: self.size,
         };
         let writer = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, writer), &self.schema)
             .map_err(|e| spool_error(&spool, e))?;
@@ -259,21 +303,23 @@ mod tests {
         RecordBatch::try_new(schema.clone(), vec![Arc::new(ids), Arc::new(text)]).unwrap()
     }
 
-    #[test]
-    fn rows_past_the_memory_bound_go_to_a_file_and_come_back_in_order() {
+    /// Gathers `total` rows of `schema` in batches of `batch_rows` into parts of `size`:
+    /// spooled, read back in order in more than one part, each within `size` and a batch,
+    /// and their file gone with them.
+    fn spool_and_read_back(size: PartSize, total: i64, batch_rows: i64) {
         let dir = tempfile::tempdir().unwrap();
         let disk = TempDisk::new(dir.path(), u64::MAX).unwrap();
         let schema: SchemaRef = Arc::new(Schema::new(vec![
             Field::new("a", DataType::Int64, false),
             Field::new("b", DataType::Utf8, false),
         ]));
-        let mut few = Gather::new(schema.clone(), &disk);
+        let mut few = Gather::new(schema.clone(), &disk, size);
         few.push(batch(&schema, 0, 10)).unwrap();
         assert!(matches!(few.finish().unwrap(), Rows::Memory(b) if b.num_rows() == 10));
-        let mut many = Gather::new(schema.clone(), &disk);
-        let total = 400_000;
-        for from in (0..total).step_by(8192) {
-            many.push(batch(&schema, from, 8192.min(total - from)))
+        let mut many = Gather::new(schema.clone(), &disk, size);
+        let one_batch = batch(&schema, 0, batch_rows).get_array_memory_size();
+        for from in (0..total).step_by(batch_rows as usize) {
+            many.push(batch(&schema, from, batch_rows.min(total - from)))
                 .unwrap();
         }
         let rows = many.finish().unwrap();
@@ -283,8 +329,8 @@ mod tests {
         let mut parts = 0;
         for part in rows.parts().unwrap() {
             let part = part.unwrap();
-            assert!(part.get_array_memory_size() <= 2 * MEMORY_BYTES);
-            assert!(part.num_rows() <= PART_ROWS);
+            assert!(part.get_array_memory_size() <= size.bytes + one_batch);
+            assert!(part.num_rows() <= size.rows.max(batch_rows as usize));
             let ids = part
                 .column(0)
                 .as_any()
@@ -306,5 +352,33 @@ mod tests {
             "the spool goes with its rows"
         );
         assert_eq!(disk.used(), 0);
+    }
+
+    #[test]
+    fn rows_past_the_memory_bound_go_to_a_file_and_come_back_in_order() {
+        spool_and_read_back(PartSize::WHOLE, 400_000, 8192);
+    }
+
+    #[test]
+    fn a_smaller_share_spools_sooner_in_smaller_parts() {
+        let size = PartSize::within(Some(1 << 20));
+        assert_eq!((size.bytes, size.rows), (1 << 20, 4096));
+        spool_and_read_back(size, 20_000, 1000);
+        // Rows within the share stay in memory, past it they go to the spool: 1,000 rows of
+        // about 200 bytes are past a share of 64 kB, not past the whole of `MEMORY_BYTES`.
+        let dir = tempfile::tempdir().unwrap();
+        let disk = TempDisk::new(dir.path(), u64::MAX).unwrap();
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Utf8, false),
+        ]));
+        for (share, spooled) in [(None, false), (Some(64 << 10), true)] {
+            let mut gather = Gather::new(schema.clone(), &disk, PartSize::within(share));
+            gather.push(batch(&schema, 0, 1000)).unwrap();
+            let rows = gather.finish().unwrap();
+            assert_eq!(matches!(rows, Rows::Spooled(_)), spooled, "share {share:?}");
+        }
+        assert_eq!(PartSize::within(Some(1)).rows, PART_ROWS_MIN);
+        assert_eq!(PartSize::within(Some(64 << 20)), PartSize::WHOLE);
     }
 }

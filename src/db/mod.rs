@@ -76,7 +76,7 @@ pub enum Output {
     },
     /// `COPY ... FROM STDIN`: the client is to send its data, which becomes rows as `CopyFrom`
     /// says and is written, as one statement, once it has all come.
-    CopyIn(CopyFrom),
+    CopyIn(Box<CopyFrom>),
 }
 
 /// How COPY writes or reads rows: PostgreSQL's text format (`\N` for NULL, special
@@ -124,12 +124,14 @@ impl CopyFormat {
 }
 
 /// `COPY t [(columns)] FROM STDIN`: the table the client's data goes into, which of its
-/// columns the data gives (in the data's order; the others are NULL), and the data's format.
+/// columns the data gives (in the data's order; the others are NULL), the data's format, and
+/// the parts its rows are gathered and written in (the session's `statement_mem`).
 #[derive(Debug, Clone)]
 pub struct CopyFrom {
     pub table: TableDef,
     pub columns: Vec<usize>,
     pub format: CopyFormat,
+    pub parts: crate::table::PartSize,
 }
 
 impl Output {

@@ -18,7 +18,7 @@ use crate::catalog::{Object, ObjectId, Scope, TableDef};
 use crate::error::{Error, Result};
 use crate::sql::dml::{self, conform};
 use crate::sql::{query_context, result_schema, RelationRows, RelationTable, Settings};
-use crate::table::{Block, Rows, TableWriter};
+use crate::table::{Block, PartSize, Rows, TableWriter};
 
 use super::{Database, Output};
 
@@ -223,8 +223,12 @@ impl Database {
         // The statement's rows are gathered before they are written, and whatever read the
         // latest rows is gone by then.
         let ctx = self.statement_context(settings, latest, scope)?;
-        let temp = &self.temp;
-        let rows = dml::rows(&ctx, &self.executor, statement, params, (&schema, temp)).await?;
+        let into = (
+            &schema,
+            &self.temp,
+            PartSize::within(settings.statement_mem()?),
+        );
+        let rows = dml::rows(&ctx, &self.executor, statement, params, into).await?;
         Ok((w, rows))
     }
 

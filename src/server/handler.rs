@@ -337,7 +337,8 @@ impl Queries {
     fn respond(&self, output: Output, formats: Option<&Format>) -> Result<Response> {
         match output {
             Output::CopyIn(from) => {
-                let copy = CopyIn::new(from, self.db.config.message_bytes_max, self.db.temp_disk());
+                let copy =
+                    CopyIn::new(*from, self.db.config.message_bytes_max, self.db.temp_disk());
                 let response = copy.response();
                 *self.copying.lock().unwrap_or_else(|p| p.into_inner()) = Some(copy);
                 Ok(Response::CopyIn(response))

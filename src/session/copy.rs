@@ -7,7 +7,7 @@ use datafusion::sql::sqlparser::ast::{
 
 use datafusion::common::ParamValues;
 
-use crate::table::Rows;
+use crate::table::{PartSize, Rows};
 
 use super::Session;
 use crate::db::{CopyFormat, CopyFrom, Output, RowStream};
@@ -82,11 +82,12 @@ impl Session {
         if given.is_empty() {
             given = (0..table.columns.len()).collect();
         }
-        Ok(Output::CopyIn(CopyFrom {
+        Ok(Output::CopyIn(Box::new(CopyFrom {
             table,
             columns: given,
             format,
-        }))
+            parts: PartSize::within(self.settings.statement_mem()?),
+        })))
     }
 
     /// Writes the rows a `COPY ... FROM STDIN` read, as one statement: in the session's block

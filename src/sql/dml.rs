@@ -14,7 +14,7 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 
-use crate::changelog::{Gather, Rows, TempDisk};
+use crate::changelog::{Gather, PartSize, Rows, TempDisk};
 use crate::error::{Error, Result};
 
 /// A DML statement's command tag, and the rows it deletes and inserts.
@@ -28,13 +28,13 @@ pub fn reads(statement: &ast::Statement) -> bool {
 
 /// Plans and runs a DML statement's input over `ctx` (whose tables the statement reads
 /// at their latest rows): its command tag, and the rows it deletes and inserts in `schema`,
-/// spooled into a temporary file of `temp` when they are many.
+/// spooled into a temporary file of `temp` once they pass `size`.
 pub async fn rows(
     ctx: &SessionContext,
     executor: &super::Executor,
     statement: &ast::Statement,
     params: Option<&ParamValues>,
-    (schema, temp): (&SchemaRef, &Arc<TempDisk>),
+    (schema, temp, size): (&SchemaRef, &Arc<TempDisk>, PartSize),
 ) -> Result<DmlRows> {
     let state = ctx.state();
     // The statement's query is read as a batch query is (`FROM generate_series(...) s` names
@@ -53,7 +53,7 @@ pub async fn rows(
         return Err(Error::internal("DML statement did not plan as DML"));
     };
     let width = schema.fields().len();
-    let gather = || Gather::new(schema.clone(), temp);
+    let gather = || Gather::new(schema.clone(), temp, size);
     let (tag, deleted, inserted) = match &dml.op {
         WriteOp::Insert(InsertOp::Append) => {
             let mut rows = [(gather(), 0)];

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
 
 use crate::catalog::ObjectId;
-use crate::changelog::{Committed, Gather, Rows, TempDisk};
+use crate::changelog::{Committed, Gather, PartSize, Rows, TempDisk};
 use crate::error::{Error, ErrorKind, Result};
 use crate::stream::{Feed, Op, StreamChunk};
 
@@ -514,7 +514,7 @@ impl TableWriter {
         let changes = pending.rows();
         let mut sides = Vec::with_capacity(2);
         for inserts in [false, true] {
-            let mut gather = Gather::new(self.schema.clone(), temp);
+            let mut gather = Gather::new(self.schema.clone(), temp, PartSize::WHOLE);
             let mut rows: Vec<Vec<u8>> = Vec::new();
             let flush = |rows: &mut Vec<Vec<u8>>, gather: &mut Gather| -> Result<()> {
                 if rows.is_empty() {

@@ -37,7 +37,7 @@ use crate::types::SqlType;
 use self::block::affected;
 pub use self::block::{commit, Block, Transactions};
 use self::pending::Pending;
-pub use crate::changelog::{CatalogPart, Gather, Records, Rows, TempDisk};
+pub use crate::changelog::{CatalogPart, Gather, PartSize, Records, Rows, TempDisk};
 
 /// Where a table restored from a checkpoint stands: how many records of its log its restored
 /// state holds, and its watermark then.

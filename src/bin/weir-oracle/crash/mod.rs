@@ -697,6 +697,8 @@ trait Writer: Send + 'static {
     type Statement: Send;
     /// How long a statement may go unanswered before the run fails.
     const ANSWER_WITHIN: Duration;
+    /// What the writer's session sets before its first statement, if anything.
+    const SETTINGS: Option<&'static str> = None;
     fn next_statement(&mut self) -> Self::Statement;
     fn sql(statement: &Self::Statement) -> &str;
     fn acknowledged(&mut self, statement: &Self::Statement);
@@ -744,6 +746,11 @@ async fn write_until_failure<W: Writer>(
     let Ok(weir) = connect(&conn).await else {
         return (writer, Ok(outcome));
     };
+    if let Some(settings) = W::SETTINGS {
+        if weir.batch_execute(settings).await.is_err() {
+            return (writer, Ok(outcome)); // the server is gone already
+        }
+    }
     loop {
         let statement = writer.next_statement();
         let sql = W::sql(&statement);
