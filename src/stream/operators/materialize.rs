@@ -4,16 +4,22 @@
 //!
 //! Queries read these tables at the last sealed epoch; a view created on top of this relation
 //! backfills from them.
+//!
+//! At the barrier each changed row's count is read, changed and written back; a relation that
+//! was empty as its actor started knows which rows it holds (`Held`), so that a row it never
+//! held (a view's new row for a changed group, a table's new row) costs no read.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Arc, OnceLock};
+
+use foldhash::{HashMap, HashMapExt};
 
 use datafusion::arrow::array::{RecordBatch, UInt32Array};
 use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use crate::error::{Error, Result};
-use crate::state::{EpochWrites, Snapshot, StateStore, StateTable, TableId, TallyView};
+use crate::state::{CacheShare, EpochWrites, Snapshot, StateStore, StateTable, TableId, TallyView};
 use crate::stream::chunk::StreamChunk;
 use crate::stream::rows::RowCodec;
 
@@ -23,6 +29,64 @@ pub struct Materialize {
     schema: SchemaRef,
     /// Changes in multiplicity during the current epoch, applied to the table at the barrier.
     deltas: HashMap<Vec<u8>, i64>,
+    /// Which rows the relation holds, while it knows.
+    held: Option<Held>,
+}
+
+/// What one row's hash takes in `Held`: the hash, its count, and the map's slot and spare room.
+const HELD_BYTES: u64 = 24;
+
+/// The rows a relation holds, known when its state was empty as its actor started: by a 64-bit
+/// hash of each row's key (seeded per relation, so that no data chosen in advance collides),
+/// with how many held rows have that hash. A row whose hash is not there is not held, and
+/// finding that costs no read; two rows with one hash only cost reads. Counted in the
+/// operators' caches' share; forgotten (every row read again) past a quarter of what every
+/// cache may hold, or when the caches are over their share at a barrier.
+struct Held {
+    hasher: foldhash::fast::RandomState,
+    hashes: HashMap<u64, u32>,
+    share: CacheShare,
+}
+
+impl Held {
+    fn new(share: CacheShare) -> Held {
+        Held {
+            hasher: foldhash::fast::RandomState::default(),
+            hashes: HashMap::new(),
+            share,
+        }
+    }
+
+    /// Whether the row of hash `hash` may be held (`false`: it is not).
+    fn may_hold(&self, hash: u64) -> bool {
+        self.hashes.contains_key(&hash)
+    }
+
+    /// Counts a row that is held from now on (it was not).
+    fn add(&mut self, hash: u64) {
+        *self.hashes.entry(hash).or_insert_with(|| {
+            self.share.grow(HELD_BYTES);
+            0
+        }) += 1;
+    }
+
+    /// Counts a row that is held no more (it was).
+    fn remove(&mut self, hash: u64) {
+        if let Some(n) = self.hashes.get_mut(&hash) {
+            *n -= 1;
+            if *n == 0 {
+                self.hashes.remove(&hash);
+                self.share.shrink(HELD_BYTES);
+            }
+        }
+    }
+
+    /// Whether it takes more than it may: a quarter of every cache's share, or any of it when
+    /// the caches are over.
+    fn too_large(&self) -> bool {
+        let bytes = self.hashes.len() as u64 * HELD_BYTES;
+        self.share.over() || bytes > self.share.max() / 4
+    }
 }
 
 impl Materialize {
@@ -34,11 +98,15 @@ impl Materialize {
         schema: SchemaRef,
         order: &[usize],
     ) -> Result<Materialize> {
+        let share = store.cache_share();
+        let table = StateTable::new(store, table);
+        let held = table.is_empty()?.then(|| Held::new(share));
         Ok(Materialize {
-            table: StateTable::new(store, table),
+            table,
             codec: RowCodec::ordered(&schema, order)?,
             schema,
             deltas: HashMap::new(),
+            held,
         })
     }
 
@@ -61,9 +129,13 @@ impl Materialize {
             if delta == 0 {
                 continue;
             }
-            let old = match self.table.get(&key)? {
-                Some(v) => decode_count(&v)?,
-                None => 0,
+            let hash = self.held.as_ref().map(|h| h.hasher.hash_one(&key));
+            let old = match (&self.held, hash) {
+                (Some(held), Some(hash)) if !held.may_hold(hash) => 0,
+                _ => match self.table.get(&key)? {
+                    Some(v) => decode_count(&v)?,
+                    None => 0,
+                },
             };
             let new = old + delta;
             assert!(
@@ -71,11 +143,21 @@ impl Materialize {
                 "materialized relation {} would hold a row {new} times",
                 self.table.id()
             );
+            if let (Some(held), Some(hash)) = (&mut self.held, hash) {
+                match (old, new) {
+                    (0, _) => held.add(hash),
+                    (_, 0) => held.remove(hash),
+                    _ => {}
+                }
+            }
             if new == 0 {
                 self.table.delete(key);
             } else {
                 self.table.put(key, new.to_le_bytes().to_vec());
             }
+        }
+        if self.held.as_ref().is_some_and(Held::too_large) {
+            self.held = None;
         }
         self.table.take_writes(writes);
         Ok(())
@@ -438,5 +520,67 @@ mod tests {
         let read = read_snapshot(&store.snapshot(), 9, &s, 1).unwrap();
         let rows: usize = read.iter().map(|b| b.num_rows()).sum();
         assert_eq!(rows, 2);
+    }
+
+    /// Every distinct row of `m`, rendered, and how many times the relation holds each.
+    fn contents(m: &Materialize) -> Vec<(String, i64)> {
+        let mut all = Vec::new();
+        m.table
+            .try_scan(&[], None, &mut |k, v| {
+                all.push((format!("{k:?}"), decode_count(v)?));
+                Ok(true)
+            })
+            .unwrap();
+        all
+    }
+
+    /// A relation empty at its start knows which rows it holds and reads none it does not;
+    /// its counts are those of one that reads every row; one that starts with rows reads.
+    #[tokio::test]
+    async fn a_relation_that_knows_its_rows_counts_them_as_one_that_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let s = schema(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
+        let mut knows = Materialize::new(store.clone(), 9, s.clone(), &[]).unwrap();
+        let mut reads = Materialize::new(store.clone(), 10, s.clone(), &[]).unwrap();
+        assert!(knows.held.is_some());
+        reads.held = None;
+        let epochs = [
+            "+ 1 x\n+ 1 x\n+ 2 y\n+ 3 NULL",
+            "- 1 x\n- 2 y\n+ 2 y\n+ 4 z\n- 3 NULL",
+            "- 1 x\n+ 3 NULL\n+ 3 NULL\n- 4 z",
+            "- 3 NULL\n+ 1 x\n+ 5 w",
+        ];
+        for (epoch, changes) in (1..).zip(epochs) {
+            let mut w = EpochWrites::default();
+            for m in [&mut knows, &mut reads] {
+                m.apply(&chunk(&s, changes)).unwrap();
+                m.flush(&mut w).unwrap();
+            }
+            store.commit(epoch, w).await.unwrap();
+            store.seal(epoch);
+            assert_eq!(contents(&knows), contents(&reads), "after epoch {epoch}");
+        }
+        assert_eq!(contents(&knows).len(), 4);
+        assert_eq!(knows.held.as_ref().map(|h| h.hashes.len()), Some(4));
+        // Started again on its rows, it reads them.
+        let again = Materialize::new(store.clone(), 9, s.clone(), &[]).unwrap();
+        assert!(again.held.is_none());
+    }
+
+    /// Rows that share a hash are counted apart: one of them gone leaves the others held.
+    #[test]
+    fn rows_with_one_hash_stay_held_until_the_last_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open_fresh(dir.path()).unwrap();
+        let mut held = Held::new(store.cache_share());
+        assert!(!held.may_hold(7));
+        held.add(7);
+        held.add(7);
+        held.remove(7);
+        assert!(held.may_hold(7));
+        held.remove(7);
+        assert!(!held.may_hold(7));
+        assert!(held.hashes.is_empty());
     }
 }
