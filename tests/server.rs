@@ -342,7 +342,9 @@ async fn actors_waiting_on_the_disk_hold_up_no_client() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     // From the 50th read of the state store on (past the setup's few), every read takes
-    // seconds: the tables' actors stall at the barrier that keeps the rows below.
+    // seconds. A relation reads the count of a row it holds at the barrier that changes it
+    // (a row it never held costs no read): the tables' actors stall at the barrier that keeps
+    // second copies of the rows the setup sealed.
     let server =
         ChildServer::start_with_env(&data, &[], &[("WEIR_FAILPOINTS", "state.read@50:stall")])
             .await;
@@ -350,7 +352,8 @@ async fn actors_waiting_on_the_disk_hold_up_no_client() {
     setup
         .batch_execute(
             "CREATE TABLE s0 (a int); CREATE TABLE s1 (a int);
-             INSERT INTO s0 VALUES (-1); INSERT INTO s1 VALUES (-1); FLUSH",
+             INSERT INTO s0 SELECT value FROM generate_series(1, 1000);
+             INSERT INTO s1 SELECT value FROM generate_series(1, 1000); FLUSH",
         )
         .await
         .unwrap();
@@ -384,7 +387,7 @@ async fn actors_waiting_on_the_disk_hold_up_no_client() {
             .unwrap();
         assert_eq!(
             rows(&other, "SELECT count(*) FROM s0").await,
-            ["1".to_string()]
+            ["1000".to_string()]
         );
     };
     tokio::time::timeout(std::time::Duration::from_secs(30), served)
