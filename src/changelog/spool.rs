@@ -295,6 +295,14 @@ mod tests {
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
 
+    /// The rows' schema: an id and a text of about 200 bytes (`batch`).
+    fn id_and_text() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Utf8, false),
+        ]))
+    }
+
     fn batch(schema: &SchemaRef, from: i64, rows: i64) -> RecordBatch {
         let ids = Int64Array::from_iter_values(from..from + rows);
         let text = StringArray::from_iter_values(
@@ -309,10 +317,7 @@ mod tests {
     fn spool_and_read_back(size: PartSize, total: i64, batch_rows: i64) {
         let dir = tempfile::tempdir().unwrap();
         let disk = TempDisk::new(dir.path(), u64::MAX).unwrap();
-        let schema: SchemaRef = Arc::new(Schema::new(vec![
-            Field::new("a", DataType::Int64, false),
-            Field::new("b", DataType::Utf8, false),
-        ]));
+        let schema = id_and_text();
         let mut few = Gather::new(schema.clone(), &disk, size);
         few.push(batch(&schema, 0, 10)).unwrap();
         assert!(matches!(few.finish().unwrap(), Rows::Memory(b) if b.num_rows() == 10));
@@ -368,10 +373,7 @@ mod tests {
         // about 200 bytes are past a share of 64 kB, not past the whole of `MEMORY_BYTES`.
         let dir = tempfile::tempdir().unwrap();
         let disk = TempDisk::new(dir.path(), u64::MAX).unwrap();
-        let schema: SchemaRef = Arc::new(Schema::new(vec![
-            Field::new("a", DataType::Int64, false),
-            Field::new("b", DataType::Utf8, false),
-        ]));
+        let schema = id_and_text();
         for (share, spooled) in [(None, false), (Some(64 << 10), true)] {
             let mut gather = Gather::new(schema.clone(), &disk, PartSize::within(share));
             gather.push(batch(&schema, 0, 1000)).unwrap();

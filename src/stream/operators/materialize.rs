@@ -534,8 +534,8 @@ mod tests {
         all
     }
 
-    /// A relation empty at its start knows which rows it holds and reads none it does not;
-    /// its counts are those of one that reads every row; one that starts with rows reads.
+    /// A relation empty at its start knows which rows it holds, and its counts are those of
+    /// one that reads every row; one that starts with rows reads them.
     #[tokio::test]
     async fn a_relation_that_knows_its_rows_counts_them_as_one_that_reads_them() {
         let dir = tempfile::tempdir().unwrap();
